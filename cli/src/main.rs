@@ -1,0 +1,2 @@
+//! The `fenzi` command line.
+fn main() {}

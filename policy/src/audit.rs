@@ -1,0 +1,1 @@
+//! The audit record (DESIGN.md §5) and its hash chain.

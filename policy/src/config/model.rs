@@ -1,0 +1,125 @@
+//! The validated configuration: what a `fenzi.yaml` (and the machine file) mean once parsed, checked
+//! and merged. Every element remembers where it was written so errors and `fenzi check` can point at it.
+
+use crate::host::{Host, HostPattern};
+use crate::tool_pattern::ToolPattern;
+use std::sync::Arc;
+
+/// Which file an element came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// `~/.config/fenzi/mcp.yaml` (or `$XDG_CONFIG_HOME/fenzi/mcp.yaml`).
+    Machine,
+    /// `./fenzi.yaml`.
+    Project,
+}
+
+/// Where something was written: file, 1-based line and column, and the key path
+/// (`mcp.deepwiki.tools.allow[1]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub file: Arc<str>,
+    pub line: u32,
+    pub column: u32,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located<T> {
+    pub value: T,
+    pub at: Location,
+}
+
+/// The merged, validated policy configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Config {
+    /// `hosts:` entries, project and machine.
+    pub hosts: Vec<Located<HostPattern>>,
+    /// `mcp:` entries in file order (machine servers first).
+    pub mcp: Vec<McpServerConfig>,
+    /// Top-level `secrets:` entries.
+    pub secrets: Vec<SecretConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    pub name: String,
+    pub origin: Origin,
+    /// True when a project entry narrowed a machine server.
+    pub narrowed_by_project: bool,
+    pub kind: ServerKind,
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerKind {
+    /// `url:` — a remote Streamable HTTP server, checked per tool.
+    Remote {
+        url: RemoteUrl,
+        /// `token: true`: the stored token `MCP_<SERVER>` is put on requests to this server only.
+        token: bool,
+        tools: ToolRules,
+    },
+    /// `command:` — a local server that runs inside the sandbox.
+    Local {
+        command: Vec<String>,
+        /// Variable names the server reads.
+        secrets: Vec<Located<String>>,
+        /// Hosts those secrets are sent to (also allowed destinations).
+        hosts: Vec<Located<HostPattern>>,
+    },
+    /// `account: claude` — Claude's account connectors behind one Anthropic host.
+    Account {
+        provider: AccountProvider,
+        tools: ToolRules,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteUrl {
+    /// The url as written.
+    pub text: String,
+    pub tls: bool,
+    pub host: Host,
+    /// Explicit or the scheme's default.
+    pub port: u16,
+    /// Path as written (no query, no fragment); `/` when empty.
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountProvider {
+    Claude,
+}
+
+impl AccountProvider {
+    /// The one host all of this provider's connectors are reached through.
+    pub fn host(self) -> &'static str {
+        match self {
+            AccountProvider::Claude => "mcp-proxy.anthropic.com",
+        }
+    }
+
+    /// Path prefix under which the connectors live (`/v1/mcp/<connector id>`).
+    pub fn path_prefix(self) -> &'static str {
+        match self {
+            AccountProvider::Claude => "/v1/mcp/",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolRules {
+    pub allow: Vec<Located<ToolPattern>>,
+    pub deny: Vec<Located<ToolPattern>>,
+}
+
+/// A top-level `secrets:` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretConfig {
+    pub name: String,
+    pub hosts: Vec<Located<HostPattern>>,
+    /// Also substitute in request bodies.
+    pub body: bool,
+    pub at: Location,
+}

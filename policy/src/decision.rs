@@ -1,0 +1,152 @@
+//! The vocabulary of every decision fenzi makes: the verdict, the reason code a denial carries, the HTTP
+//! status it maps to, and the rule that matched. Every other module returns these; the proxy only
+//! carries them out and the audit log only records them.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Why a request was denied (or failed). The codes are part of the public contract (DESIGN.md §3):
+/// they appear in denial bodies, in the audit log and in `fenzi check` case files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    HostNotAllowed,
+    PrivateAddress,
+    PolicyDenied,
+    CredentialEndpointMismatch,
+    BodyTooLarge,
+    BadRequest,
+    UpstreamError,
+    AuditUnavailable,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 8] = [
+        Reason::HostNotAllowed,
+        Reason::PrivateAddress,
+        Reason::PolicyDenied,
+        Reason::CredentialEndpointMismatch,
+        Reason::BodyTooLarge,
+        Reason::BadRequest,
+        Reason::UpstreamError,
+        Reason::AuditUnavailable,
+    ];
+
+    /// The snake_case code used on the wire and in the log.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::HostNotAllowed => "host_not_allowed",
+            Reason::PrivateAddress => "private_address",
+            Reason::PolicyDenied => "policy_denied",
+            Reason::CredentialEndpointMismatch => "credential_endpoint_mismatch",
+            Reason::BodyTooLarge => "body_too_large",
+            Reason::BadRequest => "bad_request",
+            Reason::UpstreamError => "upstream_error",
+            Reason::AuditUnavailable => "audit_unavailable",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.code() == code)
+    }
+
+    /// The HTTP status a denial with this reason is answered with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Reason::HostNotAllowed
+            | Reason::PrivateAddress
+            | Reason::PolicyDenied
+            | Reason::CredentialEndpointMismatch => 403,
+            Reason::BodyTooLarge => 413,
+            Reason::BadRequest => 400,
+            Reason::UpstreamError => 502,
+            Reason::AuditUnavailable => 503,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// Allowed, or denied for a reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    Allowed,
+    Denied(Reason),
+}
+
+impl Verdict {
+    /// `"allowed"` or `"denied"`, as written in the audit log.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Denied(_) => "denied",
+        }
+    }
+
+    pub fn reason(self) -> Option<Reason> {
+        match self {
+            Verdict::Allowed => None,
+            Verdict::Denied(r) => Some(r),
+        }
+    }
+}
+
+/// One decision: the verdict, the rule that produced it (a stable, human-readable name such as
+/// `mcp.deepwiki.tools.allow "read_*"` or `default deny`), and a message for people. The message
+/// never contains secret material: it is built only from policy names and request metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub rule: String,
+    pub message: String,
+}
+
+impl Decision {
+    pub fn allow(rule: impl Into<String>, message: impl Into<String>) -> Decision {
+        Decision {
+            verdict: Verdict::Allowed,
+            rule: rule.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn deny(reason: Reason, rule: impl Into<String>, message: impl Into<String>) -> Decision {
+        Decision {
+            verdict: Verdict::Denied(reason),
+            rule: rule.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn is_allowed(&self) -> bool {
+        self.verdict == Verdict::Allowed
+    }
+
+    pub fn reason(&self) -> Option<Reason> {
+        self.verdict.reason()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_map_to_statuses() {
+        for r in Reason::ALL {
+            assert_eq!(Reason::from_code(r.code()), Some(r));
+            let json = serde_json::to_string(&r).unwrap();
+            assert_eq!(json, format!("\"{}\"", r.code()));
+        }
+        assert_eq!(Reason::PolicyDenied.http_status(), 403);
+        assert_eq!(Reason::BodyTooLarge.http_status(), 413);
+        assert_eq!(Reason::BadRequest.http_status(), 400);
+        assert_eq!(Reason::UpstreamError.http_status(), 502);
+        assert_eq!(Reason::AuditUnavailable.http_status(), 503);
+        assert_eq!(Reason::from_code("nope"), None);
+    }
+}

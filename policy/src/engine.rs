@@ -1,0 +1,1 @@
+//! The compiled policy the proxy asks.

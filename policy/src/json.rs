@@ -1,0 +1,1 @@
+//! Strict JSON for inspected bodies (classifier helper fills this in).

@@ -1,0 +1,24 @@
+//! `fenzi-policy`: every decision fenzi makes, as pure functions over text and values it is given.
+//!
+//! - [`config`]: `fenzi.yaml` and the machine file, parsed strictly, validated and merged.
+//! - [`engine`]: the compiled [`engine::Policy`] the proxy asks about destinations, addresses and requests.
+//! - [`mcp`]: the MCP JSON-RPC classifier (strict JSON in [`json`]).
+//! - [`host`] and [`ip`]: host matching and the internal-address classifier.
+//! - [`tool_pattern`]: tool names and globs.
+//! - [`audit`]: the audit record and its hash chain.
+//! - [`decision`]: the verdicts and reason codes everything returns.
+//!
+//! No sockets, no async, no file I/O: callers pass text in and get decisions out.
+
+pub mod audit;
+pub mod config;
+pub mod decision;
+pub mod engine;
+pub mod host;
+pub mod ip;
+pub mod json;
+pub mod mcp;
+pub mod secret_name;
+pub mod tool_pattern;
+
+pub use decision::{Decision, Reason, Verdict};

@@ -1,0 +1,51 @@
+//! Secret names (DESIGN.md §4): a variable name for local-server and top-level secrets, `MCP_<SERVER>`
+//! for a `token: true` server's token. The same name is used in the credential store, in
+//! `FENZI_SECRET_<NAME>`, in `placeholders.env` and in the audit log.
+
+/// The secret name of a `token: true` server: `MCP_` + the server name upper-cased with every
+/// character outside `A-Z0-9` turned into `_` (`issue-tracker` → `MCP_ISSUE_TRACKER`).
+pub fn server_token_name(server: &str) -> String {
+    let mut out = String::with_capacity(4 + server.len());
+    out.push_str("MCP_");
+    for c in server.chars() {
+        let c = c.to_ascii_uppercase();
+        out.push(if c.is_ascii_uppercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '_'
+        });
+    }
+    out
+}
+
+/// A valid secret (environment variable) name: `[A-Z_][A-Z0-9_]*`, at most 128 characters.
+pub fn is_valid_secret_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    match bytes.next() {
+        Some(b) if b.is_ascii_uppercase() || b == b'_' => {}
+        _ => return false,
+    }
+    name.len() <= 128 && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_names_follow_the_design() {
+        assert_eq!(server_token_name("issue-tracker"), "MCP_ISSUE_TRACKER");
+        assert_eq!(server_token_name("linear"), "MCP_LINEAR");
+        assert_eq!(server_token_name("a.b_c9"), "MCP_A_B_C9");
+    }
+
+    #[test]
+    fn secret_names_are_env_names() {
+        assert!(is_valid_secret_name("DIGITALOCEAN_API_TOKEN"));
+        assert!(is_valid_secret_name("_X1"));
+        assert!(!is_valid_secret_name("lower"));
+        assert!(!is_valid_secret_name("1ABC"));
+        assert!(!is_valid_secret_name(""));
+        assert!(!is_valid_secret_name("A-B"));
+    }
+}
