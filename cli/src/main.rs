@@ -1,2 +1,60 @@
-//! The `fenzi` command line.
-fn main() {}
+//! The `fenzi` command line: parses arguments (clap), sets up tracing, and hands each subcommand to its
+//! module under `commands/`. Exit codes: 0 success, 1 a policy failure or denial the user asked about,
+//! 2 a usage or config error.
+
+mod commands;
+mod config_files;
+mod output;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// fenzi: an egress proxy and sandbox for AI coding agents, with per-tool MCP policy.
+#[derive(Debug, Parser)]
+#[command(name = "fenzi", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// More tracing on stderr (-v info, -vv debug, -vvv trace). `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate the policy and run expected-decision cases against it (for CI).
+    Check(commands::check::Args),
+    /// Run the standalone egress proxy.
+    Proxy(commands::proxy::Args),
+    /// Show, filter, follow or verify the audit log.
+    Log(commands::log::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version to stdout with exit 0, usage errors to stderr with exit 2.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    output::init_tracing(cli.verbose);
+    let result = match cli.command {
+        Command::Check(args) => commands::check::run(args),
+        Command::Proxy(args) => commands::proxy::run(args),
+        Command::Log(args) => commands::log::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fenzi: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,476 @@
 //! The audit record (DESIGN.md §5) and its hash chain.
+//!
+//! The log is JSON Lines. Each record's `prev` is the SHA-256 (hex) of the previous line's exact bytes
+//! (without its newline); the first record of a log has `prev` = [`GENESIS`]. Verification hashes the
+//! raw lines, so it never depends on how a record would be re-serialised. A head file beside the log holds
+//! the sequence number and hash of the last line written, which catches a log cut short.
+//!
+//! Records never carry secret values or placeholders: `secrets` lists secret *names* only.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// `prev` of the first record in a log.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What happened to a request. `Failed` follows an `Allowed` record when the upstream then failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Allowed,
+    Denied,
+    Failed,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// One line of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditRecord {
+    /// RFC 3339 UTC with milliseconds.
+    pub ts: String,
+    pub seq: u64,
+    pub session: String,
+    pub decision: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// HTTP method (`CONNECT` for a tunnel).
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpc: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpc_id: Option<String>,
+    /// Names of the secrets substituted into (or refused in) this request.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// The policy rule that decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Where the request failed, for `failed` records: `client`, `upstream`, `policy` or `proxy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub prev: String,
+}
+
+/// SHA-256 hex of a line's bytes (without the trailing newline).
+pub fn line_hash(line: &[u8]) -> String {
+    hex::encode(Sha256::digest(line))
+}
+
+/// Serialises a record to one line (no newline). JSON already escapes C0 controls; we also escape DEL,
+/// C1 controls and the Unicode line/paragraph separators and bidi overrides, so a hostile tool or host
+/// name cannot forge or visually rewrite a line for someone reading the log.
+pub fn to_line(record: &AuditRecord) -> String {
+    let raw = serde_json::to_string(record).expect("audit records always serialise");
+    escape_invisible(&raw)
+}
+
+/// Replaces characters that should never appear raw in a log with `\uXXXX`. Safe on JSON text: these
+/// characters can only occur inside strings, where the escape means the same character.
+pub fn escape_invisible(json: &str) -> String {
+    if !json.chars().any(needs_escape) {
+        return json.to_string();
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if needs_escape(c) {
+            push_json_escape(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `\\uXXXX`, with a surrogate pair for characters outside the Basic Multilingual Plane.
+fn push_json_escape(out: &mut String, c: char) {
+    let mut units = [0u16; 2];
+    for unit in c.encode_utf16(&mut units) {
+        out.push_str(&format!("\\u{unit:04x}"));
+    }
+}
+
+/// Control and invisible formatting characters a reader must see escaped: C0/C1 controls and DEL,
+/// soft hyphen, zero-width characters and direction marks, line/paragraph separators, bidi embeddings,
+/// overrides and isolates, word joiners and invisible operators, variation selectors, the BOM and tag
+/// characters.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{00ad}' | '\u{2028}' | '\u{2029}' | '\u{feff}')
+        || ('\u{200b}'..='\u{200f}').contains(&c)
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2060}'..='\u{206f}').contains(&c)
+        || ('\u{fe00}'..='\u{fe0f}').contains(&c)
+        || ('\u{e0000}'..='\u{e007f}').contains(&c)
+}
+
+/// The head file's content: the sequence number and hash of the last line written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    pub seq: u64,
+    pub hash: String,
+}
+
+impl Head {
+    pub fn to_text(&self) -> String {
+        format!("{} {}\n", self.seq, self.hash)
+    }
+
+    pub fn parse(text: &str) -> Option<Head> {
+        let mut it = text.split_whitespace();
+        let seq = it.next()?.parse().ok()?;
+        let hash = it.next()?.to_string();
+        if it.next().is_some() || hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(Head { seq, hash })
+    }
+}
+
+/// Why a log does not verify. `line` is 1-based.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    #[error("line {line}: not a valid audit record: {detail}")]
+    Malformed { line: usize, detail: String },
+    #[error(
+        "line {line} (seq {seq}): `prev` does not match the hash of the line before it: a record was edited, dropped or reordered"
+    )]
+    BrokenLink { line: usize, seq: u64 },
+    #[error(
+        "line {line}: seq {found} follows seq {expected_after}: a record was dropped or reordered"
+    )]
+    BadSequence {
+        line: usize,
+        found: u64,
+        expected_after: u64,
+    },
+    #[error(
+        "the log ends at seq {last_seq} but the head file records seq {head_seq}: the log was cut short or its tail edited"
+    )]
+    HeadMismatch { last_seq: u64, head_seq: u64 },
+}
+
+/// The result of verifying a whole log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub records: usize,
+    pub head: Option<Head>,
+}
+
+/// Verifies a log's lines in order, and the head file when given. Sequence numbers start at any value
+/// (a log may be rotated) and then increase by one per record.
+///
+/// The proxy updates the head after each durable batch, so a live log may run ahead of its head: the
+/// head must then name a record that exists with exactly that hash. A log that ends before the head's
+/// record was cut short.
+pub fn verify<'a>(
+    lines: impl IntoIterator<Item = &'a [u8]>,
+    head: Option<&Head>,
+) -> Result<Verified, ChainError> {
+    let mut prev_hash = GENESIS.to_string();
+    let mut prev_seq: Option<u64> = None;
+    let mut count = 0usize;
+    let mut head_seen = false;
+    for (i, line) in lines.into_iter().enumerate() {
+        let n = i + 1;
+        let record: AuditRecord =
+            serde_json::from_slice(line).map_err(|e| ChainError::Malformed {
+                line: n,
+                detail: e.to_string(),
+            })?;
+        if record.prev != prev_hash {
+            return Err(ChainError::BrokenLink {
+                line: n,
+                seq: record.seq,
+            });
+        }
+        if let Some(p) = prev_seq
+            && record.seq != p + 1
+        {
+            return Err(ChainError::BadSequence {
+                line: n,
+                found: record.seq,
+                expected_after: p,
+            });
+        }
+        prev_hash = line_hash(line);
+        prev_seq = Some(record.seq);
+        count += 1;
+        if let Some(h) = head
+            && h.seq == record.seq
+        {
+            if h.hash != prev_hash {
+                return Err(ChainError::HeadMismatch {
+                    last_seq: record.seq,
+                    head_seq: h.seq,
+                });
+            }
+            head_seen = true;
+        }
+    }
+    let last = prev_seq.map(|seq| Head {
+        seq,
+        hash: prev_hash,
+    });
+    if let Some(h) = head
+        && !head_seen
+    {
+        return Err(ChainError::HeadMismatch {
+            last_seq: last.as_ref().map_or(0, |l| l.seq),
+            head_seq: h.seq,
+        });
+    }
+    Ok(Verified {
+        records: count,
+        head: last,
+    })
+}
+
+/// RFC 3339 UTC timestamp with milliseconds from Unix milliseconds (no time crate in a pure crate).
+pub fn format_timestamp(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let ms = unix_ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
+/// Parses what [`format_timestamp`] writes back to Unix milliseconds.
+pub fn parse_timestamp(ts: &str) -> Option<i64> {
+    let b = ts.as_bytes();
+    if b.len() != 24
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+        || b[19] != b'.'
+        || b[23] != b'Z'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = ts.get(r)?;
+        if !s.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        s.parse().ok()
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s, ms) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let days = days_from_civil(y, mo as u32, d as u32);
+    Some(((days * 86_400) + h * 3600 + mi * 60 + s) * 1000 + ms)
+}
+
+// Howard Hinnant's civil-calendar algorithms.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(seq: u64, prev: &str, tool: &str) -> AuditRecord {
+        AuditRecord {
+            ts: format_timestamp(1_796_045_628_123 + seq as i64),
+            seq,
+            session: "a1b2c3".into(),
+            decision: Outcome::Denied,
+            reason: Some("policy_denied".into()),
+            method: "POST".into(),
+            host: "mcp.deepwiki.com".into(),
+            port: 443,
+            path: Some("/mcp".into()),
+            server: Some("deepwiki".into()),
+            rpc: Some("tools/call".into()),
+            tool: Some(tool.into()),
+            rpc_id: Some("7".into()),
+            secrets: vec![],
+            rule: None,
+            source: None,
+            prev: prev.into(),
+        }
+    }
+
+    fn chain(n: u64) -> Vec<String> {
+        let mut prev = GENESIS.to_string();
+        let mut out = vec![];
+        for seq in 1..=n {
+            let line = to_line(&record(seq, &prev, "read_wiki_contents"));
+            prev = line_hash(line.as_bytes());
+            out.push(line);
+        }
+        out
+    }
+
+    fn verify_strs(lines: &[String], head: Option<&Head>) -> Result<Verified, ChainError> {
+        verify(lines.iter().map(|l| l.as_bytes()), head)
+    }
+
+    #[test]
+    fn an_intact_chain_verifies_with_its_head() {
+        let lines = chain(5);
+        let v = verify_strs(&lines, None).unwrap();
+        assert_eq!(v.records, 5);
+        let head = v.head.unwrap();
+        assert_eq!(head.seq, 5);
+        assert!(verify_strs(&lines, Some(&head)).is_ok());
+        assert_eq!(Head::parse(&head.to_text()), Some(head));
+    }
+
+    #[test]
+    fn edits_drops_reorders_and_truncation_are_caught() {
+        let lines = chain(5);
+        let head = verify_strs(&lines, None).unwrap().head.unwrap();
+
+        let mut edited = lines.clone();
+        edited[2] = edited[2].replace("read_wiki_contents", "read_wiki_structure");
+        assert!(matches!(
+            verify_strs(&edited, None),
+            Err(ChainError::BrokenLink { line: 4, .. })
+        ));
+
+        let mut dropped = lines.clone();
+        dropped.remove(1);
+        assert!(matches!(
+            verify_strs(&dropped, None),
+            Err(ChainError::BrokenLink { line: 2, .. })
+        ));
+
+        let mut reordered = lines.clone();
+        reordered.swap(1, 2);
+        assert!(verify_strs(&reordered, None).is_err());
+
+        let cut = lines[..4].to_vec();
+        assert!(
+            verify_strs(&cut, None).is_ok(),
+            "without a head a clean cut cannot be seen"
+        );
+        assert!(matches!(
+            verify_strs(&cut, Some(&head)),
+            Err(ChainError::HeadMismatch {
+                last_seq: 4,
+                head_seq: 5
+            })
+        ));
+
+        let mut last_edited = lines.clone();
+        last_edited[4] = last_edited[4].replace("\"7\"", "\"8\"");
+        assert!(matches!(
+            verify_strs(&last_edited, Some(&head)),
+            Err(ChainError::HeadMismatch { .. })
+        ));
+
+        let mut garbage = lines.clone();
+        garbage[0] = "{not json".into();
+        assert!(matches!(
+            verify_strs(&garbage, None),
+            Err(ChainError::Malformed { line: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn control_and_invisible_characters_are_escaped() {
+        let line = to_line(&record(
+            1,
+            GENESIS,
+            "evil\n\u{1b}[31m\u{202e}\u{85}\u{2028}",
+        ));
+        assert!(!line.contains('\n'));
+        assert!(!line.chars().any(needs_escape), "{line}");
+        assert!(line.contains("\\u202e") && line.contains("\\u0085") && line.contains("\\u2028"));
+        let back: AuditRecord = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            back.tool.as_deref(),
+            Some("evil\n\u{1b}[31m\u{202e}\u{85}\u{2028}")
+        );
+    }
+
+    #[test]
+    fn invisible_characters_outside_the_bmp_escape_as_surrogate_pairs() {
+        let name = "read\u{200b}_wiki\u{e0041}\u{fe0f}";
+        let line = to_line(&record(1, GENESIS, name));
+        assert!(
+            line.contains("\\u200b") && line.contains("\\udb40\\udc41") && line.contains("\\ufe0f"),
+            "{line}"
+        );
+        let back: AuditRecord = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.tool.as_deref(), Some(name));
+    }
+
+    #[test]
+    fn a_live_log_may_run_ahead_of_its_head() {
+        let lines = chain(5);
+        let mid = verify_strs(&lines[..3], None).unwrap().head.unwrap();
+        assert!(verify_strs(&lines, Some(&mid)).is_ok());
+        let wrong = Head {
+            seq: 3,
+            hash: line_hash(lines[3].as_bytes()),
+        };
+        assert!(matches!(
+            verify_strs(&lines, Some(&wrong)),
+            Err(ChainError::HeadMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn timestamps_round_trip() {
+        for ms in [0i64, 1_796_045_628_123, 951_782_400_000, 4_102_444_799_999] {
+            let ts = format_timestamp(ms);
+            assert_eq!(parse_timestamp(&ts), Some(ms), "{ts}");
+        }
+        assert_eq!(format_timestamp(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            format_timestamp(951_782_400_000),
+            "2000-02-29T00:00:00.000Z"
+        );
+        assert_eq!(parse_timestamp("2026-13-01T00:00:00.000Z"), None);
+        assert_eq!(parse_timestamp("garbage"), None);
+    }
+}

@@ -1,1 +1,356 @@
-//! The compiled policy the proxy asks.
+//! The compiled policy: the one object the proxy asks. It answers, for a destination, whether and how it
+//! may be reached ([`Policy::route`]), whether a resolved address may be dialled
+//! ([`Policy::check_address`]), and what to do with a request to an MCP server ([`Policy::decide_mcp`]).
+//! It also lists what needs TLS interception and which secrets are bound where.
+
+use crate::config::{AccountProvider, Config, Origin, ServerKind};
+use crate::decision::{Decision, Reason};
+use crate::host::{Host, HostPattern};
+use crate::ip::internal_range;
+use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, ServerRule};
+use crate::secret_name::server_token_name;
+use std::net::IpAddr;
+
+/// A remote MCP server (or the account-connector host) as the proxy enforces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServer {
+    pub name: String,
+    pub origin: Origin,
+    /// The one host:port this server lives on.
+    pub pattern: HostPattern,
+    /// Whether the policy's url is https (an http server is inspected as plain HTTP).
+    pub tls: bool,
+    pub rule: ServerRule,
+    /// The secret name of its token when `token: true` (`MCP_<SERVER>`).
+    pub token_secret: Option<String>,
+}
+
+/// Where a secret came from in the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// `token: true` on a remote server.
+    ServerToken { server: String },
+    /// `secrets:` of a local (`command`) server.
+    LocalServer { server: String },
+    /// A top-level `secrets:` entry.
+    TopLevel,
+}
+
+/// One secret and the hosts it may be sent to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretBinding {
+    pub name: String,
+    pub hosts: Vec<HostPattern>,
+    /// Substitute in request bodies too.
+    pub body: bool,
+    pub sources: Vec<SecretSource>,
+    /// For `token: true` servers: add `Authorization: Bearer <token>` when the request has none.
+    pub default_bearer: bool,
+}
+
+impl SecretBinding {
+    pub fn is_bound_to(&self, host: &Host, port: u16) -> bool {
+        self.hosts.iter().any(|p| p.matches(host, port))
+    }
+}
+
+/// How a destination that the policy admits is to be handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route<'p> {
+    /// An MCP server: intercept (if TLS) and classify every request.
+    Mcp(&'p McpServer),
+    /// A plain allowed host. `secrets` are the secrets bound to it; when there are any the connection
+    /// is intercepted so they can be substituted.
+    Plain {
+        rule: String,
+        secrets: Vec<&'p SecretBinding>,
+    },
+}
+
+impl Route<'_> {
+    /// True when the proxy must terminate TLS to carry out this route.
+    pub fn needs_inspection(&self) -> bool {
+        match self {
+            Route::Mcp(_) => true,
+            Route::Plain { secrets, .. } => !secrets.is_empty(),
+        }
+    }
+
+    pub fn rule(&self) -> String {
+        match self {
+            Route::Mcp(s) => format!("mcp.{}", s.name),
+            Route::Plain { rule, .. } => rule.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostRule {
+    pattern: HostPattern,
+    rule: String,
+}
+
+/// The policy, compiled from a validated [`Config`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    servers: Vec<McpServer>,
+    hosts: Vec<HostRule>,
+    secrets: Vec<SecretBinding>,
+    limits: JsonLimits,
+}
+
+impl Policy {
+    /// Compiles a validated config. The config loader has already refused clashes (two servers on one
+    /// host:port, a server on a `hosts` entry, two secrets on one host), so compiling cannot fail.
+    pub fn from_config(config: &Config) -> Policy {
+        Policy::with_limits(config, JsonLimits::default())
+    }
+
+    pub fn with_limits(config: &Config, limits: JsonLimits) -> Policy {
+        let mut servers = vec![];
+        let mut hosts = vec![];
+        let mut secrets: Vec<SecretBinding> = vec![];
+
+        for h in &config.hosts {
+            hosts.push(HostRule {
+                pattern: h.value.clone(),
+                rule: format!("hosts[{}] {}", hosts.len(), h.value),
+            });
+        }
+        for entry in &config.mcp {
+            match &entry.kind {
+                ServerKind::Remote { url, token, tools } => {
+                    let pattern = HostPattern::for_host(url.host.clone(), url.port);
+                    let token_secret = token.then(|| server_token_name(&entry.name));
+                    if let Some(name) = &token_secret {
+                        add_secret(
+                            &mut secrets,
+                            name,
+                            std::slice::from_ref(&pattern),
+                            false,
+                            SecretSource::ServerToken {
+                                server: entry.name.clone(),
+                            },
+                            true,
+                        );
+                    }
+                    servers.push(McpServer {
+                        name: entry.name.clone(),
+                        origin: entry.origin,
+                        pattern,
+                        tls: url.tls,
+                        rule: ServerRule {
+                            name: entry.name.clone(),
+                            endpoint: EndpointPath::Exact(url.path.clone()),
+                            allow: tools.allow.iter().map(|t| t.value.clone()).collect(),
+                            deny: tools.deny.iter().map(|t| t.value.clone()).collect(),
+                            limits,
+                        },
+                        token_secret,
+                    });
+                }
+                ServerKind::Account { provider, tools } => {
+                    let host = Host::Name(provider.host().to_string());
+                    servers.push(McpServer {
+                        name: entry.name.clone(),
+                        origin: entry.origin,
+                        pattern: HostPattern::for_host(host, 443),
+                        tls: true,
+                        rule: ServerRule {
+                            name: entry.name.clone(),
+                            endpoint: EndpointPath::Prefix(account_prefix(*provider).to_string()),
+                            allow: tools.allow.iter().map(|t| t.value.clone()).collect(),
+                            deny: tools.deny.iter().map(|t| t.value.clone()).collect(),
+                            limits,
+                        },
+                        token_secret: None,
+                    });
+                }
+                ServerKind::Local {
+                    secrets: names,
+                    hosts: server_hosts,
+                    ..
+                } => {
+                    let patterns: Vec<HostPattern> =
+                        server_hosts.iter().map(|h| h.value.clone()).collect();
+                    for p in &patterns {
+                        hosts.push(HostRule {
+                            pattern: p.clone(),
+                            rule: format!("mcp.{}.hosts {}", entry.name, p),
+                        });
+                    }
+                    for name in names {
+                        add_secret(
+                            &mut secrets,
+                            &name.value,
+                            &patterns,
+                            false,
+                            SecretSource::LocalServer {
+                                server: entry.name.clone(),
+                            },
+                            false,
+                        );
+                    }
+                }
+            }
+        }
+        for s in &config.secrets {
+            let patterns: Vec<HostPattern> = s.hosts.iter().map(|h| h.value.clone()).collect();
+            add_secret(
+                &mut secrets,
+                &s.name,
+                &patterns,
+                s.body,
+                SecretSource::TopLevel,
+                false,
+            );
+        }
+        Policy {
+            servers,
+            hosts,
+            secrets,
+            limits,
+        }
+    }
+
+    pub fn servers(&self) -> &[McpServer] {
+        &self.servers
+    }
+
+    pub fn secrets(&self) -> &[SecretBinding] {
+        &self.secrets
+    }
+
+    pub fn limits(&self) -> JsonLimits {
+        self.limits
+    }
+
+    /// The secrets bound to `host:port`.
+    pub fn secrets_for(&self, host: &Host, port: u16) -> Vec<&SecretBinding> {
+        self.secrets
+            .iter()
+            .filter(|s| s.is_bound_to(host, port))
+            .collect()
+    }
+
+    /// Every pattern whose traffic may be intercepted (MCP servers and secret-bound hosts): the CA's name
+    /// constraints are built from these.
+    pub fn inspected_patterns(&self) -> Vec<HostPattern> {
+        let mut out: Vec<HostPattern> = self.servers.iter().map(|s| s.pattern.clone()).collect();
+        for s in &self.secrets {
+            for h in &s.hosts {
+                if !out.contains(h) {
+                    out.push(h.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Is `host:port` a destination the policy admits, and how? `Err` is the `host_not_allowed` denial.
+    pub fn route(&self, host: &Host, port: u16) -> Result<Route<'_>, Decision> {
+        if let Some(server) = self.servers.iter().find(|s| s.pattern.matches(host, port)) {
+            return Ok(Route::Mcp(server));
+        }
+        let secrets = self.secrets_for(host, port);
+        if let Some(h) = self.hosts.iter().find(|h| h.pattern.matches(host, port)) {
+            return Ok(Route::Plain {
+                rule: h.rule.clone(),
+                secrets,
+            });
+        }
+        if let Some(first) = secrets.first() {
+            return Ok(Route::Plain {
+                rule: format!("secrets.{} hosts", first.name),
+                secrets,
+            });
+        }
+        Err(Decision::deny(
+            Reason::HostNotAllowed,
+            "default deny",
+            format!("{} is not in the policy", host.authority(port)),
+        ))
+    }
+
+    /// May the proxy dial `addr` for a request to `host:port`? Internal addresses are refused unless the
+    /// destination was given as that exact IP literal and the policy names that literal.
+    pub fn check_address(&self, host: &Host, port: u16, addr: IpAddr) -> Decision {
+        let Some(range) = internal_range(addr) else {
+            return Decision::allow("public address", format!("{addr} is a public address"));
+        };
+        if let Host::Ip(literal) = host
+            && *literal == addr
+            && self.names_ip_literal(addr, port)
+        {
+            return Decision::allow(
+                "policy names this IP literal",
+                format!("{} is named by the policy", host.authority(port)),
+            );
+        }
+        Decision::deny(
+            Reason::PrivateAddress,
+            format!("internal range {range}"),
+            format!(
+                "{} resolves to {addr}, an internal address ({range})",
+                host.authority(port)
+            ),
+        )
+    }
+
+    fn names_ip_literal(&self, addr: IpAddr, port: u16) -> bool {
+        let named = |p: &HostPattern| p.port == port && p.exact_ip() == Some(addr);
+        self.servers.iter().any(|s| named(&s.pattern))
+            || self.hosts.iter().any(|h| named(&h.pattern))
+            || self.secrets.iter().any(|s| s.hosts.iter().any(named))
+    }
+
+    /// Classifies one request to an MCP server.
+    pub fn decide_mcp(&self, server: &McpServer, req: &RequestView<'_>) -> McpDecision {
+        mcp::classify(&server.rule, req)
+    }
+
+    /// The decision for an inspected body that exceeded the limit before it was fully read.
+    pub fn body_too_large(&self) -> Decision {
+        Decision::deny(
+            Reason::BodyTooLarge,
+            "body limit",
+            format!(
+                "the request body is larger than the {} byte limit for inspected bodies",
+                self.limits.max_bytes
+            ),
+        )
+    }
+}
+
+fn account_prefix(provider: AccountProvider) -> &'static str {
+    provider.path_prefix()
+}
+
+fn add_secret(
+    secrets: &mut Vec<SecretBinding>,
+    name: &str,
+    hosts: &[HostPattern],
+    body: bool,
+    source: SecretSource,
+    default_bearer: bool,
+) {
+    // The same variable listed by several local servers is one secret bound to the union of their hosts.
+    if let Some(existing) = secrets.iter_mut().find(|s| s.name == name) {
+        for h in hosts {
+            if !existing.hosts.contains(h) {
+                existing.hosts.push(h.clone());
+            }
+        }
+        existing.body |= body;
+        existing.sources.push(source);
+        existing.default_bearer |= default_bearer;
+        return;
+    }
+    secrets.push(SecretBinding {
+        name: name.to_string(),
+        hosts: hosts.to_vec(),
+        body,
+        sources: vec![source],
+        default_bearer,
+    });
+}

@@ -11,6 +11,7 @@
 //! No sockets, no async, no file I/O: callers pass text in and get decisions out.
 
 pub mod audit;
+pub mod cases;
 pub mod config;
 pub mod decision;
 pub mod engine;

@@ -1,8 +1,44 @@
 //! The MCP JSON-RPC classifier (DESIGN.md §3): from an HTTP request to an MCP server's host:port to one
-//! decision per JSON-RPC message and one overall decision.
+//! decision per JSON-RPC message and one overall decision, which is the one enforced.
+//!
+//! - `POST` on any path of the server's host:port (this covers the legacy `/messages` endpoint) is
+//!   inspected: framing headers ([`http`]), strict JSON ([`crate::json`]), JSON-RPC shape
+//!   ([`shape`]), what each message may do ([`methods`]), and the `Mcp-*` headers against the body
+//!   ([`headers`]).
+//! - `GET` (event stream) and `DELETE` (session end) on the server's endpoint path, without a body,
+//!   and `GET` of OAuth metadata under `/.well-known/`, are allowed. Every other method or path is
+//!   `policy_denied` (`HEAD`, `OPTIONS`, `PUT`, `PATCH`, `TRACE`, `CONNECT`, lower-case methods...).
+//! - A request target that is not origin-form, or has characters URIs do not allow, is
+//!   `bad_request` whatever the method.
+//! - A batch (a JSON array) is allowed only if every element is; an empty batch is `bad_request`,
+//!   nested arrays are elements that are not messages. The overall decision of a denied batch is the
+//!   first denied element's. Batching left MCP in 2025-06-18; we still decide batches strictly
+//!   rather than pass them on.
+//! - `tools/call` without a string `params.name` is `policy_denied`: it is well-formed JSON-RPC that
+//!   names no tool the policy allows (the server would refuse it anyway).
+//! - A request with a `null` id is `bad_request` (MCP forbids it), as is any other shape error.
+//!
+//! Rule names in decisions: `mcp.<server>.tools.allow "<pattern>"`, `mcp.<server>.tools.deny
+//! "<pattern>"`, `mcp.<server> connect-and-list`, `mcp.<server> client-response`, `mcp.<server>
+//! get-stream`, `mcp.<server> session-end`, `mcp.<server> oauth-metadata`, `mcp.<server> batch`,
+//! `mcp.<server> default deny`, and for requests that cannot be decided: `strict http`,
+//! `body size limit`, `strict json`, `strict json-rpc`, `mcp headers`. Messages name methods and
+//! tools only, escaped (they are hostile input), never other body content.
 
-use crate::decision::Decision;
+mod denial;
+mod headers;
+mod http;
+mod methods;
+mod shape;
+mod text;
+
+pub use denial::{ERROR_CODES, denial_body, error_code};
+pub use methods::{CONNECT_AND_LIST, TOOLS_CALL};
+
+use crate::decision::{Decision, Reason};
+use crate::json::{self, JsonErrorKind, Value};
 use crate::tool_pattern::ToolPattern;
+use text::shown;
 
 /// Which request paths are the server's MCP endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,21 +49,7 @@ pub enum EndpointPath {
     Prefix(String),
 }
 
-/// Size and depth limits for inspected bodies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JsonLimits {
-    pub max_bytes: usize,
-    pub max_depth: usize,
-}
-
-impl Default for JsonLimits {
-    fn default() -> Self {
-        JsonLimits {
-            max_bytes: 4 * 1024 * 1024,
-            max_depth: 64,
-        }
-    }
-}
+pub use crate::json::JsonLimits;
 
 /// What the classifier needs to know about one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,23 +85,182 @@ pub enum MessageKind {
     Response,
 }
 
+/// The decision for one JSON-RPC message: what that message alone gets. The request as a whole gets
+/// [`McpDecision::overall`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageDecision {
     pub decision: Decision,
+    /// `None` when the element is not a well-formed message.
     pub kind: Option<MessageKind>,
+    /// The JSON-RPC method as sent (unescaped, not normalised; may be hostile).
     pub rpc_method: Option<String>,
+    /// `params.name` of a `tools/call`, as sent.
     pub tool: Option<String>,
     pub rpc_id: Option<RpcId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpDecision {
+    /// What the proxy enforces: allowed only if the request is forwarded as a whole.
     pub overall: Decision,
     /// One per JSON-RPC message (empty for GET/DELETE/metadata requests and unparseable bodies).
     pub messages: Vec<MessageDecision>,
     pub batch: bool,
 }
 
-pub fn classify(_server: &ServerRule, _req: &RequestView<'_>) -> McpDecision {
-    todo!("classifier helper")
+impl McpDecision {
+    /// A decision about the HTTP request itself, with no JSON-RPC messages.
+    fn request(overall: Decision) -> McpDecision {
+        McpDecision {
+            overall,
+            messages: Vec::new(),
+            batch: false,
+        }
+    }
+}
+
+const RULE_STRICT_HTTP: &str = "strict http";
+const RULE_BODY_LIMIT: &str = "body size limit";
+const RULE_STRICT_JSON: &str = "strict json";
+const RULE_MCP_HEADERS: &str = "mcp headers";
+
+/// Decides one HTTP request to the host:port of `server` (see the module documentation).
+pub fn classify(server: &ServerRule, req: &RequestView<'_>) -> McpDecision {
+    let target = match http::parse_target(req.path) {
+        Ok(target) => target,
+        Err(e) => {
+            return McpDecision::request(Decision::deny(
+                Reason::BadRequest,
+                RULE_STRICT_HTTP,
+                e.to_string(),
+            ));
+        }
+    };
+    match req.method {
+        "POST" => McpDecision::post(server, req),
+        "GET" | "DELETE" => McpDecision::request(bodyless(server, req, target.path)),
+        other => McpDecision::request(Decision::deny(
+            Reason::PolicyDenied,
+            methods::default_deny(server),
+            format!(
+                "{} is not allowed on an MCP server: only POST, and GET or DELETE of its endpoint",
+                shown(other)
+            ),
+        )),
+    }
+}
+
+/// GET and DELETE: the endpoint (and GET of `/.well-known/` metadata), without a body.
+fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision {
+    let deny = |why: String| Decision::deny(Reason::PolicyDenied, methods::default_deny(server), why);
+    let what = format!("{} {}", req.method, shown(path));
+    match http::has_body(req) {
+        Err(e) => return Decision::deny(Reason::BadRequest, RULE_STRICT_HTTP, e.to_string()),
+        Ok(true) => return deny(format!("{what} has a body; only POST carries messages")),
+        Ok(false) => {}
+    }
+    let get = req.method == "GET";
+    if http::is_endpoint(&server.endpoint, path) {
+        let (rule, why) = if get {
+            ("get-stream", "the server's event stream")
+        } else {
+            ("session-end", "ends the session")
+        };
+        return Decision::allow(format!("mcp.{} {rule}", server.name), format!("{what}: {why}"));
+    }
+    if get && http::is_well_known(path) {
+        return Decision::allow(
+            format!("mcp.{} oauth-metadata", server.name),
+            format!("{what}: OAuth metadata"),
+        );
+    }
+    deny(format!("{what} is not the server's MCP endpoint"))
+}
+
+impl McpDecision {
+    /// POST: a JSON-RPC message or batch, inspected in full.
+    fn post(server: &ServerRule, req: &RequestView<'_>) -> McpDecision {
+        let limit = server.limits.max_bytes;
+        let declared = match http::declared_length(req) {
+            Ok(declared) => declared,
+            Err(e) => return Self::request(bad(RULE_STRICT_HTTP, e.to_string())),
+        };
+        let over = |n: u64| usize::try_from(n).map_or(true, |n| n > limit);
+        if req.body.len() > limit || declared.is_some_and(over) {
+            return Self::request(Decision::deny(
+                Reason::BodyTooLarge,
+                RULE_BODY_LIMIT,
+                format!("body larger than {limit} bytes"),
+            ));
+        }
+        if let Err(e) = http::check_post_headers(req) {
+            return Self::request(bad(RULE_STRICT_HTTP, e.to_string()));
+        }
+        let body = match json::parse_to_depth(req.body, &server.limits, keep_depth(req.body)) {
+            Ok(body) => body,
+            Err(e) if e.kind == JsonErrorKind::TooLarge => {
+                return Self::request(Decision::deny(
+                    Reason::BodyTooLarge,
+                    RULE_BODY_LIMIT,
+                    format!("body larger than {limit} bytes"),
+                ));
+            }
+            Err(e) => {
+                return Self::request(bad(RULE_STRICT_JSON, format!("body is not strict JSON: {e}")));
+            }
+        };
+        let (batch, mut messages) = match &body {
+            Value::Array(items) if items.is_empty() => {
+                return Self::request(bad(methods::RULE_STRICT_JSON_RPC, "empty batch"));
+            }
+            Value::Array(items) => (true, items.iter().map(|v| methods::decide(server, v)).collect()),
+            single => (false, vec![methods::decide(server, single)]),
+        };
+        if let Err(e) = headers::check(req.headers, &body) {
+            // The headers are about the request as a whole: nothing in it goes through.
+            let overall = bad(RULE_MCP_HEADERS, e.to_string());
+            for m in messages.iter_mut().filter(|m| m.decision.is_allowed()) {
+                m.decision = overall.clone();
+            }
+            return McpDecision {
+                overall,
+                messages,
+                batch,
+            };
+        }
+        let first_denied = messages
+            .iter()
+            .enumerate()
+            .find(|(_, m)| !m.decision.is_allowed());
+        let overall = match (batch, first_denied) {
+            (false, _) => messages[0].decision.clone(),
+            (true, Some((i, m))) => Decision {
+                message: format!("message {} of the batch: {}", i + 1, m.decision.message),
+                ..m.decision.clone()
+            },
+            (true, None) => Decision::allow(
+                format!("mcp.{} batch", server.name),
+                format!("all {} messages of the batch are allowed", messages.len()),
+            ),
+        };
+        McpDecision {
+            overall,
+            messages,
+            batch,
+        }
+    }
+}
+
+/// How deep the classifier reads a body: down to the members of `params` (a message is depth 1, its
+/// `params` depth 2; one more in a batch). Deeper values (tool arguments) are checked as strictly
+/// but not kept.
+fn keep_depth(body: &[u8]) -> usize {
+    let first = body
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'));
+    if first == Some(&b'[') { 3 } else { 2 }
+}
+
+fn bad(rule: &str, message: impl Into<String>) -> Decision {
+    Decision::deny(Reason::BadRequest, rule, message)
 }

@@ -1,16 +1,52 @@
 //! Loading `fenzi.yaml` and the machine file: strict YAML parsing, validation of every DESIGN.md §2
 //! rule, and the machine + project merge. Errors name the file, line, column and key.
+//!
+//! The pipeline, one module per step:
+//! - [`decode`]: bytes to text (UTF-8 only; [`parse`] then drops a leading byte-order mark).
+//! - `yaml`: text to a located tree under tight limits (one document; no anchors, aliases, merge
+//!   keys, tags, directives or duplicate keys; YAML 1.2 booleans).
+//! - `schema` (with `url`): one file's tree to the [`Config`] model, with every per-file rule.
+//! - `merge`: machine + project, where the project may add and narrow but never widen.
+//! - `rules`: the rules that span entries, on the merged set.
+//!
+//! [`parse`] runs the first three on one file; [`merge`] runs the last two and must be called
+//! even for a single file (`merge(None, Some(project))`): only it checks the cross-entry rules.
+//!
+//! Decisions where DESIGN.md is silent (each one tested under `testdata/config/`):
+//! - `version` is the integer 1; `"1"` and `1.0` are refused. A file declaring another version
+//!   reports only that.
+//! - Booleans are `true`/`false` (YAML 1.2); `yes`, `no`, `on`, `off` are refused, not read.
+//! - A null value (`hosts:` with nothing after it) is refused everywhere; write `[]` or remove it.
+//! - `tools.allow: []` is allowed (a server whose tools can be listed but none called); a missing
+//!   `allow` is an error. An allow pattern that a deny pattern covers is an error.
+//! - A local server's `hosts` without `secrets` are plain egress hosts; `secrets` need `hosts`.
+//! - Server names map to distinct token names, so `a-b`/`a_b` and `Linear`/`linear` clash.
+//! - A leading UTF-8 BOM is accepted; anywhere else it is a YAML error.
+//! - The project file may add hosts, servers and secrets, but a secret the machine file binds
+//!   keeps the machine's hosts and `body` (a cloned repository's `fenzi.yaml` must not be able
+//!   to send the user's stored tokens elsewhere).
+//! - Error messages may quote names (keys, server, secret, tool and host names) but never a url,
+//!   a command argument or any other value that could hold a credential.
 
+mod merge;
 pub mod model;
+mod rules;
+mod schema;
+mod url;
+mod yaml;
 
 pub use model::*;
+pub use schema::{MAX_SERVER_NAME, is_valid_server_name};
+pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES};
 
 use std::fmt;
+use std::sync::Arc;
 
 /// One problem in a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
-    /// Where; `None` only when the problem has no place (e.g. an empty file).
+    /// Where. The loader always sets it (an empty file is reported at its line 1, column 1);
+    /// `None` is for callers that build errors without a place.
     pub at: Option<Location>,
     pub message: String,
     /// How to fix it.
@@ -53,14 +89,120 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-/// Parses and validates one file on its own.
-pub fn parse(_text: &str, _file: &str, _origin: Origin) -> Result<Config, ConfigErrors> {
-    todo!("config helper")
+impl ConfigError {
+    fn at_start(file: &str, message: impl Into<String>, hint: impl Into<String>) -> ConfigError {
+        ConfigError {
+            at: Some(Location {
+                file: Arc::from(file),
+                line: 1,
+                column: 1,
+                key: String::new(),
+            }),
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+}
+
+/// Checks that a file's bytes are UTF-8 text and returns it. UTF-16 and UTF-32 files (told by
+/// their byte-order mark) and invalid UTF-8 are refused with the position of the first bad byte.
+pub fn decode<'a>(bytes: &'a [u8], file: &str) -> Result<&'a str, ConfigErrors> {
+    let wide = [
+        (&[0x00, 0x00, 0xFE, 0xFF][..], "UTF-32"),
+        (&[0xFF, 0xFE, 0x00, 0x00][..], "UTF-32"),
+        (&[0xFE, 0xFF][..], "UTF-16"),
+        (&[0xFF, 0xFE][..], "UTF-16"),
+    ];
+    if let Some((_, enc)) = wide.iter().find(|(bom, _)| bytes.starts_with(bom)) {
+        return Err(ConfigErrors(vec![ConfigError::at_start(
+            file,
+            format!("the file is {enc} text; a policy file is UTF-8"),
+            "save the file as UTF-8",
+        )]));
+    }
+    std::str::from_utf8(bytes).map_err(|e| {
+        let good = &bytes[..e.valid_up_to()];
+        // Valid by construction: the prefix `from_utf8` accepted.
+        let good = std::str::from_utf8(good).unwrap_or_default();
+        let line = good.matches('\n').count() + 1;
+        let column = good.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        ConfigErrors(vec![ConfigError {
+            at: Some(Location {
+                file: Arc::from(file),
+                line: u32::try_from(line).unwrap_or(u32::MAX),
+                column: u32::try_from(column).unwrap_or(u32::MAX),
+                key: String::new(),
+            }),
+            message: "the file is not valid UTF-8".into(),
+            hint: Some("save the file as UTF-8".into()),
+        }])
+    })
+}
+
+/// Orders errors by position, keeping files in the order they first appear.
+fn sorted(mut errors: Vec<ConfigError>) -> ConfigErrors {
+    let mut files: Vec<Arc<str>> = Vec::new();
+    for e in &errors {
+        if let Some(at) = &e.at {
+            if !files.contains(&at.file) {
+                files.push(at.file.clone());
+            }
+        }
+    }
+    errors.sort_by_key(|e| match &e.at {
+        Some(at) => (
+            files.iter().position(|f| *f == at.file).unwrap_or(0),
+            at.line,
+            at.column,
+        ),
+        None => (0, 0, 0),
+    });
+    ConfigErrors(errors)
+}
+
+/// Parses and validates one file on its own. Cross-entry rules are [`merge`]'s.
+pub fn parse(text: &str, file: &str, origin: Origin) -> Result<Config, ConfigErrors> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let root = match yaml::read(text) {
+        Ok(Some(root)) => root,
+        Ok(None) => {
+            return Err(ConfigErrors(vec![ConfigError::at_start(
+                file,
+                "empty config: expected `version: 1`",
+                "start the file with `version: 1`, then list `mcp:` servers and `hosts:`",
+            )]));
+        }
+        Err(problems) => {
+            let file: Arc<str> = Arc::from(file);
+            return Err(sorted(
+                problems
+                    .into_iter()
+                    .map(|p| ConfigError {
+                        at: Some(Location {
+                            file: file.clone(),
+                            line: p.line,
+                            column: p.column,
+                            key: p.key,
+                        }),
+                        message: p.message,
+                        hint: Some(p.hint),
+                    })
+                    .collect(),
+            ));
+        }
+    };
+    schema::read(&root, file, origin).map_err(sorted)
 }
 
 /// Merges the machine file and the project file and runs the checks that span both.
-pub fn merge(_machine: Option<Config>, _project: Option<Config>) -> Result<Config, ConfigErrors> {
-    todo!("config helper")
+pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config, ConfigErrors> {
+    let merged = merge::merge(machine, project).map_err(sorted)?;
+    let errors = rules::check(&merged);
+    if errors.is_empty() {
+        Ok(merged)
+    } else {
+        Err(sorted(errors))
+    }
 }
 
 /// `parse` each given `(text, file name)` and `merge` them.

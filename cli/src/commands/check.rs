@@ -1,0 +1,256 @@
+//! `fenzi check`: validates the policy (project + machine file) and runs expected-decision cases against
+//! the same engine the proxy uses. Made for CI: `--format github` prints workflow annotations.
+
+use crate::config_files::{self, ConfigText};
+use anyhow::Result;
+use clap::ValueEnum;
+use fenzi_policy::cases::{self, Case, CaseResult, Expect};
+use fenzi_policy::config::{self, ConfigError};
+use fenzi_policy::engine::Policy;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  fenzi check                                  validate ./fenzi.yaml (and the machine file)
+  fenzi check --cases testdata/cases/demo.cases.yaml
+  fenzi check --format github --cases ci.cases.yaml   annotations for GitHub Actions
+
+Exit status: 0 the policy is valid and every case got its expected decision; 1 it is not; 2 usage error
+(a file that cannot be read, a malformed cases file).")]
+pub struct Args {
+    /// The project policy.
+    #[arg(long, value_name = "FILE", default_value = config_files::DEFAULT_PROJECT_FILE)]
+    config: PathBuf,
+    /// The machine file [default: $XDG_CONFIG_HOME/fenzi/mcp.yaml when it exists].
+    #[arg(long, value_name = "FILE")]
+    machine: Option<PathBuf>,
+    /// Ignore the machine file even if it exists.
+    #[arg(long, conflicts_with = "machine")]
+    no_machine: bool,
+    /// A YAML file of requests and the decision each must get (see testdata/cases/).
+    #[arg(long, value_name = "FILE")]
+    cases: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Github,
+}
+
+struct CaseRun {
+    case: Case,
+    result: CaseResult,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let project = config_files::read(&args.config)?;
+    let machine = if args.no_machine {
+        None
+    } else {
+        config_files::read_machine(args.machine.as_deref())?
+    };
+    let cases_text = match &args.cases {
+        Some(p) => Some(config_files::read(p)?),
+        None => None,
+    };
+    let cases = match &cases_text {
+        Some(ConfigText { text, name }) => cases::parse(text, name)?,
+        None => vec![],
+    };
+
+    let loaded = config::load(
+        machine.as_ref().map(|m| (m.text.as_str(), m.name.as_str())),
+        Some((project.text.as_str(), project.name.as_str())),
+    );
+    let (errors, runs) = match loaded {
+        Err(e) => (e.0, vec![]),
+        Ok(cfg) => {
+            let policy = Policy::from_config(&cfg);
+            let runs = cases
+                .into_iter()
+                .map(|case| CaseRun {
+                    result: cases::run(&policy, &case),
+                    case,
+                })
+                .collect();
+            (vec![], runs)
+        }
+    };
+    let cases_file = cases_text.as_ref().map(|c| c.name.as_str()).unwrap_or("");
+    match args.format {
+        Format::Text => print_text(&project.name, &errors, &runs, cases_file),
+        Format::Json => print_json(&project.name, &errors, &runs, cases_file),
+        Format::Github => print_github(&errors, &runs, cases_file),
+    }
+    let ok = errors.is_empty() && runs.iter().all(|r| r.result.passed);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn expected_text(case: &Case) -> String {
+    match (case.expect, case.reason) {
+        (Expect::Allowed, _) => "allowed".into(),
+        (Expect::Denied, Some(r)) => format!("denied {r}"),
+        (Expect::Denied, None) => "denied".into(),
+    }
+}
+
+fn got_text(result: &CaseResult) -> String {
+    match result.got.reason() {
+        None => "allowed".into(),
+        Some(r) => format!("denied {r}"),
+    }
+}
+
+fn print_text(project: &str, errors: &[ConfigError], runs: &[CaseRun], cases_file: &str) {
+    if errors.is_empty() {
+        println!("{project}: policy is valid");
+    } else {
+        for e in errors {
+            println!("{e}");
+        }
+        println!(
+            "{project}: {} problem(s); fix them and run `fenzi check` again",
+            errors.len()
+        );
+    }
+    for r in runs {
+        let status = if r.result.passed { "PASS" } else { "FAIL" };
+        print!(
+            "{status}  {cases_file}:{}  {}: {}",
+            r.case.line,
+            r.case.name,
+            got_text(&r.result)
+        );
+        if !r.result.passed {
+            print!(
+                " (expected {}; rule: {}; {})",
+                expected_text(&r.case),
+                r.result.got.rule,
+                r.result.got.message
+            );
+        }
+        println!();
+    }
+    if !runs.is_empty() {
+        let failed = runs.iter().filter(|r| !r.result.passed).count();
+        println!("{} passed, {failed} failed", runs.len() - failed);
+    }
+}
+
+fn print_json(project: &str, errors: &[ConfigError], runs: &[CaseRun], cases_file: &str) {
+    let errors: Vec<_> = errors
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "file": e.at.as_ref().map(|a| a.file.to_string()),
+                "line": e.at.as_ref().map(|a| a.line),
+                "column": e.at.as_ref().map(|a| a.column),
+                "key": e.at.as_ref().map(|a| a.key.clone()),
+                "message": e.message,
+                "hint": e.hint,
+            })
+        })
+        .collect();
+    let cases: Vec<_> = runs
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "name": r.case.name,
+                "file": cases_file,
+                "line": r.case.line,
+                "expected": match r.case.expect { Expect::Allowed => "allowed", Expect::Denied => "denied" },
+                "expected_reason": r.case.reason.map(|x| x.code()),
+                "decision": r.result.got.verdict.label(),
+                "reason": r.result.got.reason().map(|x| x.code()),
+                "rule": r.result.got.rule,
+                "message": r.result.got.message,
+                "rpc": r.result.rpc,
+                "tool": r.result.tool,
+                "passed": r.result.passed,
+            })
+        })
+        .collect();
+    let failed = runs.iter().filter(|r| !r.result.passed).count();
+    let doc = serde_json::json!({
+        "config": { "file": project, "valid": errors.is_empty(), "errors": errors },
+        "cases": cases,
+        "passed": runs.len() - failed,
+        "failed": failed,
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&doc).expect("JSON values serialise")
+    );
+}
+
+/// GitHub workflow commands: `::error file=F,line=L,col=C,title=T::message` (newlines as %0A).
+fn print_github(errors: &[ConfigError], runs: &[CaseRun], cases_file: &str) {
+    for e in errors {
+        let msg = match &e.hint {
+            Some(h) => format!(
+                "{}: {} (hint: {h})",
+                e.at.as_ref().map_or("", |a| a.key.as_str()),
+                e.message
+            ),
+            None => format!(
+                "{}: {}",
+                e.at.as_ref().map_or("", |a| a.key.as_str()),
+                e.message
+            ),
+        };
+        match &e.at {
+            Some(at) => println!(
+                "::error file={},line={},col={},title=fenzi policy::{}",
+                gh_prop(&at.file),
+                at.line,
+                at.column,
+                gh_data(&msg)
+            ),
+            None => println!("::error title=fenzi policy::{}", gh_data(&msg)),
+        }
+    }
+    for r in runs.iter().filter(|r| !r.result.passed) {
+        let msg = format!(
+            "case {:?}: expected {}, got {} (rule: {}; {})",
+            r.case.name,
+            expected_text(&r.case),
+            got_text(&r.result),
+            r.result.got.rule,
+            r.result.got.message
+        );
+        println!(
+            "::error file={},line={},col={},title=fenzi case::{}",
+            gh_prop(cases_file),
+            r.case.line,
+            r.case.column,
+            gh_data(&msg)
+        );
+    }
+    let failed = runs.iter().filter(|r| !r.result.passed).count();
+    println!(
+        "::notice title=fenzi check::{} config problem(s), {} case(s) passed, {failed} failed",
+        errors.len(),
+        runs.len() - failed
+    );
+}
+
+fn gh_data(s: &str) -> String {
+    s.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+fn gh_prop(s: &str) -> String {
+    gh_data(s).replace(':', "%3A").replace(',', "%2C")
+}

@@ -1,0 +1,5 @@
+//! One module per subcommand. Each exposes `Args` (clap) and `run(Args) -> anyhow::Result<ExitCode>`.
+
+pub mod check;
+pub mod log;
+pub mod proxy;

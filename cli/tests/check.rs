@@ -1,0 +1,134 @@
+//! `fenzi check` end to end: the real binary on the bundled policy and case files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn fenzi(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(args)
+        .current_dir(repo())
+        .env(
+            "XDG_CONFIG_HOME",
+            repo().join("testdata/no-such-config-home"),
+        )
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("fenzi runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_demo_policy_passes_its_cases() {
+    let o = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/demo.yaml",
+        "--cases",
+        "testdata/cases/demo.cases.yaml",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = stdout(&o);
+    assert!(out.contains("policy is valid"), "{out}");
+    assert!(out.contains(" 0 failed"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn wrong_expectations_fail_with_file_and_line() {
+    let o = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/demo.yaml",
+        "--cases",
+        "testdata/cases/wrong-expectations.cases.yaml",
+        "--format",
+        "github",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let errors: Vec<&str> = out.lines().filter(|l| l.starts_with("::error")).collect();
+    assert_eq!(errors.len(), 2, "{out}");
+    assert!(
+        errors[0].contains("file=testdata/cases/wrong-expectations.cases.yaml,line=4,"),
+        "{out}"
+    );
+    assert!(
+        errors[0].contains("expected allowed, got denied policy_denied"),
+        "{out}"
+    );
+    assert!(errors[1].contains(",line=8,"), "{out}");
+    assert!(
+        errors[1].contains("expected denied private_address, got denied host_not_allowed"),
+        "{out}"
+    );
+}
+
+#[test]
+fn json_output_is_one_document() {
+    let o = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/demo.yaml",
+        "--cases",
+        "testdata/cases/wrong-expectations.cases.yaml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(doc["config"]["valid"], true);
+    assert_eq!(doc["passed"], 1);
+    assert_eq!(doc["failed"], 2);
+    assert_eq!(doc["cases"][0]["reason"], "policy_denied");
+    assert_eq!(doc["cases"][0]["tool"], "ask_question");
+}
+
+#[test]
+fn an_invalid_policy_names_file_line_and_key() {
+    let dir = std::env::temp_dir().join(format!("fenzi-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("fenzi.yaml");
+    std::fs::write(&bad, "version: 1\nmcp:\n  x:\n    url: https://a.example/mcp\n    tools:\n      allow: [a]\n      deny: [a]\n").unwrap();
+    let o = fenzi(&["check", "--config", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains("fenzi.yaml:6:"), "{out}");
+    assert!(out.contains("mcp.x.tools.allow[0]"), "{out}");
+    assert!(out.contains("hint:"), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let missing = fenzi(&["check", "--config", "testdata/policies/no-such-file.yaml"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-file.yaml"));
+
+    let malformed = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/demo.yaml",
+        "--cases",
+        "testdata/cases/malformed.cases.yaml",
+    ]);
+    assert_eq!(malformed.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&malformed.stderr);
+    assert!(err.contains("malformed.cases.yaml:2:"), "{err}");
+    assert!(err.contains("exactly one of `server` or `host`"), "{err}");
+
+    let bad_flag = fenzi(&["check", "--format", "xml"]);
+    assert_eq!(bad_flag.status.code(), Some(2));
+}

@@ -1,0 +1,289 @@
+//! Expected-decision cases for `fenzi check --cases FILE`: a YAML file of requests and the decision the
+//! policy must give them. Parsing and running live here (pure) so the CLI stays thin and the policy's
+//! own tests can run the same files.
+//!
+//! ```yaml
+//! cases:
+//!   - name: structure is allowed          # optional; defaults to "case <n>"
+//!     server: deepwiki                    # an mcp entry by name ...
+//!     body: {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_wiki_structure"}}
+//!     expect: allowed
+//!   - server: deepwiki
+//!     body: '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}'   # or raw text
+//!     expect: denied
+//!     reason: policy_denied
+//!   - host: github.com                    # ... or a destination host[:port] (port defaults to 443)
+//!     expect: allowed
+//!   - host: internal.example.com
+//!     resolves_to: [10.0.0.7]             # what DNS would answer; each address is checked
+//!     expect: denied
+//!     reason: private_address
+//! ```
+//!
+//! MCP cases may also set `method` (default `POST`), `path` (default the server's endpoint) and `headers`
+//! (default `Content-Type: application/json`). A `host` case with a `body` on an MCP server's host is
+//! classified as a request to that server.
+
+use crate::decision::{Decision, Reason};
+use crate::engine::{Policy, Route};
+use crate::host::{Host, split_authority};
+use crate::mcp::{EndpointPath, RequestView};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    cases: Vec<serde_saphyr::Spanned<RawCase>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCase {
+    name: Option<String>,
+    server: Option<String>,
+    host: Option<String>,
+    method: Option<String>,
+    path: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    body: Option<serde_json::Value>,
+    resolves_to: Option<Vec<String>>,
+    expect: Expect,
+    reason: Option<String>,
+}
+
+/// The verdict a case expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    Allowed,
+    Denied,
+}
+
+/// What a case sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Server(String),
+    Host(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    pub name: String,
+    pub line: u32,
+    pub column: u32,
+    pub target: Target,
+    pub method: String,
+    pub path: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+    pub resolves_to: Vec<IpAddr>,
+    pub expect: Expect,
+    pub reason: Option<Reason>,
+}
+
+/// A cases file that could not be read, with where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct CasesError {
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+}
+
+/// Parses a cases file.
+pub fn parse(text: &str, file: &str) -> Result<Vec<Case>, CasesError> {
+    let raw: RawFile = serde_saphyr::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map_or((0, 0), |l| (l.line() as u32, l.column() as u32));
+        CasesError {
+            file: file.into(),
+            line,
+            column,
+            message: first_line(&e.to_string()),
+        }
+    })?;
+    let mut out = vec![];
+    for (i, spanned) in raw.cases.into_iter().enumerate() {
+        let (line, column) = (
+            spanned.referenced.line() as u32,
+            spanned.referenced.column() as u32,
+        );
+        let err = |message: String| CasesError {
+            file: file.into(),
+            line,
+            column,
+            message,
+        };
+        let c = spanned.value;
+        let name = c.name.unwrap_or_else(|| format!("case {}", i + 1));
+        let target = match (c.server, c.host) {
+            (Some(s), None) => Target::Server(s),
+            (None, Some(h)) => Target::Host(h),
+            _ => {
+                return Err(err(format!(
+                    "case {name:?}: give exactly one of `server` or `host`"
+                )));
+            }
+        };
+        let reason = match c.reason {
+            None => None,
+            Some(code) => Some(Reason::from_code(&code).ok_or_else(|| {
+                err(format!(
+                    "case {name:?}: unknown reason {code:?}; use one of {}",
+                    Reason::ALL.map(|r| r.code()).join(", ")
+                ))
+            })?),
+        };
+        if c.expect == Expect::Allowed && reason.is_some() {
+            return Err(err(format!(
+                "case {name:?}: `reason` only goes with `expect: denied`"
+            )));
+        }
+        let body = c.body.map(|b| match b {
+            serde_json::Value::String(s) => s.into_bytes(),
+            other => serde_json::to_vec(&other).expect("JSON values serialise"),
+        });
+        let mut resolves_to = vec![];
+        for a in c.resolves_to.unwrap_or_default() {
+            resolves_to.push(a.parse::<IpAddr>().map_err(|_| {
+                err(format!(
+                    "case {name:?}: resolves_to entry {a:?} is not an IP address"
+                ))
+            })?);
+        }
+        let headers = match c.headers {
+            Some(h) => h.into_iter().collect(),
+            None => vec![("Content-Type".to_string(), "application/json".to_string())],
+        };
+        out.push(Case {
+            name,
+            line,
+            column,
+            target,
+            method: c.method.unwrap_or_else(|| "POST".into()),
+            path: c.path,
+            headers,
+            body,
+            resolves_to,
+            expect: c.expect,
+            reason,
+        });
+    }
+    Ok(out)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().to_string()
+}
+
+/// The result of running one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseResult {
+    pub passed: bool,
+    /// The decision the policy gave (the first denial, or the last allow).
+    pub got: Decision,
+    /// Tool and rpc method when the case was an MCP request with one message.
+    pub rpc: Option<String>,
+    pub tool: Option<String>,
+}
+
+/// Runs one case against the policy.
+pub fn run(policy: &Policy, case: &Case) -> CaseResult {
+    let (got, rpc, tool) = decide(policy, case);
+    let passed = match case.expect {
+        Expect::Allowed => got.is_allowed(),
+        Expect::Denied => !got.is_allowed() && case.reason.is_none_or(|r| got.reason() == Some(r)),
+    };
+    CaseResult {
+        passed,
+        got,
+        rpc,
+        tool,
+    }
+}
+
+fn decide(policy: &Policy, case: &Case) -> (Decision, Option<String>, Option<String>) {
+    match &case.target {
+        Target::Server(name) => match policy.servers().iter().find(|s| &s.name == name) {
+            Some(server) => classify(policy, server, case),
+            None => (
+                Decision::deny(
+                    Reason::PolicyDenied,
+                    "fenzi check",
+                    format!("the policy has no remote or account MCP server named {name:?}"),
+                ),
+                None,
+                None,
+            ),
+        },
+        Target::Host(text) => {
+            let (host, port) = match split_authority(text) {
+                Ok((h, p)) => (h, p.unwrap_or(crate::host::DEFAULT_PORT)),
+                Err(e) => {
+                    return (
+                        Decision::deny(Reason::BadRequest, "host syntax", e.to_string()),
+                        None,
+                        None,
+                    );
+                }
+            };
+            let route = match policy.route(&host, port) {
+                Ok(r) => r,
+                Err(denied) => return (denied, None, None),
+            };
+            let addresses: Vec<IpAddr> = match (&host, case.resolves_to.is_empty()) {
+                (Host::Ip(ip), _) => vec![*ip],
+                (_, false) => case.resolves_to.clone(),
+                (_, true) => vec![],
+            };
+            for addr in addresses {
+                let d = policy.check_address(&host, port, addr);
+                if !d.is_allowed() {
+                    return (d, None, None);
+                }
+            }
+            match (route, &case.body) {
+                (Route::Mcp(server), Some(_)) => classify(policy, server, case),
+                (route, _) => (
+                    Decision::allow(route.rule(), format!("{} is allowed", host.authority(port))),
+                    None,
+                    None,
+                ),
+            }
+        }
+    }
+}
+
+fn classify(
+    policy: &Policy,
+    server: &crate::engine::McpServer,
+    case: &Case,
+) -> (Decision, Option<String>, Option<String>) {
+    let default_path = match &server.rule.endpoint {
+        EndpointPath::Exact(p) => p.clone(),
+        EndpointPath::Prefix(p) => format!("{p}connector"),
+    };
+    let path = case.path.clone().unwrap_or(default_path);
+    let headers: Vec<(&str, &[u8])> = case
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    let body = case.body.as_deref().unwrap_or_default();
+    let view = RequestView {
+        method: &case.method,
+        path: &path,
+        headers: &headers,
+        body,
+    };
+    let decision = policy.decide_mcp(server, &view);
+    let (rpc, tool) = match decision.messages.as_slice() {
+        [one] => (one.rpc_method.clone(), one.tool.clone()),
+        _ => (None, None),
+    };
+    (decision.overall, rpc, tool)
+}

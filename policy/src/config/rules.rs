@@ -1,0 +1,263 @@
+//! The rules that span entries, checked on the merged set (DESIGN.md §2, §4):
+//! - every server has its own token name `MCP_<SERVER>` (`a-b` and `a_b` clash, so do `X` and `x`);
+//! - one MCP server per host:port, and no `hosts` entry (top-level or a local server's) overlaps
+//!   an MCP server's host:port — such a host would be reachable without the per-tool check;
+//! - a secret name is declared in one place: at the top level or by local servers, never both,
+//!   and never a server's token name;
+//! - a host carries at most one secret: no two bindings of different secrets overlap, counting a
+//!   `token: true` server's own host:port (as `MCP_<SERVER>`), each local server's secrets times
+//!   its hosts, and each top-level secret times its hosts.
+//!
+//! The same variable listed by two local servers is one secret (one stored value, DESIGN.md §4:
+//! "every server that lists the same variable uses it"); it is bound to the union of their hosts.
+//!
+//! Pairwise checks are quadratic in the number of entries; the YAML reader caps a file at
+//! `yaml::MAX_NODES` nodes, which keeps that small.
+
+use super::ConfigError;
+use super::model::*;
+use crate::host::{Host, HostMatcher, HostPattern};
+use crate::secret_name::server_token_name;
+
+/// `file:line:column` of a location, for naming the other party of a clash.
+pub fn place(at: &Location) -> String {
+    format!("{}:{}:{}", at.file, at.line, at.column)
+}
+
+fn error(at: &Location, message: String, hint: &str) -> ConfigError {
+    ConfigError {
+        at: Some(at.clone()),
+        message,
+        hint: Some(hint.to_string()),
+    }
+}
+
+/// The host:port an MCP server is reached at; `None` for a local server.
+pub fn endpoint(server: &McpServerConfig) -> Option<HostPattern> {
+    match &server.kind {
+        ServerKind::Remote { url, .. } => Some(HostPattern::for_host(url.host.clone(), url.port)),
+        ServerKind::Account { provider, .. } => Some(HostPattern::for_host(
+            Host::Name(provider.host().to_string()),
+            443,
+        )),
+        ServerKind::Local { .. } => None,
+    }
+}
+
+/// `host:port` of an exact pattern (an MCP endpoint), the pattern as written otherwise.
+fn address(p: &HostPattern) -> String {
+    match &p.matcher {
+        HostMatcher::Exact(h) => h.authority(p.port),
+        HostMatcher::Suffix(_) => p.to_string(),
+    }
+}
+
+/// One secret bound to one host pattern.
+struct Binding<'c> {
+    name: String,
+    pattern: HostPattern,
+    at: &'c Location,
+    /// Who binds it, for messages.
+    by: String,
+}
+
+/// Every cross-entry problem in `config`, in entry order.
+pub fn check(config: &Config) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    token_names(config, &mut errors);
+    endpoints(config, &mut errors);
+    secret_names(config, &mut errors);
+    one_secret_per_host(config, &mut errors);
+    errors
+}
+
+fn token_names(config: &Config, errors: &mut Vec<ConfigError>) {
+    for (j, b) in config.mcp.iter().enumerate() {
+        let tb = server_token_name(&b.name);
+        if let Some(a) = config.mcp[..j]
+            .iter()
+            .find(|a| server_token_name(&a.name) == tb)
+        {
+            errors.push(error(
+                &b.at,
+                format!(
+                    "servers `{}` ({}) and `{}` have the same token name `{tb}`",
+                    a.name,
+                    place(&a.at),
+                    b.name
+                ),
+                "rename one of them: a server's token is stored as MCP_<NAME>, upper-cased, with \
+                 every character outside A-Z 0-9 turned into `_`",
+            ));
+        }
+    }
+}
+
+fn endpoints(config: &Config, errors: &mut Vec<ConfigError>) {
+    let servers: Vec<(&McpServerConfig, HostPattern)> = config
+        .mcp
+        .iter()
+        .filter_map(|s| endpoint(s).map(|e| (s, e)))
+        .collect();
+    for (j, (b, eb)) in servers.iter().enumerate() {
+        if let Some((a, _)) = servers[..j].iter().find(|(_, ea)| ea == eb) {
+            errors.push(error(
+                &b.at,
+                format!(
+                    "servers `{}` ({}) and `{}` both use {}; one MCP server per host and port",
+                    a.name,
+                    place(&a.at),
+                    b.name,
+                    address(eb),
+                ),
+                "keep one entry for this server; list all its tools there",
+            ));
+        }
+    }
+    // Every `hosts` entry, top-level or a local server's: plain egress that must not reach an MCP
+    // server's host:port around its per-tool rule.
+    let mut hosts: Vec<&Located<HostPattern>> = config.hosts.iter().collect();
+    for s in &config.mcp {
+        if let ServerKind::Local { hosts: h, .. } = &s.kind {
+            hosts.extend(h.iter());
+        }
+    }
+    for h in hosts {
+        for (s, e) in &servers {
+            if h.value.overlaps(e) {
+                errors.push(error(
+                    &h.at,
+                    format!(
+                        "host `{}` overlaps {}, the address of MCP server `{}` ({})",
+                        h.value,
+                        address(e),
+                        s.name,
+                        place(&s.at)
+                    ),
+                    "remove it: requests to an MCP server's host are checked per tool, so the \
+                     host cannot also be a plain `hosts` entry",
+                ));
+            }
+        }
+    }
+}
+
+fn secret_names(config: &Config, errors: &mut Vec<ConfigError>) {
+    let token_owner = |name: &str| {
+        config
+            .mcp
+            .iter()
+            .find(|s| server_token_name(&s.name) == name)
+    };
+    let reserved_hint = "rename the variable: MCP_<SERVER> names are the tokens of MCP servers";
+    for sec in &config.secrets {
+        if let Some(s) = token_owner(&sec.name) {
+            errors.push(error(
+                &sec.at,
+                format!(
+                    "secret `{}` has the token name of MCP server `{}` ({})",
+                    sec.name,
+                    s.name,
+                    place(&s.at)
+                ),
+                reserved_hint,
+            ));
+        }
+    }
+    for server in &config.mcp {
+        let ServerKind::Local { secrets, .. } = &server.kind else {
+            continue;
+        };
+        for sec in secrets {
+            if let Some(s) = token_owner(&sec.value) {
+                errors.push(error(
+                    &sec.at,
+                    format!(
+                        "secret `{}` has the token name of MCP server `{}` ({})",
+                        sec.value,
+                        s.name,
+                        place(&s.at)
+                    ),
+                    reserved_hint,
+                ));
+            }
+            if let Some(top) = config.secrets.iter().find(|t| t.name == sec.value) {
+                errors.push(error(
+                    &sec.at,
+                    format!(
+                        "secret `{}` is declared both at the top level ({}) and by local server `{}`",
+                        sec.value,
+                        place(&top.at),
+                        server.name
+                    ),
+                    "declare it once: a local server's secret is visible to every program in the \
+                     sandbox, so list all its hosts on the server entry",
+                ));
+            }
+        }
+    }
+}
+
+fn bindings(config: &Config) -> Vec<Binding<'_>> {
+    let mut out = Vec::new();
+    for s in &config.mcp {
+        if let (ServerKind::Remote { token: true, .. }, Some(e)) = (&s.kind, endpoint(s)) {
+            out.push(Binding {
+                name: server_token_name(&s.name),
+                pattern: e,
+                at: &s.at,
+                by: format!("the token of MCP server `{}`", s.name),
+            });
+        }
+    }
+    for s in &config.mcp {
+        if let ServerKind::Local { secrets, hosts, .. } = &s.kind {
+            for sec in secrets {
+                for h in hosts {
+                    out.push(Binding {
+                        name: sec.value.clone(),
+                        pattern: h.value.clone(),
+                        at: &h.at,
+                        by: format!("local server `{}`", s.name),
+                    });
+                }
+            }
+        }
+    }
+    for sec in &config.secrets {
+        for h in &sec.hosts {
+            out.push(Binding {
+                name: sec.name.clone(),
+                pattern: h.value.clone(),
+                at: &h.at,
+                by: "the top-level `secrets`".into(),
+            });
+        }
+    }
+    out
+}
+
+fn one_secret_per_host(config: &Config, errors: &mut Vec<ConfigError>) {
+    let all = bindings(config);
+    for (j, b) in all.iter().enumerate() {
+        for a in &all[..j] {
+            if a.name != b.name && a.pattern.overlaps(&b.pattern) {
+                errors.push(error(
+                    b.at,
+                    format!(
+                        "a host would carry two secrets: `{}` ({}, bound to {} at {}) and `{}` \
+                         ({}, bound to {})",
+                        a.name,
+                        a.by,
+                        a.pattern,
+                        place(a.at),
+                        b.name,
+                        b.by,
+                        b.pattern
+                    ),
+                    "a host carries at most one secret; bind the two secrets to different hosts",
+                ));
+            }
+        }
+    }
+}

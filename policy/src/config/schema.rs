@@ -1,0 +1,774 @@
+//! The policy file schema: turns one file's YAML tree into the [`Config`] model and checks every
+//! rule that needs only that file (keys, types, entry kinds, urls, names, allow/deny). Rules that
+//! span entries or files live in `rules` and `merge`.
+//!
+//! It walks the tree by hand rather than through `#[derive(Deserialize)]`: the walk reports every
+//! problem in the file at once, each with its key path and a hint, where derived structs stop at
+//! the first. Unknown keys are still errors everywhere.
+
+use super::ConfigError;
+use super::model::*;
+use super::url;
+use super::yaml::{Node, Value, push_key};
+use crate::host::HostPattern;
+use crate::secret_name::is_valid_secret_name;
+use crate::tool_pattern::ToolPattern;
+use std::sync::Arc;
+
+/// Longest server name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`).
+pub const MAX_SERVER_NAME: usize = 64;
+
+const TOP_KEYS: &[&str] = &["version", "hosts", "mcp", "secrets"];
+const ENTRY_KEYS: &[&str] = &[
+    "url", "command", "account", "token", "tools", "secrets", "hosts",
+];
+const TOOLS_KEYS: &[&str] = &["allow", "deny"];
+const SECRET_KEYS: &[&str] = &["hosts", "body"];
+const ACCOUNTS: &[&str] = &["claude"];
+
+const LIST_TOOLS_HINT: &str = "list the tools agents may call, e.g. `tools: {allow: [get_issue]}`, \
+     or allow every tool with `allow: [\"*\"]` (`--all-tools`)";
+
+/// True for `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.
+pub fn is_valid_server_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_SERVER_NAME
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Reads one file's root node. `Err` holds every problem found.
+pub fn read(root: &Node, file: &str, origin: Origin) -> Result<Config, Vec<ConfigError>> {
+    let mut r = Reader {
+        file: Arc::from(file),
+        origin,
+        errors: Vec::new(),
+    };
+    let config = r.config(root);
+    match config {
+        Some(c) if r.errors.is_empty() => Ok(c),
+        _ => Err(r.errors),
+    }
+}
+
+struct Reader {
+    file: Arc<str>,
+    origin: Origin,
+    errors: Vec<ConfigError>,
+}
+
+/// The known keys of one mapping, looked up by name.
+struct Fields<'n> {
+    entries: Vec<(&'static str, &'n Node, &'n Node)>,
+}
+
+impl<'n> Fields<'n> {
+    fn get(&self, key: &str) -> Option<(&'n Node, &'n Node)> {
+        self.entries
+            .iter()
+            .find(|(k, ..)| *k == key)
+            .map(|(_, k, v)| (*k, *v))
+    }
+}
+
+fn child(path: &str, key: &str) -> String {
+    let mut p = path.to_string();
+    push_key(&mut p, key);
+    p
+}
+
+fn index(path: &str, i: usize) -> String {
+    format!("{path}[{i}]")
+}
+
+impl Reader {
+    fn at(&self, node: &Node, key: &str) -> Location {
+        Location {
+            file: self.file.clone(),
+            line: node.line,
+            column: node.column,
+            key: key.to_string(),
+        }
+    }
+
+    fn error(
+        &mut self,
+        node: &Node,
+        key: &str,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
+        self.errors.push(ConfigError {
+            at: Some(self.at(node, key)),
+            message: message.into(),
+            hint: Some(hint.into()),
+        });
+    }
+
+    fn wrong_type(&mut self, node: &Node, key: &str, expected: &str, hint: &str) {
+        let found = node.value.kind();
+        self.error(
+            node,
+            key,
+            format!("expected {expected}, found {found}"),
+            hint,
+        );
+    }
+
+    /// A mapping whose keys are all strings among `allowed`; unknown and repeated keys reported.
+    fn fields<'n>(
+        &mut self,
+        node: &'n Node,
+        path: &str,
+        allowed: &[&'static str],
+        what: &str,
+        hint: &str,
+    ) -> Option<Fields<'n>> {
+        let Value::Map(entries) = &node.value else {
+            self.wrong_type(node, path, what, hint);
+            return None;
+        };
+        let mut out = Fields {
+            entries: Vec::new(),
+        };
+        for (k, v) in entries {
+            let Some(name) = self.key_str(k, path) else {
+                continue;
+            };
+            match allowed.iter().find(|a| **a == name) {
+                Some(known) => {
+                    if out.get(known).is_some() {
+                        self.error(
+                            k,
+                            &child(path, name),
+                            format!("duplicate key `{name}`"),
+                            "a key may appear only once in a mapping",
+                        );
+                        continue;
+                    }
+                    out.entries.push((known, k, v));
+                }
+                None => {
+                    let hint = match allowed.iter().find(|a| a.eq_ignore_ascii_case(name)) {
+                        Some(a) => format!("keys are case-sensitive: did you mean `{a}`?"),
+                        None => format!("known keys here: {}", allowed.join(", ")),
+                    };
+                    self.error(k, &child(path, name), format!("unknown key `{name}`"), hint);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn key_str<'n>(&mut self, k: &'n Node, path: &str) -> Option<&'n str> {
+        match &k.value {
+            Value::Str(s) => Some(s),
+            _ => {
+                self.wrong_type(k, path, "a string key", "write keys as plain names");
+                None
+            }
+        }
+    }
+
+    fn string<'n>(&mut self, node: &'n Node, key: &str, what: &str, hint: &str) -> Option<&'n str> {
+        match &node.value {
+            Value::Str(s) => Some(s),
+            _ => {
+                self.wrong_type(node, key, what, hint);
+                None
+            }
+        }
+    }
+
+    fn seq<'n>(&mut self, node: &'n Node, key: &str, what: &str, hint: &str) -> Option<&'n [Node]> {
+        match &node.value {
+            Value::Seq(items) => Some(items),
+            _ => {
+                self.wrong_type(node, key, what, hint);
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, node: &Node, key: &str) -> Option<bool> {
+        match &node.value {
+            Value::Bool(b) => Some(*b),
+            Value::Str(s)
+                if matches!(
+                    s.to_ascii_lowercase().as_str(),
+                    "yes" | "no" | "on" | "off" | "y" | "n"
+                ) =>
+            {
+                self.error(
+                    node,
+                    key,
+                    format!("expected true or false, found the string `{s}`"),
+                    "YAML 1.1 spellings like yes/no/on/off are not booleans in a policy file; write true or false",
+                );
+                None
+            }
+            _ => {
+                self.wrong_type(
+                    node,
+                    key,
+                    "true or false",
+                    "write true or false, without quotes",
+                );
+                None
+            }
+        }
+    }
+
+    fn config(&mut self, root: &Node) -> Option<Config> {
+        // Another version's keys may mean something else: when the file declares one, that is
+        // the only thing reported.
+        if let Value::Map(entries) = &root.value {
+            let declared = entries
+                .iter()
+                .find_map(|(k, v)| match (&k.value, &v.value) {
+                    (Value::Str(k), Value::Int(n)) if k == "version" && *n != 1 => Some((v, *n)),
+                    _ => None,
+                });
+            if let Some((v, n)) = declared {
+                self.error(
+                    v,
+                    "version",
+                    format!("unsupported version {n}"),
+                    "this fenzi reads `version: 1`; upgrade fenzi to read a newer file",
+                );
+                return None;
+            }
+        }
+        let f = self.fields(
+            root,
+            "",
+            TOP_KEYS,
+            "a mapping with `version: 1` at the top",
+            "a policy file is a mapping: `version: 1`, then `hosts:`, `mcp:`, `secrets:`",
+        )?;
+        match f.get("version") {
+            None => self.error(
+                root,
+                "version",
+                "missing `version`",
+                "add `version: 1` as the first line",
+            ),
+            Some((_, v)) => match &v.value {
+                Value::Int(_) => {}
+                Value::Str(s) if s.trim() == "1" => self.error(
+                    v,
+                    "version",
+                    "`version` must be the integer 1, not a string",
+                    "write `version: 1` without quotes",
+                ),
+                Value::Float(_) => self.error(
+                    v,
+                    "version",
+                    "`version` must be the integer 1, not a decimal number",
+                    "write `version: 1`",
+                ),
+                _ => self.wrong_type(v, "version", "the integer 1", "write `version: 1`"),
+            },
+        }
+        let mut config = Config::default();
+        if let Some((_, v)) = f.get("hosts") {
+            config.hosts = self.host_list(v, "hosts");
+        }
+        if let Some((_, v)) = f.get("mcp") {
+            config.mcp = self.servers(v);
+        }
+        if let Some((_, v)) = f.get("secrets") {
+            config.secrets = self.secrets(v);
+        }
+        Some(config)
+    }
+
+    fn host_list(&mut self, node: &Node, path: &str) -> Vec<Located<HostPattern>> {
+        let hint =
+            "write a list of hosts: `[api.example.com, \"*.example.com\", \"10.0.0.5:8080\"]`";
+        let Some(items) = self.seq(node, path, "a list of hosts", hint) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let key = index(path, i);
+            let Some(text) = self.string(item, &key, "a host", hint) else {
+                continue;
+            };
+            match HostPattern::parse(text) {
+                Ok(p) => out.push(Located {
+                    value: p,
+                    at: self.at(item, &key),
+                }),
+                Err(e) => self.error(
+                    item,
+                    &key,
+                    e.to_string(),
+                    "a host is `name`, `*.suffix` or an IP literal, with `:port` if not 443",
+                ),
+            }
+        }
+        out
+    }
+
+    fn servers(&mut self, node: &Node) -> Vec<McpServerConfig> {
+        let Value::Map(entries) = &node.value else {
+            self.wrong_type(
+                node,
+                "mcp",
+                "a mapping of server names to entries",
+                "write `mcp:` then one indented `NAME:` per server",
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let Some(name) = self.key_str(k, "mcp") else {
+                continue;
+            };
+            let path = child("mcp", name);
+            if !is_valid_server_name(name) {
+                self.error(
+                    k,
+                    &path,
+                    "invalid server name",
+                    format!("a server name is 1-{MAX_SERVER_NAME} characters of A-Z a-z 0-9 _ . - starting with a letter or digit"),
+                );
+                continue;
+            }
+            if let Some(kind) = self.entry(k, v, &path) {
+                out.push(McpServerConfig {
+                    name: name.to_string(),
+                    origin: self.origin,
+                    narrowed_by_project: false,
+                    kind,
+                    at: self.at(k, &path),
+                });
+            }
+        }
+        out
+    }
+
+    fn entry(&mut self, name_node: &Node, node: &Node, path: &str) -> Option<ServerKind> {
+        let f = self.fields(
+            node,
+            path,
+            ENTRY_KEYS,
+            "a server entry (a mapping with `url`, `command` or `account`)",
+            "write the entry as a mapping, e.g. `url: https://host/mcp` and `tools: {allow: [...]}`",
+        )?;
+        let kinds: Vec<(&str, &Node)> = ["url", "command", "account"]
+            .into_iter()
+            .filter_map(|k| f.get(k).map(|(kn, _)| (k, kn)))
+            .collect();
+        let kind = match kinds.as_slice() {
+            [] => {
+                self.error(
+                    name_node,
+                    path,
+                    "the entry has none of `url`, `command` or `account`",
+                    "a remote server has `url:`, a local server `command:`, Claude's connectors `account: claude`",
+                );
+                return None;
+            }
+            [(k, _)] => *k,
+            [(first, _), rest @ ..] => {
+                for (k, kn) in rest {
+                    self.error(
+                        kn,
+                        &child(path, k),
+                        format!("the entry has both `{first}` and `{k}`; it must have exactly one of `url`, `command`, `account`"),
+                        "split it into two entries with different names",
+                    );
+                }
+                return None;
+            }
+        };
+        // Keys that belong to another kind of entry.
+        let foreign: &[(&str, &str)] = match kind {
+            "url" => &[
+                (
+                    "secrets",
+                    "`secrets` applies to local (`command`) servers; a remote server's token is `token: true`",
+                ),
+                (
+                    "hosts",
+                    "`hosts` applies to local (`command`) servers; a remote server's host is in its url",
+                ),
+            ],
+            "account" => &[
+                (
+                    "token",
+                    "account connectors use Claude's own sign-in; there is no token to store",
+                ),
+                ("secrets", "`secrets` applies to local (`command`) servers"),
+                (
+                    "hosts",
+                    "`hosts` applies to local (`command`) servers; the account host is fixed",
+                ),
+            ],
+            _ => &[
+                (
+                    "token",
+                    "`token` applies to `url` servers; a local server's secret goes under `secrets:` with its `hosts:`",
+                ),
+                (
+                    "tools",
+                    "`tools` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per tool",
+                ),
+            ],
+        };
+        let mut ok = true;
+        for (k, why) in foreign {
+            if let Some((kn, _)) = f.get(k) {
+                let entry = if kind == "account" {
+                    "an `account`"
+                } else if kind == "url" {
+                    "a `url`"
+                } else {
+                    "a `command`"
+                };
+                self.error(
+                    kn,
+                    &child(path, k),
+                    format!("`{k}` is not allowed on {entry} entry"),
+                    *why,
+                );
+                ok = false;
+            }
+        }
+        let result = match kind {
+            "url" => self.remote(name_node, &f, path),
+            "account" => self.account(name_node, &f, path),
+            _ => self.local(&f, path),
+        };
+        if ok { result } else { None }
+    }
+
+    fn remote(&mut self, name_node: &Node, f: &Fields<'_>, path: &str) -> Option<ServerKind> {
+        let (_, url_node) = f.get("url")?;
+        let url_key = child(path, "url");
+        let url = self
+            .string(
+                url_node,
+                &url_key,
+                "a url string",
+                "write `url: https://host/path`",
+            )
+            .and_then(|text| match url::parse(text) {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    self.error(url_node, &url_key, e.message, e.hint);
+                    None
+                }
+            });
+        let token = match f.get("token") {
+            None => Some(false),
+            Some((_, t)) => self.boolean(t, &child(path, "token")),
+        };
+        if let (Some(u), Some(true), Some((_, t))) = (&url, token, f.get("token")) {
+            if !u.tls {
+                self.error(
+                    t,
+                    &child(path, "token"),
+                    "`token: true` needs an https url; a token is never sent over plain http",
+                    "use the server's https:// url",
+                );
+            }
+        }
+        let tools = self.tools(name_node, f, path);
+        Some(ServerKind::Remote {
+            url: url?,
+            token: token?,
+            tools: tools?,
+        })
+    }
+
+    fn account(&mut self, name_node: &Node, f: &Fields<'_>, path: &str) -> Option<ServerKind> {
+        let (_, a) = f.get("account")?;
+        let key = child(path, "account");
+        let hint = format!("supported accounts: {}", ACCOUNTS.join(", "));
+        let provider = match self.string(a, &key, "an account name", &hint) {
+            Some("claude") => Some(AccountProvider::Claude),
+            Some(other) => {
+                self.error(a, &key, format!("unsupported account `{other}`"), hint);
+                None
+            }
+            None => None,
+        };
+        let tools = self.tools(name_node, f, path);
+        Some(ServerKind::Account {
+            provider: provider?,
+            tools: tools?,
+        })
+    }
+
+    fn tools(&mut self, name_node: &Node, f: &Fields<'_>, path: &str) -> Option<ToolRules> {
+        let Some((tools_key, tools)) = f.get("tools") else {
+            self.error(name_node, path, "the entry lists no tools", LIST_TOOLS_HINT);
+            return None;
+        };
+        let tpath = child(path, "tools");
+        let tf = self.fields(
+            tools,
+            &tpath,
+            TOOLS_KEYS,
+            "a mapping with `allow` and `deny`",
+            LIST_TOOLS_HINT,
+        )?;
+        let allow = match tf.get("allow") {
+            None => {
+                self.error(
+                    tools_key,
+                    &tpath,
+                    "`tools` has no `allow` list",
+                    LIST_TOOLS_HINT,
+                );
+                None
+            }
+            Some((_, a)) => self.patterns(a, &child(&tpath, "allow")),
+        };
+        let deny = match tf.get("deny") {
+            None => Some(Vec::new()),
+            Some((_, d)) => self.patterns(d, &child(&tpath, "deny")),
+        };
+        let (allow, deny) = (allow?, deny?);
+        let mut clash = false;
+        for a in &allow {
+            if let Some(d) = deny.iter().find(|d| a.value.is_covered_by(&d.value)) {
+                clash = true;
+                let also = if d.value == a.value {
+                    String::new()
+                } else {
+                    format!(" (by `{}`)", d.value)
+                };
+                self.errors.push(ConfigError {
+                    at: Some(a.at.clone()),
+                    message: format!(
+                        "tool `{}` is both allowed and denied{also} (deny at line {})",
+                        a.value, d.at.line
+                    ),
+                    hint: Some("remove it from one of the two lists".into()),
+                });
+            }
+        }
+        if clash {
+            return None;
+        }
+        Some(ToolRules { allow, deny })
+    }
+
+    fn patterns(&mut self, node: &Node, path: &str) -> Option<Vec<Located<ToolPattern>>> {
+        let hint = "write a list of tool names or globs: `[get_issue, \"list_*\"]`";
+        let items = self.seq(node, path, "a list of tool names", hint)?;
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let key = index(path, i);
+            let Some(text) = self.string(
+                item,
+                &key,
+                "a tool name",
+                "quote it if the tool's name looks like a number or boolean",
+            ) else {
+                ok = false;
+                continue;
+            };
+            match ToolPattern::parse(text) {
+                Ok(p) => out.push(Located {
+                    value: p,
+                    at: self.at(item, &key),
+                }),
+                Err(e) => {
+                    ok = false;
+                    self.error(item, &key, e.to_string(), "a tool pattern is a tool's exact name, or a glob of A-Z a-z 0-9 _ . - and `*`");
+                }
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn local(&mut self, f: &Fields<'_>, path: &str) -> Option<ServerKind> {
+        let (_, c) = f.get("command")?;
+        let ckey = child(path, "command");
+        let chint = "write the program and its arguments as a list of strings: `[npx, -y, \"@scope/server\"]`";
+        let mut command = Some(Vec::new());
+        if let Some(items) = self.seq(c, &ckey, "a list of strings", chint) {
+            if items.is_empty() {
+                self.error(c, &ckey, "the command is empty", chint);
+                command = None;
+            }
+            for (i, item) in items.iter().enumerate() {
+                let key = index(&ckey, i);
+                match &item.value {
+                    Value::Str(s) if s.is_empty() => {
+                        self.error(
+                            item,
+                            &key,
+                            "empty command argument",
+                            "remove it, or quote the text it should be",
+                        );
+                        command = None;
+                    }
+                    Value::Str(s) if s.contains('\0') => {
+                        self.error(
+                            item,
+                            &key,
+                            "command argument contains a NUL character",
+                            "remove the NUL character",
+                        );
+                        command = None;
+                    }
+                    Value::Str(s) => {
+                        if let Some(c) = command.as_mut() {
+                            c.push(s.clone());
+                        }
+                    }
+                    _ => {
+                        self.wrong_type(item, &key, "a string", "quote it: numbers and booleans in a command are written as strings, e.g. \"8080\"");
+                        command = None;
+                    }
+                }
+            }
+        } else {
+            command = None;
+        }
+
+        let mut secrets = Some(Vec::new());
+        if let Some((_, s)) = f.get("secrets") {
+            let skey = child(path, "secrets");
+            let shint = "write a list of variable names: `[DIGITALOCEAN_API_TOKEN]`";
+            if let Some(items) = self.seq(s, &skey, "a list of variable names", shint) {
+                for (i, item) in items.iter().enumerate() {
+                    let key = index(&skey, i);
+                    match self.secret_name(item, &key) {
+                        Some(n) => {
+                            if let Some(v) = secrets.as_mut() {
+                                v.push(Located {
+                                    value: n,
+                                    at: self.at(item, &key),
+                                });
+                            }
+                        }
+                        None => secrets = None,
+                    }
+                }
+            } else {
+                secrets = None;
+            }
+        }
+        let hosts = match f.get("hosts") {
+            None => Vec::new(),
+            Some((_, h)) => self.host_list(h, &child(path, "hosts")),
+        };
+        if let (Some(list), Some((sk, _))) = (&secrets, f.get("secrets")) {
+            let hosts_given = f
+                .get("hosts")
+                .is_some_and(|(_, h)| !matches!(&h.value, Value::Seq(v) if v.is_empty()));
+            if !list.is_empty() && !hosts_given {
+                self.error(
+                    sk,
+                    &child(path, "secrets"),
+                    "a secret must be bound to at least one host",
+                    "list the hosts the server sends it to under `hosts:` (`--host` in `fenzi mcp add`)",
+                );
+                secrets = None;
+            }
+        }
+        Some(ServerKind::Local {
+            command: command?,
+            secrets: secrets?,
+            hosts,
+        })
+    }
+
+    /// A secret's variable name; the name (never a value) may be quoted back.
+    fn secret_name(&mut self, node: &Node, key: &str) -> Option<String> {
+        let name = self.string(
+            node,
+            key,
+            "a variable name",
+            "write the variable's name, e.g. MY_API_TOKEN",
+        )?;
+        if is_valid_secret_name(name) {
+            Some(name.to_string())
+        } else {
+            self.error(
+                node,
+                key,
+                format!("invalid secret name `{name}`"),
+                "a secret is named by its environment variable: A-Z 0-9 _, not starting with a digit, at most 128 characters; the value itself never goes in a config file",
+            );
+            None
+        }
+    }
+
+    fn secrets(&mut self, node: &Node) -> Vec<SecretConfig> {
+        let Value::Map(entries) = &node.value else {
+            self.wrong_type(
+                node,
+                "secrets",
+                "a mapping of variable names to entries",
+                "write `secrets:` then one indented `NAME: {hosts: [...]}` per secret",
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let Some(raw) = self.key_str(k, "secrets") else {
+                continue;
+            };
+            let path = child("secrets", raw);
+            let name = self.secret_name(k, &path);
+            let Some(f) = self.fields(
+                v,
+                &path,
+                SECRET_KEYS,
+                "a mapping with `hosts` (and optionally `body`)",
+                "write `NAME: {hosts: [api.example.com]}`",
+            ) else {
+                continue;
+            };
+            let hosts = match f.get("hosts") {
+                None => {
+                    self.error(
+                        k,
+                        &path,
+                        "a secret must be bound to at least one host",
+                        "add `hosts: [api.example.com]`: the hosts this secret may be sent to",
+                    );
+                    None
+                }
+                Some((hk, h)) => {
+                    let list = self.host_list(h, &child(&path, "hosts"));
+                    if matches!(&h.value, Value::Seq(v) if v.is_empty()) {
+                        self.error(
+                            hk,
+                            &child(&path, "hosts"),
+                            "a secret must be bound to at least one host",
+                            "list the hosts this secret may be sent to",
+                        );
+                        None
+                    } else {
+                        Some(list)
+                    }
+                }
+            };
+            let body = match f.get("body") {
+                None => Some(false),
+                Some((_, b)) => self.boolean(b, &child(&path, "body")),
+            };
+            if let (Some(name), Some(hosts), Some(body)) = (name, hosts, body) {
+                out.push(SecretConfig {
+                    name,
+                    hosts,
+                    body,
+                    at: self.at(k, &path),
+                });
+            }
+        }
+        out
+    }
+}

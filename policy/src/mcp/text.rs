@@ -1,0 +1,67 @@
+//! How names taken from a request (JSON-RPC methods, tool names, paths) are shown in decision
+//! messages: they are hostile input, so control characters, invisible and bidirectional formatting
+//! characters are escaped and the length is bounded.
+
+use crate::json;
+
+/// Most characters of one request-supplied name shown in a message.
+pub(super) const SHOWN_CHARS: usize = 128;
+
+/// `s` made safe to print: ASCII controls and `\` escaped, non-ASCII characters that Rust would not
+/// print as themselves (bidi overrides, zero-width and other format characters, combining marks)
+/// written as `\u{...}`, and cut at [`SHOWN_CHARS`] characters with a trailing `…`.
+pub(super) fn shown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().min(SHOWN_CHARS * 2));
+    for (i, c) in s.chars().enumerate() {
+        if i == SHOWN_CHARS {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c if c.is_ascii() => out.push(c),
+            c if c.escape_debug().count() == 1 => out.push(c),
+            c => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+        }
+    }
+    out
+}
+
+/// `s` cut at `max` characters (on a character boundary).
+pub(super) fn clip(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => &s[..at],
+        None => s,
+    }
+}
+
+/// A pattern or name as a JSON string literal (pure ASCII), as rule names show them:
+/// `mcp.deepwiki.tools.allow "read_*"`.
+pub(super) fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    json::write_string(&mut out, s);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_names_are_escaped_and_bounded() {
+        assert_eq!(shown("read_wiki"), "read_wiki");
+        assert_eq!(shown("a\nb\u{1b}[31m"), "a\\u{a}b\\u{1b}[31m");
+        assert_eq!(shown("evil\u{202e}txt"), "evil\\u{202e}txt");
+        assert_eq!(shown("zero\u{200b}width"), "zero\\u{200b}width");
+        assert_eq!(shown("back\\slash"), "back\\\\slash");
+        assert_eq!(shown("café"), "café");
+        let long = "x".repeat(1000);
+        assert_eq!(shown(&long).chars().count(), SHOWN_CHARS + 1);
+        assert!(shown(&long).ends_with('…'));
+        assert_eq!(clip("héllo", 2), "hé");
+        assert_eq!(clip("hi", 5), "hi");
+        assert_eq!(quoted("read_*"), "\"read_*\"");
+        assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
+    }
+}

@@ -1,0 +1,171 @@
+//! The compiled policy: routes, address checks, secret bindings and what gets intercepted.
+
+use fenzi_policy::Reason;
+use fenzi_policy::config;
+use fenzi_policy::engine::{Policy, Route, SecretSource};
+use fenzi_policy::host::Host;
+use std::net::IpAddr;
+
+const POLICY: &str = r#"
+version: 1
+hosts:
+  - github.com
+  - "*.githubusercontent.com"
+  - "10.0.0.5:8080"
+mcp:
+  deepwiki:
+    url: https://mcp.deepwiki.com/mcp
+    tools: {allow: [read_wiki_structure]}
+  linear:
+    url: https://mcp.linear.app/mcp
+    token: true
+    tools: {allow: [get_issue], deny: [delete_issue]}
+  local:
+    url: https://127.0.0.1:8443/mcp
+    tools: {allow: ["*"]}
+  droplets:
+    command: [npx, -y, "@digitalocean/mcp"]
+    secrets: [DIGITALOCEAN_API_TOKEN]
+    hosts: [api.digitalocean.com]
+secrets:
+  ANTHROPIC_API_KEY:
+    hosts: [api.anthropic.com]
+    body: true
+"#;
+
+fn policy() -> Policy {
+    let cfg = config::load(None, Some((POLICY, "fenzi.yaml"))).expect("valid policy");
+    Policy::from_config(&cfg)
+}
+
+fn host(s: &str) -> Host {
+    Host::parse(s).unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn mcp_servers_route_to_their_rule_and_need_inspection() {
+    let p = policy();
+    let r = p.route(&host("MCP.DeepWiki.com."), 443).unwrap();
+    assert!(matches!(r, Route::Mcp(s) if s.name == "deepwiki"));
+    assert!(r.needs_inspection());
+    assert!(
+        p.route(&host("mcp.deepwiki.com"), 8443).is_err(),
+        "another port is another destination"
+    );
+}
+
+#[test]
+fn plain_hosts_are_tunnelled_and_secret_hosts_inspected() {
+    let p = policy();
+    let gh = p.route(&host("github.com"), 443).unwrap();
+    assert!(matches!(&gh, Route::Plain { secrets, .. } if secrets.is_empty()));
+    assert!(!gh.needs_inspection());
+    let anthropic = p.route(&host("api.anthropic.com"), 443).unwrap();
+    assert!(anthropic.needs_inspection());
+    let names: Vec<_> = p
+        .secrets_for(&host("api.anthropic.com"), 443)
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(names, ["ANTHROPIC_API_KEY"]);
+    let denied = p.route(&host("example.org"), 443).unwrap_err();
+    assert_eq!(denied.reason(), Some(Reason::HostNotAllowed));
+}
+
+#[test]
+fn secrets_are_bound_to_their_hosts_only() {
+    let p = policy();
+    let token = p
+        .secrets()
+        .iter()
+        .find(|s| s.name == "MCP_LINEAR")
+        .expect("token secret");
+    assert!(token.default_bearer);
+    assert!(token.is_bound_to(&host("mcp.linear.app"), 443));
+    assert!(!token.is_bound_to(&host("mcp.deepwiki.com"), 443));
+    assert_eq!(
+        token.sources,
+        [SecretSource::ServerToken {
+            server: "linear".into()
+        }]
+    );
+    let d = p
+        .secrets()
+        .iter()
+        .find(|s| s.name == "DIGITALOCEAN_API_TOKEN")
+        .unwrap();
+    assert!(d.is_bound_to(&host("api.digitalocean.com"), 443));
+    assert!(!d.body);
+    assert!(
+        p.secrets()
+            .iter()
+            .find(|s| s.name == "ANTHROPIC_API_KEY")
+            .unwrap()
+            .body
+    );
+}
+
+#[test]
+fn internal_addresses_are_refused_unless_the_literal_is_named() {
+    let p = policy();
+    let gh = host("github.com");
+    assert!(p.check_address(&gh, 443, ip("140.82.112.3")).is_allowed());
+    for bad in [
+        "10.1.2.3",
+        "127.0.0.1",
+        "169.254.169.254",
+        "::1",
+        "::ffff:10.0.0.1",
+        "64:ff9b::a00:1",
+        "fd00::1",
+    ] {
+        let d = p.check_address(&gh, 443, ip(bad));
+        assert_eq!(d.reason(), Some(Reason::PrivateAddress), "{bad}");
+    }
+    // Named literals are reachable on the named port only, and only when asked for by that literal.
+    assert!(
+        p.check_address(&host("127.0.0.1"), 8443, ip("127.0.0.1"))
+            .is_allowed()
+    );
+    assert!(
+        p.check_address(&host("10.0.0.5"), 8080, ip("10.0.0.5"))
+            .is_allowed()
+    );
+    assert!(
+        !p.check_address(&host("10.0.0.5"), 8081, ip("10.0.0.5"))
+            .is_allowed()
+    );
+    assert!(
+        !p.check_address(&gh, 443, ip("10.0.0.5")).is_allowed(),
+        "a name resolving to a named literal is still refused"
+    );
+    assert!(
+        !p.check_address(&host("127.1"), 9999, ip("127.0.0.1"))
+            .is_allowed()
+    );
+}
+
+#[test]
+fn the_ca_constraints_cover_exactly_the_inspected_hosts() {
+    let p = policy();
+    let mut names: Vec<String> = p
+        .inspected_patterns()
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "127.0.0.1:8443",
+            "api.anthropic.com",
+            "api.digitalocean.com",
+            "mcp.deepwiki.com",
+            "mcp.linear.app"
+        ]
+    );
+}

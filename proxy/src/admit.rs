@@ -1,0 +1,128 @@
+//! Admission of a destination, the first phase of every connection and plain-HTTP request: the policy's
+//! route for host:port, one resolution of the name, and the internal-address check of EVERY resolved
+//! address. The result is a [`Destination`] that carries only checked addresses; the proxy dials nothing
+//! else, so a name cannot resolve to one address for the check and another for the connection.
+
+use crate::audit_sink::Subject;
+use crate::error::ProxyError;
+use crate::server::Shared;
+use fenzi_policy::Decision;
+use fenzi_policy::engine::{McpServer, Route};
+use fenzi_policy::host::Host;
+use std::net::SocketAddr;
+
+/// How requests to an admitted destination are handled.
+#[derive(Debug, Clone)]
+pub(crate) enum Handling {
+    /// An MCP server: every request is classified before a byte goes upstream.
+    Mcp(Box<McpServer>),
+    /// A plain allowed host: requests are forwarded as they are.
+    Plain,
+}
+
+/// A destination the policy admits, with its checked addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct Destination {
+    pub host: Host,
+    pub port: u16,
+    pub handling: Handling,
+    /// The admitting decision (its rule names the policy entry).
+    pub decision: Decision,
+    /// Whether a CONNECT to it must be intercepted rather than passed through.
+    pub inspect: bool,
+    /// Every address the name resolved to; each one passed `check_address`.
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Destination {
+    pub fn server_name(&self) -> Option<&str> {
+        match &self.handling {
+            Handling::Mcp(server) => Some(&server.name),
+            Handling::Plain => None,
+        }
+    }
+
+    /// The audit subject of a request with `method` on `path` (no query) to this destination.
+    pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
+        Subject {
+            method: method.to_string(),
+            host: self.host.to_string(),
+            port: self.port,
+            path: path.map(str::to_string),
+            server: self.server_name().map(str::to_string),
+        }
+    }
+}
+
+pub(crate) enum Admission {
+    Admitted(Box<Destination>),
+    /// The policy refused: `host_not_allowed` or `private_address`.
+    Denied(Decision),
+    /// The name could not be resolved.
+    Failed(ProxyError),
+}
+
+/// Routes, resolves and checks `host:port`.
+pub(crate) async fn admit(shared: &Shared, host: &Host, port: u16) -> Admission {
+    let route = match shared.policy.route(host, port) {
+        Ok(route) => route,
+        Err(denied) => return Admission::Denied(denied),
+    };
+    let inspect = route.needs_inspection();
+    let decision = Decision::allow(
+        route.rule(),
+        format!("{} is allowed by the policy", host.authority(port)),
+    );
+    let handling = match route {
+        Route::Mcp(server) => Handling::Mcp(Box::new(server.clone())),
+        Route::Plain { .. } => Handling::Plain,
+    };
+    let ips = match resolve(shared, host, port).await {
+        Ok(ips) => ips,
+        Err(e) => return Admission::Failed(e),
+    };
+    for ip in &ips {
+        let checked = shared.policy.check_address(host, port, *ip);
+        if !checked.is_allowed() {
+            return Admission::Denied(checked);
+        }
+    }
+    Admission::Admitted(Box::new(Destination {
+        host: host.clone(),
+        port,
+        handling,
+        decision,
+        inspect,
+        addrs: ips
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect(),
+    }))
+}
+
+/// One resolution: an IP literal is itself; a name goes to the resolver, with a timeout.
+async fn resolve(
+    shared: &Shared,
+    host: &Host,
+    port: u16,
+) -> Result<Vec<std::net::IpAddr>, ProxyError> {
+    let name = match host {
+        Host::Ip(ip) => return Ok(vec![*ip]),
+        Host::Name(name) => name,
+    };
+    let after = shared.options.resolve_timeout;
+    let ips = tokio::time::timeout(after, shared.network.resolve(name, port))
+        .await
+        .map_err(|_| ProxyError::ResolveTimeout {
+            host: name.clone(),
+            after,
+        })?
+        .map_err(|error| ProxyError::Resolve {
+            host: name.clone(),
+            error,
+        })?;
+    if ips.is_empty() {
+        return Err(ProxyError::NoAddress { host: name.clone() });
+    }
+    Ok(ips)
+}

@@ -1,0 +1,113 @@
+//! Where the proxy's decisions go. [`AuditSink`] is what the proxy calls, once per decision and before
+//! anything is forwarded; the [`AuditWriter`] is the production sink (tests may pass a failing one to
+//! check that the proxy fails closed). [`Subject`] turns a decision about one connection or request into
+//! its [`AuditEntry`], so every call site writes the same fields.
+
+use crate::audit_writer::{AuditEntry, AuditWriter};
+use crate::error::ProxyError;
+use fenzi_policy::Decision;
+use fenzi_policy::audit::Outcome;
+use fenzi_policy::mcp::{MessageDecision, RpcId};
+use std::future::Future;
+use std::pin::Pin;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Something that durably records audit entries. `record` must have written the entry when it returns
+/// `Ok`; an `Err` makes the proxy deny the request with `audit_unavailable`.
+pub trait AuditSink: Send + Sync + 'static {
+    fn record(&self, entry: AuditEntry) -> BoxFuture<'_, Result<u64, String>>;
+    /// Makes everything recorded so far durable (called at shutdown).
+    fn flush(&self) -> BoxFuture<'_, Result<(), String>>;
+}
+
+impl AuditSink for AuditWriter {
+    fn record(&self, entry: AuditEntry) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            AuditWriter::record(self, entry)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move { AuditWriter::flush(self).await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// What a decision is about: one CONNECT, one plain-HTTP request or one request inside a tunnel.
+/// `path` never carries the query string, which may hold credentials.
+#[derive(Debug, Clone)]
+pub(crate) struct Subject {
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    pub path: Option<String>,
+    pub server: Option<String>,
+}
+
+impl Subject {
+    fn entry(
+        &self,
+        outcome: Outcome,
+        reason: Option<fenzi_policy::Reason>,
+        rule: Option<String>,
+    ) -> AuditEntry {
+        AuditEntry {
+            outcome,
+            reason,
+            method: self.method.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            path: self.path.clone(),
+            server: self.server.clone(),
+            rpc: None,
+            tool: None,
+            rpc_id: None,
+            secrets: Vec::new(),
+            rule,
+            source: None,
+        }
+    }
+
+    /// The entry for a decision (allowed or denied).
+    pub fn decided(&self, decision: &Decision) -> AuditEntry {
+        let outcome = if decision.is_allowed() {
+            Outcome::Allowed
+        } else {
+            Outcome::Denied
+        };
+        self.entry(outcome, decision.reason(), Some(decision.rule.clone()))
+    }
+
+    /// The `failed` entry for an error after (or instead of) an allowed decision.
+    pub fn failed(&self, error: &ProxyError) -> AuditEntry {
+        let mut entry = self.entry(Outcome::Failed, Some(error.reason()), None);
+        entry.source = Some(error.source_kind().label().to_string());
+        entry
+    }
+
+    /// The entry for one JSON-RPC message of a request whose overall decision is `overall`. A message
+    /// that was fine on its own but sits in a denied batch is recorded as denied: it was not forwarded.
+    pub fn message(&self, message: &MessageDecision, overall: &Decision) -> AuditEntry {
+        let decision = if overall.is_allowed() || !message.decision.is_allowed() {
+            &message.decision
+        } else {
+            overall
+        };
+        let mut entry = self.decided(decision);
+        entry.rpc = message.rpc_method.clone();
+        entry.tool = message.tool.clone();
+        entry.rpc_id = message.rpc_id.as_ref().map(rpc_id_text);
+        entry
+    }
+}
+
+/// A JSON-RPC id as the log shows it: numbers as their JSON text, strings as they are.
+fn rpc_id_text(id: &RpcId) -> String {
+    match id {
+        RpcId::Number(n) => n.clone(),
+        RpcId::String(s) => s.clone(),
+        RpcId::Null => "null".to_string(),
+    }
+}

@@ -1,0 +1,102 @@
+//! The proxy's errors, each classified by where it came from: the client, the upstream, the policy or
+//! the proxy itself (linkerd-style). The class is what a `failed` audit record names as its `source`,
+//! and the error picks the reason code and so the status the client gets.
+
+use fenzi_policy::Reason;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Who caused a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorSource {
+    Client,
+    Upstream,
+    Policy,
+    Proxy,
+}
+
+impl ErrorSource {
+    /// As written in the audit log's `source` field.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorSource::Client => "client",
+            ErrorSource::Upstream => "upstream",
+            ErrorSource::Policy => "policy",
+            ErrorSource::Proxy => "proxy",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("could not resolve {host}: {error}")]
+    Resolve { host: String, error: io::Error },
+    #[error("{host} resolved to no address")]
+    NoAddress { host: String },
+    #[error("resolving {host} took longer than {after:?}")]
+    ResolveTimeout { host: String, after: Duration },
+    #[error("could not connect to {addr}: {error}")]
+    Connect { addr: SocketAddr, error: io::Error },
+    #[error("connecting to {addr} took longer than {after:?}")]
+    ConnectTimeout { addr: SocketAddr, after: Duration },
+    #[error("TLS with upstream {host} failed: {error}")]
+    UpstreamTls { host: String, error: io::Error },
+    #[error("TLS handshake with upstream {host} took longer than {after:?}")]
+    UpstreamTlsTimeout { host: String, after: Duration },
+    #[error("the upstream HTTP exchange failed: {0}")]
+    UpstreamHttp(hyper::Error),
+    #[error("the upstream sent no response head within {0:?}")]
+    UpstreamTimeout(Duration),
+    #[error("TLS handshake with the client failed (does it trust the session CA?): {0}")]
+    ClientTls(io::Error),
+    #[error("TLS handshake with the client took longer than {0:?}")]
+    ClientTlsTimeout(Duration),
+    #[error("reading the request body failed: {0}")]
+    ClientBody(String),
+    #[error("the request body was not received within {0:?}")]
+    ClientBodyTimeout(Duration),
+    #[error("the audit log could not be written: {0}")]
+    Audit(String),
+    #[error("TLS setup failed: {0}")]
+    TlsSetup(String),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl ProxyError {
+    /// Who caused it.
+    pub fn source_kind(&self) -> ErrorSource {
+        use ProxyError::*;
+        match self {
+            Resolve { .. }
+            | NoAddress { .. }
+            | ResolveTimeout { .. }
+            | Connect { .. }
+            | ConnectTimeout { .. }
+            | UpstreamTls { .. }
+            | UpstreamTlsTimeout { .. }
+            | UpstreamHttp(_)
+            | UpstreamTimeout(_) => ErrorSource::Upstream,
+            ClientTls(_) | ClientTlsTimeout(_) | ClientBody(_) | ClientBodyTimeout(_) => {
+                ErrorSource::Client
+            }
+            Audit(_) | TlsSetup(_) | Io(_) => ErrorSource::Proxy,
+        }
+    }
+
+    /// The reason code the client's response and the audit record carry.
+    pub fn reason(&self) -> Reason {
+        match self {
+            ProxyError::Audit(_) => Reason::AuditUnavailable,
+            _ => match self.source_kind() {
+                ErrorSource::Client => Reason::BadRequest,
+                // Our own failures (a leaf that could not be minted) also mean the upstream cannot be
+                // reached through us; 502 tells the client not to blame its request.
+                ErrorSource::Upstream | ErrorSource::Policy | ErrorSource::Proxy => {
+                    Reason::UpstreamError
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! An intercepted tunnel: the proxy terminates the client's TLS with a leaf for the CONNECT host (or,
+//! when the client speaks plain HTTP inside the tunnel, reads it as is), serves HTTP/1.1 or h2 (by ALPN)
+//! on the decrypted stream, and hands every request to [`crate::forward::exchange`] once it has checked
+//! that the CONNECT target, the TLS server name and the Host (or `:authority`) agree by name. Upstream
+//! mirrors the client: TLS (verified) when the client used TLS.
+
+use crate::admit::Destination;
+use crate::audit_sink::Subject;
+use crate::error::ProxyError;
+use crate::forward::{bad_request, exchange};
+use crate::io::Prefixed;
+use crate::respond::Body;
+use crate::server::{ConnGuard, Shared};
+use crate::upstream::Upstream;
+use fenzi_policy::host::{Host, split_authority};
+use http::header::HOST;
+use http::{HeaderValue, Method, Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::time::timeout;
+use tokio_rustls::LazyConfigAcceptor;
+
+/// First byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+/// h2 keep-alive pings find dead clients on otherwise idle connections.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Serves the tunnel of an admitted CONNECT until the client closes it.
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    dest: Arc<Destination>,
+    upgraded: Upgraded,
+    guard: ConnGuard,
+) {
+    let subject = dest.subject("CONNECT", None);
+    let handshake = shared.options.tls_handshake_timeout;
+    let mut io = TokioIo::new(upgraded);
+    let mut first = [0u8; 1];
+    match timeout(handshake, io.read(&mut first)).await {
+        Ok(Ok(1)) => {}
+        // The client closed or stayed silent: no request, nothing to decide.
+        _ => return,
+    }
+    let io = Prefixed::new(first.to_vec(), io);
+    if first[0] != TLS_HANDSHAKE {
+        let tunnel = Tunnel::new(shared, dest, false, None);
+        return tunnel.serve_http(TokioIo::new(io), false, guard).await;
+    }
+
+    let start = match timeout(
+        handshake,
+        LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io),
+    )
+    .await
+    {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => return failed(&shared, &subject, ProxyError::ClientTls(e)).await,
+        Err(_) => return failed(&shared, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
+    };
+    let sni_problem = sni_mismatch(&dest.host, start.client_hello().server_name());
+    // The leaf is always the CONNECT host's, whatever name the client asked for.
+    let config = match shared.ca.server_config(&dest.host) {
+        Ok(config) => config,
+        Err(e) => {
+            let error = ProxyError::TlsSetup(e.to_string());
+            return failed(&shared, &subject, error).await;
+        }
+    };
+    let stream = match timeout(handshake, start.into_stream(config)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return failed(&shared, &subject, ProxyError::ClientTls(e)).await,
+        Err(_) => return failed(&shared, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
+    };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    let tunnel = Tunnel::new(shared, dest, true, sni_problem);
+    tunnel.serve_http(TokioIo::new(stream), h2, guard).await
+}
+
+async fn failed(shared: &Shared, subject: &Subject, error: ProxyError) {
+    tracing::info!(host = %subject.host, port = subject.port, "{error}");
+    // Nothing is forwarded either way; a failure to record it has no one left to tell.
+    let _ = shared.record(subject.failed(&error)).await;
+}
+
+/// Why the TLS server name does not fit the CONNECT target, if it does not. Clients send no SNI for an
+/// IP address, so none is needed there.
+pub(crate) fn sni_mismatch(target: &Host, sni: Option<&str>) -> Option<String> {
+    match sni {
+        None if matches!(target, Host::Ip(_)) => None,
+        None => Some(format!(
+            "the client sent no TLS server name for the CONNECT target {target}"
+        )),
+        Some(name) => match Host::parse(name) {
+            Ok(host) if &host == target => None,
+            _ => Some(format!(
+                "the TLS server name {name:?} does not match the CONNECT target {target}"
+            )),
+        },
+    }
+}
+
+/// The requests of one intercepted tunnel.
+struct Tunnel {
+    shared: Arc<Shared>,
+    dest: Arc<Destination>,
+    upstream: Upstream,
+    tls: bool,
+    sni_problem: Option<String>,
+}
+
+impl Tunnel {
+    fn new(
+        shared: Arc<Shared>,
+        dest: Arc<Destination>,
+        tls: bool,
+        sni_problem: Option<String>,
+    ) -> Arc<Tunnel> {
+        Arc::new(Tunnel {
+            upstream: Upstream::new(dest.clone(), tls),
+            shared,
+            dest,
+            tls,
+            sni_problem,
+        })
+    }
+
+    async fn serve_http<T>(self: Arc<Self>, io: TokioIo<T>, h2: bool, mut guard: ConnGuard)
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let idle = self.shared.options.idle_timeout;
+        let tunnel = self.clone();
+        let service = service_fn(move |req| {
+            let tunnel = tunnel.clone();
+            async move { Ok::<_, Infallible>(tunnel.handle(req).await) }
+        });
+        if h2 {
+            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            builder
+                .timer(TokioTimer::new())
+                .keep_alive_interval(Some(H2_PING_INTERVAL));
+            let conn = builder.serve_connection(io, service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = guard.stopping() => conn.as_mut().graceful_shutdown(),
+            }
+            let _ = conn.await;
+        } else {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(idle)
+                .keep_alive(true);
+            let conn = builder.serve_connection(io, service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = guard.stopping() => conn.as_mut().graceful_shutdown(),
+            }
+            let _ = conn.await;
+        }
+    }
+
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let subject = self
+            .dest
+            .subject(req.method().as_str(), Some(req.uri().path()));
+        if let Some(problem) = &self.sni_problem {
+            return bad_request(&self.shared, &subject, problem).await;
+        }
+        if req.method() == Method::CONNECT {
+            let why = "CONNECT inside a tunnel is not allowed";
+            return bad_request(&self.shared, &subject, why).await;
+        }
+        let default_port = if self.tls { 443 } else { 80 };
+        let host = match checked_authority(&req, &self.dest.host, self.dest.port, default_port) {
+            Ok(host) => host,
+            Err(why) => return bad_request(&self.shared, &subject, &why).await,
+        };
+        exchange(&self.shared, &self.dest, &self.upstream, req, host).await
+    }
+}
+
+/// The Host value to forward, once every authority the request names (Host header, absolute or h2
+/// `:authority`) is the CONNECT target by name and port.
+pub(crate) fn checked_authority<B>(
+    req: &Request<B>,
+    target: &Host,
+    port: u16,
+    default_port: u16,
+) -> Result<HeaderValue, String> {
+    let mut named: Vec<&str> = Vec::new();
+    let mut hosts = req.headers().get_all(HOST).iter();
+    if let Some(value) = hosts.next() {
+        if hosts.next().is_some() {
+            return Err("the request has more than one Host header".to_string());
+        }
+        named.push(
+            value
+                .to_str()
+                .map_err(|_| "the Host header is not ASCII text".to_string())?,
+        );
+    }
+    if let Some(authority) = req.uri().authority() {
+        named.push(authority.as_str());
+    }
+    let Some(first) = named.first().copied() else {
+        return Err("the request names no host (no Host header or :authority)".to_string());
+    };
+    for text in &named {
+        if text.contains('@') {
+            return Err(format!("the authority {text:?} carries credentials"));
+        }
+        let (host, named_port) = split_authority(text).map_err(|e| e.to_string())?;
+        if &host != target || named_port.unwrap_or(default_port) != port {
+            return Err(format!(
+                "the request's host {text:?} does not match the CONNECT target {}",
+                target.authority(port)
+            ));
+        }
+    }
+    HeaderValue::from_str(first).map_err(|_| format!("the host {first:?} is not a valid header"))
+}

@@ -1,0 +1,55 @@
+//! The proxy's tunables: a timeout wherever a peer can stall, the cap on concurrent connections, the
+//! session CA's lifetime and the extra roots trusted for upstream TLS. Every field has a default that
+//! suits an agent sandbox; `fenzi proxy` and `fenzi run` start from [`ProxyOptions::default`].
+
+use rustls::pki_types::CertificateDer;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// Time a client has to send a complete request head on the proxy port. hyper also applies it while
+    /// a keep-alive connection waits for its next request, so it bounds idle proxy connections too.
+    pub header_read_timeout: Duration,
+    /// A tunnel (passed through or intercepted) with no bytes in either direction for this long is
+    /// closed; an intercepted HTTP/1.1 connection waiting for its next request is closed after it too.
+    pub idle_timeout: Duration,
+    /// Name resolution of a destination.
+    pub resolve_timeout: Duration,
+    /// Dialling one upstream address.
+    pub connect_timeout: Duration,
+    /// A TLS handshake, with the client or with the upstream.
+    pub tls_handshake_timeout: Duration,
+    /// From sending a request upstream to receiving its response head (a slow tool call counts here).
+    pub response_header_timeout: Duration,
+    /// Reading a request body that is inspected before it is forwarded.
+    pub body_read_timeout: Duration,
+    /// Client connections served at once, tunnels included. Further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// At shutdown, how long in-flight connections get to finish before they are cut.
+    pub drain_timeout: Duration,
+    /// How long the session CA (and so every leaf) is valid.
+    pub ca_validity: Duration,
+    /// Extra roots trusted for upstream TLS, beside the webpki roots (`--upstream-ca`).
+    pub upstream_roots: Vec<CertificateDer<'static>>,
+    /// Idle upstream connections kept for reuse by the requests of one intercepted tunnel.
+    pub max_idle_upstream: usize,
+}
+
+impl Default for ProxyOptions {
+    fn default() -> Self {
+        ProxyOptions {
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(300),
+            resolve_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
+            response_header_timeout: Duration::from_secs(300),
+            body_read_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            drain_timeout: Duration::from_secs(10),
+            ca_validity: Duration::from_secs(24 * 60 * 60),
+            upstream_roots: Vec::new(),
+            max_idle_upstream: 8,
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! Thin wrappers over the raw Linux system calls the sandbox needs: the only `unsafe` code of the
+//! project. Every wrapper is one system call (or a short fixed sequence) on memory the caller owns,
+//! returns the `errno` on failure, and never allocates, locks or touches global state other than
+//! `errno`: the functions used between `clone` and `execve` (see `child.rs`) must be
+//! async-signal-safe, because the parent may be multi-threaded and the child is a copy of one
+//! thread of it.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use libc::{c_int, c_long, c_void};
+
+/// A failed system call: the `errno` it set.
+pub(crate) type Errno = i32;
+pub(crate) type SysResult<T> = Result<T, Errno>;
+
+/// The calling thread's `errno`. `io::Error::last_os_error` reads it without allocating.
+fn errno() -> Errno {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Maps a `-1`-on-error return value to `Err(errno)`.
+fn check<T: Copy + PartialEq + From<i8>>(rc: T) -> SysResult<T> {
+    if rc == T::from(-1) { Err(errno()) } else { Ok(rc) }
+}
+
+/// Retries a call that failed with `EINTR`.
+fn retry<T>(mut f: impl FnMut() -> SysResult<T>) -> SysResult<T> {
+    loop {
+        match f() {
+            Err(libc::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process creation and ending
+// ---------------------------------------------------------------------------------------------
+
+/// `clone(flags)` with no new stack: fork semantics (the child runs on a copy of the caller's
+/// stack and returns 0 here). With `CLONE_PIDFD` the parent receives a pid file descriptor.
+///
+/// Returns `Ok(0)` in the child and `Ok((pid, pidfd))` in the parent.
+pub(crate) fn clone_process(flags: u64) -> SysResult<(libc::pid_t, Option<OwnedFd>)> {
+    let mut pidfd: c_int = -1;
+    // SAFETY: a raw `clone` with a null stack behaves like `fork`: the child gets a copy-on-write
+    // copy of the address space and continues on its own copy of this stack. `pidfd` is a valid
+    // `int` the kernel writes when CLONE_PIDFD is set (the argument order is the same on x86_64,
+    // aarch64 and riscv64 for the first three arguments; the last two are zero).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as c_long,
+            0 as c_long,
+            &mut pidfd as *mut c_int,
+            0 as c_long,
+            0 as c_long,
+        )
+    };
+    let pid = check(rc)? as libc::pid_t;
+    if pid == 0 {
+        return Ok((0, None));
+    }
+    let fd = (pidfd >= 0).then(|| {
+        // SAFETY: the kernel just created this descriptor for us; nothing else owns it.
+        unsafe { OwnedFd::from_raw_fd(pidfd) }
+    });
+    Ok((pid, fd))
+}
+
+/// `_exit(code)`: ends the process without running atexit handlers or flushing stdio buffers that
+/// belong to the parent's copy of the program.
+pub(crate) fn exit_now(code: c_int) -> ! {
+    // SAFETY: `_exit` is async-signal-safe and takes no pointers.
+    unsafe { libc::_exit(code) }
+}
+
+/// `waitpid(pid, &status, flags)`, retrying on `EINTR`. Returns `(pid, raw status)`; pid 0 with
+/// `WNOHANG` means nothing has exited yet.
+pub(crate) fn wait_pid(pid: libc::pid_t, flags: c_int) -> SysResult<(libc::pid_t, c_int)> {
+    let mut status: c_int = 0;
+    let got = retry(|| {
+        // SAFETY: `status` is a valid `int` for the kernel to write.
+        check(unsafe { libc::waitpid(pid, &mut status, flags) })
+    })?;
+    Ok((got, status))
+}
+
+/// `kill(pid, sig)`.
+pub(crate) fn kill(pid: libc::pid_t, sig: c_int) -> SysResult<()> {
+    // SAFETY: no pointers; the kernel checks permissions.
+    check(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// `pidfd_send_signal(pidfd, sig, NULL, 0)`: signals exactly the process the descriptor names,
+/// even if its pid number has been reused.
+pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: c_int) -> SysResult<()> {
+    // SAFETY: a valid descriptor, a null siginfo (the kernel fills a default one), no flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0 as libc::c_uint,
+        )
+    };
+    check(rc).map(drop)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals
+// ---------------------------------------------------------------------------------------------
+
+/// Highest signal number on Linux (`SIGRTMAX`).
+const NSIG: c_int = 64;
+
+/// Sets every catchable signal back to its default action, so the command starts in the state a
+/// freshly exec'd program expects (Rust ignores SIGPIPE; a tokio parent may have handlers).
+pub(crate) fn reset_signal_dispositions() {
+    for sig in 1..=NSIG {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `sigaction` with a zeroed struct (SIG_DFL, empty mask, no flags) and a null
+        // old-action pointer. Errors (the C library's reserved signals) are deliberately ignored.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Blocks (`true`) or unblocks (`false`) every signal for the calling thread.
+pub(crate) fn set_signal_mask(block_all: bool) {
+    // SAFETY: the set is initialised by sigfillset/sigemptyset before use; a null old-set pointer.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        if block_all {
+            libc::sigfillset(&mut set);
+        } else {
+            libc::sigemptyset(&mut set);
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The pid the init process forwards signals to (0 until the command is forked).
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: c_int) {
+    let pid = FORWARD_TO.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: `__errno_location` returns this thread's errno slot; saving and restoring it
+        // keeps the interrupted code's errno intact. `kill` is async-signal-safe.
+        unsafe {
+            let slot = libc::__errno_location();
+            let saved = *slot;
+            libc::kill(pid, sig);
+            *slot = saved;
+        }
+    }
+}
+
+/// Installs handlers that forward `signals` to [`set_forward_target`]'s pid. A PID namespace's
+/// init only receives signals it has handlers for, so this is what lets `Session::terminate`
+/// reach the command.
+pub(crate) fn install_forwarders(signals: &[c_int]) -> SysResult<()> {
+    for &sig in signals {
+        // SAFETY: the handler is an `extern "C" fn(c_int)` that only does async-signal-safe
+        // work; the struct is fully initialised; no old action is requested.
+        let rc = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = forward_signal as extern "C" fn(c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut())
+        };
+        check(rc)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn set_forward_target(pid: libc::pid_t) {
+    FORWARD_TO.store(pid, Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// File descriptors and files
+// ---------------------------------------------------------------------------------------------
+
+/// `close(fd)`, ignoring errors (the descriptor is gone either way).
+pub(crate) fn close(fd: RawFd) {
+    // SAFETY: closing a descriptor number; the caller no longer uses it.
+    unsafe {
+        libc::close(fd);
+    }
+}
+
+/// Closes every descriptor except those in `keep` (which must be sorted ascending).
+pub(crate) fn close_all_except(keep: &[RawFd]) {
+    let mut next: u32 = 0;
+    for &fd in keep {
+        let fd = fd as u32;
+        if fd > next {
+            close_range(next, fd - 1);
+        }
+        next = fd + 1;
+    }
+    close_range(next, u32::MAX);
+}
+
+/// `close_range(first, last, 0)`, falling back to closing one by one up to `RLIMIT_NOFILE` on
+/// kernels older than 5.9.
+fn close_range(first: u32, last: u32) {
+    // SAFETY: no pointers; closes descriptors the caller asked to drop.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) };
+    if rc == 0 {
+        return;
+    }
+    // SAFETY: `limit` is a valid struct for the kernel to fill.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 20) as u32
+    } else {
+        65536
+    };
+    let mut fd = first;
+    while fd <= last && fd < max {
+        close(fd as RawFd);
+        fd += 1;
+    }
+}
+
+/// `dup2(from, to)`; when `from == to` it clears close-on-exec instead (dup2 would do nothing).
+pub(crate) fn dup_onto(from: RawFd, to: RawFd) -> SysResult<()> {
+    if from == to {
+        // SAFETY: fcntl on a descriptor number with an integer argument.
+        return check(unsafe { libc::fcntl(from, libc::F_SETFD, 0) }).map(drop);
+    }
+    // SAFETY: no pointers.
+    retry(|| check(unsafe { libc::dup2(from, to) })).map(drop)
+}
+
+/// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a close-on-exec copy numbered `min` or above.
+pub(crate) fn dup_at_least(fd: &OwnedFd, min: RawFd) -> SysResult<OwnedFd> {
+    // SAFETY: no pointers.
+    let new = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    // SAFETY: the descriptor was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Opens `path` write-only and writes all of `data` (for `/proc/self/{uid,gid}_map`, which must
+/// be written in one `write`).
+pub(crate) fn write_file(path: &CStr, data: &[u8]) -> SysResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    let fd = retry(|| check(unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) }))?;
+    // SAFETY: `data` is valid for `data.len()` bytes.
+    let written = retry(|| check(unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) }));
+    close(fd);
+    match written {
+        Ok(n) if n as usize == data.len() => Ok(()),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e),
+    }
+}
+
+/// `write(fd, bytes)`, ignoring the result (used for best-effort error reports).
+pub(crate) fn write_best_effort(fd: RawFd, data: &[u8]) {
+    // SAFETY: `data` is valid for `data.len()` bytes.
+    let _ = retry(|| check(unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) }));
+}
+
+/// `read(fd, buf)`, retrying on `EINTR`.
+pub(crate) fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+    retry(|| check(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) })).map(|n| n as usize)
+}
+
+/// `pipe2(O_CLOEXEC)` as raw descriptors (read end, write end); used in the child only.
+pub(crate) fn pipe_cloexec() -> SysResult<(RawFd, RawFd)> {
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// `chdir(path)`.
+pub(crate) fn chdir(path: &CStr) -> SysResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+/// `execve(path, argv, envp)`; only returns on failure.
+pub(crate) fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> Errno {
+    debug_assert!(argv.last().is_some_and(|p| p.is_null()));
+    debug_assert!(envp.last().is_some_and(|p| p.is_null()));
+    // SAFETY: `path` is NUL-terminated; `argv` and `envp` are NULL-terminated arrays of pointers
+    // to NUL-terminated strings that outlive the call (they are owned by the prepared spec).
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    errno()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Namespaces, mounts, privileges
+// ---------------------------------------------------------------------------------------------
+
+/// `mount(source, target, fstype, flags, NULL)`; `None` passes a null pointer.
+pub(crate) fn mount(source: Option<&CStr>, target: &CStr, fstype: Option<&CStr>, flags: libc::c_ulong) -> SysResult<()> {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every non-null pointer is a NUL-terminated string; the data argument is null.
+    check(unsafe { libc::mount(ptr(source), target.as_ptr(), ptr(fstype), flags, std::ptr::null()) }).map(drop)
+}
+
+/// `prctl(option, arg2, 0, 0, 0)`.
+pub(crate) fn prctl(option: c_int, arg2: libc::c_ulong) -> SysResult<()> {
+    // SAFETY: the options used here (NO_NEW_PRIVS, SET_DUMPABLE) take integers, not pointers.
+    check(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) }).map(drop)
+}
+
+/// Drops every capability (effective, permitted, inheritable; ambient follows) of the caller.
+pub(crate) fn drop_capabilities() -> SysResult<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: `header` and `data` have the kernel's `__user_cap_header_struct` and
+    // `__user_cap_data_struct[2]` layouts for version 3.
+    check(unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) }).map(drop)
+}
+
+/// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)`: the caller gets a new, empty, anonymous session
+/// keyring instead of the one it inherited.
+pub(crate) fn join_fresh_session_keyring() -> SysResult<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: c_long = 1;
+    // SAFETY: a null name asks for an anonymous keyring; no other pointers.
+    check(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, std::ptr::null::<libc::c_char>()) })
+        .map(drop)
+}
+
+/// Installs a seccomp BPF program on the calling thread (`no_new_privs` must already be set).
+pub(crate) fn install_seccomp(program: &[seccompiler::sock_filter]) -> SysResult<()> {
+    #[repr(C)]
+    struct SockFprog {
+        len: libc::c_ushort,
+        filter: *const seccompiler::sock_filter,
+    }
+    let len = libc::c_ushort::try_from(program.len()).map_err(|_| libc::EINVAL)?;
+    let prog = SockFprog { len, filter: program.as_ptr() };
+    // SAFETY: `prog` points at `len` valid, `repr(C)` BPF instructions; the kernel copies them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER as c_long,
+            0 as c_long,
+            &prog as *const SockFprog,
+        )
+    };
+    check(rc).map(drop)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sockets
+// ---------------------------------------------------------------------------------------------
+
+/// Brings the network namespace's loopback interface up (`SIOCSIFFLAGS` on `lo`).
+pub(crate) fn loopback_up() -> SysResult<()> {
+    // SAFETY: no pointers.
+    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `ifreq` is plain data; zeroed is a valid value. The name is "lo\0".
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    req.ifr_name[0] = b'l' as libc::c_char;
+    req.ifr_name[1] = b'o' as libc::c_char;
+    // SAFETY: SIOCGIFFLAGS reads the name and writes `ifru_flags` of a valid `ifreq`.
+    let result = check(unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) }).and_then(|_| {
+        // SAFETY: the union member SIOCGIFFLAGS just filled.
+        unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+        // SAFETY: SIOCSIFFLAGS reads the name and flags of a valid `ifreq`.
+        check(unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) })
+    });
+    close(fd);
+    result.map(drop)
+}
+
+/// A listening IPv4 TCP socket bound to `addr`, close-on-exec.
+pub(crate) fn tcp_listen(addr: &libc::sockaddr_in, backlog: c_int) -> SysResult<RawFd> {
+    // SAFETY: no pointers.
+    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid `sockaddr_in` of `len` bytes.
+    let bound = check(unsafe { libc::bind(fd, (addr as *const libc::sockaddr_in).cast(), len) })
+        // SAFETY: no pointers.
+        .and_then(|_| check(unsafe { libc::listen(fd, backlog) }));
+    match bound {
+        Ok(_) => Ok(fd),
+        Err(e) => {
+            close(fd);
+            Err(e)
+        }
+    }
+}
+
+/// A pair of connected, close-on-exec `SOCK_SEQPACKET` Unix sockets (message boundaries kept).
+pub(crate) fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    check(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Space for one control message carrying one descriptor, aligned for `cmsghdr`.
+#[repr(C, align(8))]
+struct FdCmsgBuf([u8; 32]);
+
+/// Sends `data` on `sock`, with `fd` attached as `SCM_RIGHTS` when given.
+pub(crate) fn send_message(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()> {
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut c_void, iov_len: data.len() };
+    let mut cbuf = FdCmsgBuf([0; 32]);
+    // SAFETY: `msghdr` is plain data; zeroed is valid (no name, no control).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
+        let (space, len) = unsafe { (libc::CMSG_SPACE(4), libc::CMSG_LEN(4)) };
+        debug_assert!(space as usize <= cbuf.0.len());
+        msg.msg_control = cbuf.0.as_mut_ptr().cast();
+        msg.msg_controllen = space as usize;
+        // SAFETY: the control buffer is aligned and large enough for one header and one int, so
+        // CMSG_FIRSTHDR is non-null and CMSG_DATA points inside the buffer.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = len as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<c_int>(), fd);
+        }
+    }
+    // SAFETY: `msg` points at live `iov` and `cbuf` for the duration of the call.
+    let sent = retry(|| check(unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) }))?;
+    if sent as usize == data.len() { Ok(()) } else { Err(libc::EMSGSIZE) }
+}
+
+/// Receives one message into `buf`; returns its length (0 at end of stream) and the descriptor
+/// passed with it, if any (received close-on-exec). Extra descriptors are closed.
+pub(crate) fn recv_message(sock: &OwnedFd, buf: &mut [u8]) -> SysResult<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = FdCmsgBuf([0; 32]);
+    // SAFETY: `msghdr` is plain data; zeroed is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.0.len();
+    // SAFETY: `msg` points at live `iov` and `cbuf` for the duration of the call.
+    let n = retry(|| check(unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) }))?;
+    let mut received = None;
+    // SAFETY: walking the control messages the kernel wrote into `cbuf`, bounded by
+    // `msg_controllen`; each SCM_RIGHTS payload holds whole `int`s.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let header = libc::CMSG_LEN(0) as usize;
+                let count = ((*cmsg).cmsg_len as usize).saturating_sub(header) / 4;
+                let data = libc::CMSG_DATA(cmsg).cast::<c_int>();
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    if received.is_none() {
+                        received = Some(OwnedFd::from_raw_fd(fd));
+                    } else {
+                        close(fd);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(libc::EMSGSIZE);
+    }
+    Ok((n as usize, received))
+}
+
+/// Waits until `fd` is readable or `timeout_ms` passes; `Ok(false)` on timeout.
+pub(crate) fn poll_readable(fd: &OwnedFd, timeout_ms: c_int) -> SysResult<bool> {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid `pollfd`.
+    let n = retry(|| check(unsafe { libc::poll(&mut pfd, 1, timeout_ms) }))?;
+    Ok(n > 0)
+}
+
+/// The calling process's effective uid and gid (in its own user namespace).
+pub(crate) fn effective_ids() -> (u32, u32) {
+    // SAFETY: no arguments; cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}

@@ -1,0 +1,242 @@
+//! The proxy itself: [`Proxy`] holds the compiled policy, the audit sink, the session CA and the
+//! options; [`Proxy::serve`] accepts client connections (at most `max_connections` at once), serves
+//! HTTP/1.1 on each (keep-alive; pipelined requests one at a time) and sends every request to its phase:
+//! CONNECT to [`crate::connect`], absolute-form `http://` to [`crate::forward`], anything else (a
+//! request for the proxy itself) is `bad_request`. Shutdown stops accepting, lets in-flight connections
+//! finish within `drain_timeout`, and returns; the caller then flushes the audit log.
+
+use crate::audit_sink::{AuditSink, Subject};
+use crate::audit_writer::AuditEntry;
+use crate::connect::connect;
+use crate::error::ProxyError;
+use crate::forward::{bad_request, plain_http};
+use crate::net::{Network, SystemNetwork};
+use crate::options::ProxyOptions;
+use crate::respond::Body;
+use crate::tls::{SessionCa, upstream};
+use fenzi_policy::engine::Policy;
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+/// What every connection shares.
+pub(crate) struct Shared {
+    pub policy: Policy,
+    pub audit: Arc<dyn AuditSink>,
+    pub ca: SessionCa,
+    pub upstream_tls: Arc<rustls::ClientConfig>,
+    pub options: ProxyOptions,
+    pub network: Arc<dyn Network>,
+}
+
+impl Shared {
+    /// Records one decision. `false` when it could not be written: the caller answers 503 and forwards
+    /// nothing.
+    pub async fn record(&self, entry: AuditEntry) -> bool {
+        match self.audit.record(entry).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!("audit record failed, denying: {e}");
+                false
+            }
+        }
+    }
+}
+
+/// Held by a client connection and everything it spawns (tunnels): its slot under the connection cap,
+/// and the signal that the proxy is shutting down.
+#[derive(Clone)]
+pub(crate) struct ConnGuard {
+    _permit: Arc<OwnedSemaphorePermit>,
+    stop: watch::Receiver<bool>,
+}
+
+impl ConnGuard {
+    /// Resolves once shutdown has begun.
+    pub async fn stopping(&mut self) {
+        let _ = self.stop.wait_for(|stop| *stop).await;
+    }
+}
+
+/// The egress proxy. Cheap to clone.
+#[derive(Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("options", &self.shared.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// A proxy for `policy`, recording to `audit`, with a fresh session CA constrained to the policy's
+    /// inspected hosts.
+    pub fn new(
+        policy: Policy,
+        audit: Arc<dyn AuditSink>,
+        options: ProxyOptions,
+    ) -> Result<Proxy, ProxyError> {
+        Proxy::with_network(policy, audit, options, Arc::new(SystemNetwork))
+    }
+
+    /// As [`Proxy::new`], resolving and dialling through `network`.
+    pub fn with_network(
+        policy: Policy,
+        audit: Arc<dyn AuditSink>,
+        options: ProxyOptions,
+        network: Arc<dyn Network>,
+    ) -> Result<Proxy, ProxyError> {
+        let ca = SessionCa::new(&policy.inspected_patterns(), options.ca_validity)
+            .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
+        let upstream_tls = upstream::client_config(&options.upstream_roots)
+            .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
+        Ok(Proxy {
+            shared: Arc::new(Shared {
+                policy,
+                audit,
+                ca,
+                upstream_tls,
+                options,
+                network,
+            }),
+        })
+    }
+
+    /// The session CA certificate (PEM) clients must trust for intercepted hosts.
+    pub fn ca_pem(&self) -> &str {
+        self.shared.ca.cert_pem()
+    }
+
+    pub fn ca(&self) -> &SessionCa {
+        &self.shared.ca
+    }
+
+    /// Flushes the audit sink (fsync and head), as at the end of a session.
+    pub async fn flush_audit(&self) -> Result<(), ProxyError> {
+        self.shared.audit.flush().await.map_err(ProxyError::Audit)
+    }
+
+    /// Serves `listener` until `shutdown` resolves, then stops accepting and waits up to
+    /// `drain_timeout` for in-flight connections. Returns how many connections were still open when
+    /// the drain time ran out (they are cut when the runtime ends).
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<usize, ProxyError> {
+        let max = self
+            .shared
+            .options
+            .max_connections
+            .clamp(1, u32::MAX as usize >> 1);
+        let slots = Arc::new(Semaphore::new(max));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                _ = &mut shutdown => break,
+                permit = slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+            };
+            let (stream, peer) = tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let guard = ConnGuard {
+                _permit: Arc::new(permit),
+                stop: stop_rx.clone(),
+            };
+            tokio::spawn(serve_client(self.shared.clone(), stream, peer, guard));
+        }
+        drop(listener);
+        let _ = stop_tx.send(true);
+        let drain = self.shared.options.drain_timeout;
+        let all = u32::try_from(max).unwrap_or(u32::MAX);
+        let open = match tokio::time::timeout(drain, slots.acquire_many(all)).await {
+            Ok(_) => 0,
+            Err(_) => max - slots.available_permits(),
+        };
+        if open > 0 {
+            tracing::warn!("{open} connections still open after {drain:?}; cutting them");
+        }
+        Ok(open)
+    }
+}
+
+/// Makes a tokio listener from a std one created elsewhere (e.g. inside a network namespace).
+pub fn listener_from_std(listener: std::net::TcpListener) -> std::io::Result<TcpListener> {
+    listener.set_nonblocking(true)?;
+    TcpListener::from_std(listener)
+}
+
+async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, guard: ConnGuard) {
+    let _ = stream.set_nodelay(true);
+    let mut stopping = guard.clone();
+    let service = {
+        let shared = shared.clone();
+        service_fn(move |req| {
+            let shared = shared.clone();
+            let guard = guard.clone();
+            async move { Ok::<_, Infallible>(route(shared, guard, req).await) }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.options.header_read_timeout)
+        .keep_alive(true);
+    let conn = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        _ = stopping.stopping() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, "client connection ended: {e}");
+    }
+}
+
+/// Sends a request to its phase by its form.
+async fn route(shared: Arc<Shared>, guard: ConnGuard, req: Request<Incoming>) -> Response<Body> {
+    if req.method() == Method::CONNECT {
+        return connect(shared, guard, req).await;
+    }
+    if req.uri().scheme().is_some() {
+        return plain_http(shared, req).await;
+    }
+    let subject = Subject {
+        method: req.method().as_str().to_string(),
+        host: "-".to_string(),
+        port: 0,
+        path: Some(req.uri().path().to_string()),
+        server: None,
+    };
+    let why = "this is a proxy: send absolute-form http:// requests or CONNECT";
+    bad_request(&shared, &subject, why).await
+}

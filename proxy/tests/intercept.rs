@@ -1,0 +1,530 @@
+//! Intercepted tunnels to MCP servers: TLS terminated with a leaf from the session CA, every request
+//! classified before a byte goes upstream, denials answered with a JSON-RPC error, upstream TLS
+//! verified, bodies over the limit refused, responses (event streams included) streamed.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use fenzi_policy::mcp::JsonLimits;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+const MCP_IP: &str = "93.184.216.40";
+
+fn mcp_policy(url: &str) -> String {
+    format!(
+        "version: 1\nmcp:\n  local:\n    url: {url}\n    tools:\n      allow: [echo]\n      deny: [delete_everything]\n"
+    )
+}
+
+struct Setup {
+    proxy: TestProxy,
+    upstream: Upstream,
+    /// host:port the client CONNECTs to (and sends as Host).
+    target: String,
+}
+
+/// An MCP upstream on 127.0.0.1, named in the policy by its IP literal (no resolution, no SNI).
+async fn setup_ip(handler: Handler, limits: Option<JsonLimits>) -> Setup {
+    let pki = TestPki::new();
+    let upstream = http_upstream(Some(pki.server_config(&["127.0.0.1"])), handler).await;
+    let target = format!("127.0.0.1:{}", upstream.port());
+    let yaml = mcp_policy(&format!("https://{target}/mcp"));
+    let proxy = start_proxy(
+        policy(&yaml, limits),
+        options(&pki),
+        Arc::new(FakeNetwork::default()),
+        Arc::new(MemorySink::default()),
+    )
+    .await;
+    Setup {
+        proxy,
+        upstream,
+        target,
+    }
+}
+
+/// An MCP upstream named `mcp.test` (port 443), resolved by the fake network to a public address that
+/// is routed to the loopback server.
+async fn setup_name(upstream_names: &[&str], trust_upstream: bool) -> Setup {
+    let pki = TestPki::new();
+    let upstream = http_upstream(Some(pki.server_config(upstream_names)), mcp_handler()).await;
+    let network = Arc::new(
+        FakeNetwork::default()
+            .name("mcp.test", &[MCP_IP])
+            .route(&format!("{MCP_IP}:443"), upstream.addr),
+    );
+    let mut opts = options(&pki);
+    if !trust_upstream {
+        opts.upstream_roots.clear();
+    }
+    let proxy = start_proxy(
+        policy(&mcp_policy("https://mcp.test/mcp"), None),
+        opts,
+        network,
+        Arc::new(MemorySink::default()),
+    )
+    .await;
+    Setup {
+        proxy,
+        upstream,
+        target: "mcp.test:443".to_string(),
+    }
+}
+
+impl Setup {
+    fn proxy_ca(&self) -> CertificateDer<'static> {
+        self.proxy.proxy.ca().cert_der().clone()
+    }
+
+    /// CONNECT + TLS (SNI `server_name`) + HTTP/1.1.
+    async fn h1_client(&self, server_name: &str) -> Sender {
+        let (stream, status, head) = connect(self.proxy.addr, &self.target).await;
+        assert_eq!(status, 200, "{head}");
+        let tls = tls_over(stream, &self.proxy_ca(), server_name, &[b"http/1.1"])
+            .await
+            .expect("TLS with the proxy");
+        h1(tls).await
+    }
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[tokio::test]
+async fn allowed_and_denied_tool_calls_share_one_session() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let mut client = s.h1_client("127.0.0.1").await;
+
+    let (status, body) = text(
+        client
+            .send_request(tools_call(&s.target, "/mcp", 1, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        json(&body)["result"]["content"][0]["text"],
+        "upstream says hi"
+    );
+
+    let response = client
+        .send_request(tools_call(&s.target, "/mcp", 2, "delete_everything"))
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let (status, body) = text(response).await;
+    assert_eq!(status, 403, "{body}");
+    let error = json(&body);
+    assert_eq!(error["jsonrpc"], "2.0");
+    assert_eq!(error["id"], 2);
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("not permitted by policy") && message.contains("delete_everything"),
+        "{message}"
+    );
+    assert_eq!(error["error"]["data"]["reason"], "policy_denied");
+
+    // The session goes on: the next allowed call works on the same connection.
+    let (status, body) = text(
+        client
+            .send_request(tools_call(&s.target, "/mcp", 3, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["id"], 3);
+
+    let seen = s.upstream.received_text();
+    assert_eq!(seen.matches("\"tools/call\"").count(), 2, "{seen}");
+    assert!(
+        !seen.contains("delete_everything"),
+        "the denied call reached upstream: {seen}"
+    );
+    let port = s.upstream.port();
+    assert_eq!(
+        s.proxy.summaries(),
+        [
+            format!("allowed CONNECT 127.0.0.1:{port}"),
+            format!("allowed POST 127.0.0.1:{port} /mcp tools/call echo"),
+            format!(
+                "denied POST 127.0.0.1:{port} /mcp tools/call delete_everything -> policy_denied"
+            ),
+            format!("allowed POST 127.0.0.1:{port} /mcp tools/call echo"),
+        ]
+    );
+    let entries = s.proxy.entries();
+    assert_eq!(entries[0].server.as_deref(), Some("local"));
+    assert_eq!(entries[2].rpc_id.as_deref(), Some("2"));
+    // Upstream connections are reused within the tunnel.
+    assert_eq!(s.upstream.connection_count(), 1);
+}
+
+#[tokio::test]
+async fn a_denied_first_request_never_opens_an_upstream_connection() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let mut client = s.h1_client("127.0.0.1").await;
+    let (status, _) = text(
+        client
+            .send_request(tools_call(&s.target, "/mcp", 9, "delete_everything"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // Other methods and paths on the MCP host are refused too.
+    for (method, path) in [("PUT", "/mcp"), ("GET", "/admin"), ("OPTIONS", "/mcp")] {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", &s.target)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (status, body) = text(client.send_request(req).await.unwrap()).await;
+        assert_eq!(status, 403, "{method} {path}: {body}");
+        assert!(body.contains("policy_denied"), "{body}");
+    }
+    let not_json = Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", &s.target)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2}",
+        )))
+        .unwrap();
+    let (status, body) = text(client.send_request(not_json).await.unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(s.upstream.connection_count(), 0);
+    assert!(s.upstream.received.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn h2_clients_are_served_by_alpn() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
+    assert_eq!(status, 200);
+    let tls = tls_over(stream, &s.proxy_ca(), "127.0.0.1", &[b"h2", b"http/1.1"])
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
+    let mut client = h2(tls).await;
+    let mut req = tools_call(&s.target, &format!("https://{}/mcp", s.target), 5, "echo");
+    req.headers_mut().remove("host");
+    let (status, body) = text(client.send_request(req).await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["id"], 5);
+    let mut denied = tools_call(
+        &s.target,
+        &format!("https://{}/mcp", s.target),
+        6,
+        "delete_everything",
+    );
+    denied.headers_mut().remove("host");
+    let (status, body) = text(client.send_request(denied).await.unwrap()).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(json(&body)["id"], 6);
+    // The upstream got HTTP/1.1 with the client's authority as Host.
+    let seen = s.upstream.received_text().to_ascii_lowercase();
+    assert!(seen.starts_with("post /mcp http/1.1\r\n"), "{seen}");
+    assert!(seen.contains(&format!("host: {}\r\n", s.target)), "{seen}");
+}
+
+#[tokio::test]
+async fn host_header_must_match_the_connect_target() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let mut client = s.h1_client("127.0.0.1").await;
+    let port = s.upstream.port();
+    for host in [
+        format!("127.0.0.2:{port}"),
+        "127.0.0.1".to_string(), // port 443 by default, not the target's
+        format!("evil.test:{port}"),
+    ] {
+        let (status, body) = text(
+            client
+                .send_request(tools_call(&host, "/mcp", 1, "echo"))
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "{host}: {body}");
+        assert!(body.contains("does not match the CONNECT target"), "{body}");
+    }
+    // The same name in another spelling is the same host.
+    let (status, body) = text(
+        client
+            .send_request(tools_call(&format!("127.1:{port}"), "/mcp", 1, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(s.upstream.received_text().matches("POST").count(), 1);
+}
+
+#[tokio::test]
+async fn names_get_a_leaf_for_the_name_and_upstream_is_verified_by_name() {
+    let s = setup_name(&["mcp.test"], true).await;
+    let mut client = s.h1_client("mcp.test").await;
+    let (status, body) = text(
+        client
+            .send_request(tools_call("mcp.test", "/mcp", 1, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = text(
+        client
+            .send_request(tools_call("MCP.test.", "/mcp", 2, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "Host is compared by canonical name");
+    assert!(s.upstream.received_text().contains("host: mcp.test\r\n"));
+}
+
+/// Accepts any certificate: a client that ignores names, as a domain-fronting client would.
+#[derive(Debug)]
+struct AnyCert;
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[tokio::test]
+async fn a_tls_server_name_other_than_the_connect_target_is_a_bad_request() {
+    let s = setup_name(&["mcp.test"], true).await;
+    let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
+    assert_eq!(status, 200);
+    let mut config = (*client_config(&[], &[b"http/1.1"])).clone();
+    config
+        .dangerous()
+        .set_certificate_verifier(Arc::new(AnyCert));
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("other.test").unwrap(), stream)
+        .await
+        .unwrap();
+    let mut client = h1(tls).await;
+    let (status, body) = text(
+        client
+            .send_request(tools_call("mcp.test", "/mcp", 1, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("TLS server name \\\"other.test\\\""),
+        "{body}"
+    );
+    assert_eq!(s.upstream.connection_count(), 0);
+    assert_eq!(
+        s.proxy.summaries().last().unwrap(),
+        "denied POST mcp.test:443 /mcp -> bad_request"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_certificate_that_does_not_verify_is_a_502() {
+    for (names, trusted) in [(&["mcp.test"][..], false), (&["wrong.test"][..], true)] {
+        let s = setup_name(names, trusted).await;
+        let mut client = s.h1_client("mcp.test").await;
+        let (status, body) = text(
+            client
+                .send_request(tools_call("mcp.test", "/mcp", 1, "echo"))
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 502, "{body}");
+        assert!(body.contains("\"upstream_error\""), "{body}");
+        assert!(body.contains("TLS with upstream mcp.test failed"), "{body}");
+        assert!(
+            s.upstream.received.lock().unwrap().is_empty(),
+            "no plaintext may reach an unverified upstream"
+        );
+        let summaries = s.proxy.summaries();
+        assert_eq!(
+            summaries[1..],
+            [
+                "allowed POST mcp.test:443 /mcp tools/call echo",
+                "failed POST mcp.test:443 /mcp -> upstream_error",
+            ]
+        );
+    }
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused_and_never_forwarded() {
+    let limits = JsonLimits {
+        max_bytes: 1024,
+        max_depth: 64,
+    };
+    let s = setup_ip(mcp_handler(), Some(limits)).await;
+    let mut client = s.h1_client("127.0.0.1").await;
+    let padding = "x".repeat(2000);
+    let body = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"pad\":\"{padding}\"}}}}}}"
+    );
+    let req = Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", &s.target)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.clone())))
+        .unwrap();
+    let (status, answer) = text(client.send_request(req).await.unwrap()).await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("\"body_too_large\""), "{answer}");
+
+    // Chunked, with no length announced: cut off at the limit all the same.
+    let (stream, _, _) = connect(s.proxy.addr, &s.target).await;
+    let mut tls = tls_over(stream, &s.proxy_ca(), "127.0.0.1", &[b"http/1.1"])
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        s.target,
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    let (status, _) = read_head(&mut tls).await;
+    assert_eq!(status, 413);
+
+    assert_eq!(s.upstream.connection_count(), 0);
+    let summaries = s.proxy.summaries();
+    assert_eq!(
+        summaries
+            .iter()
+            .filter(|s| s.ends_with("-> body_too_large"))
+            .count(),
+        2,
+        "{summaries:?}"
+    );
+}
+
+#[tokio::test]
+async fn event_streams_are_streamed_not_buffered() {
+    type Slot = Arc<Mutex<Option<mpsc::Sender<Bytes>>>>;
+    let slot: Slot = Arc::new(Mutex::new(None));
+    let handler: Handler = {
+        let slot = slot.clone();
+        Arc::new(move |_, _| {
+            let (tx, rx) = mpsc::channel(4);
+            *slot.lock().unwrap() = Some(tx);
+            http::Response::builder()
+                .status(200)
+                .header("content-type", "text/event-stream")
+                .body(ChannelBody(rx).boxed_unsync())
+                .unwrap()
+        })
+    };
+    let s = setup_ip(handler, None).await;
+    let mut client = s.h1_client("127.0.0.1").await;
+    let response = client
+        .send_request(tools_call(&s.target, "/mcp", 1, "echo"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let upstream_tx = slot.lock().unwrap().take().unwrap();
+    let mut body = response.into_body();
+
+    upstream_tx
+        .send(Bytes::from_static(
+            b"event: message\ndata: {\"first\":true}\n\n",
+        ))
+        .await
+        .unwrap();
+    // The first event arrives while the upstream is still holding the stream open.
+    let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("the first event must arrive before the stream ends")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        frame.into_data().unwrap(),
+        "event: message\ndata: {\"first\":true}\n\n"
+    );
+
+    upstream_tx
+        .send(Bytes::from_static(b"data: {\"second\":true}\n\n"))
+        .await
+        .unwrap();
+    drop(upstream_tx);
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(rest, "data: {\"second\":true}\n\n");
+}
+
+#[tokio::test]
+async fn get_stream_and_delete_on_the_endpoint_are_allowed() {
+    let s = setup_ip(
+        Arc::new(|parts: http::request::Parts, _| {
+            respond(200, "text/plain", parts.method.to_string())
+        }),
+        None,
+    )
+    .await;
+    let mut client = s.h1_client("127.0.0.1").await;
+    for method in ["GET", "DELETE"] {
+        let req = Request::builder()
+            .method(method)
+            .uri("/mcp?session=1")
+            .header("host", &s.target)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (status, body) = text(client.send_request(req).await.unwrap()).await;
+        assert_eq!((status, body.as_str()), (200, method));
+    }
+    let port = s.upstream.port();
+    assert_eq!(
+        s.proxy.summaries()[1..],
+        [
+            format!("allowed GET 127.0.0.1:{port} /mcp"),
+            format!("allowed DELETE 127.0.0.1:{port} /mcp"),
+        ]
+    );
+}

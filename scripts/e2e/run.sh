@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# End-to-end test of `fenzi proxy` with real peers we did not write, all on 127.0.0.1:
+#   - the official Python MCP SDK as server (Streamable HTTP over TLS, certificate from a test CA made
+#     here) and as client (through the proxy via HTTPS_PROXY, trusting only the proxy's session CA),
+#     in the 2025-11-25 (initialize) and 2026-07-28 (single-exchange) protocol modes, and `auto`
+#     (probes server/discover, then 2026-07-28);
+#   - curl for a plain host, a CONNECT tunnel left untouched, an unlisted host and a name that
+#     resolves to loopback;
+#   - `fenzi log` showing each decision, `--verify` passing, and failing once a record is edited or the
+#     log is cut short.
+# Prints PASS/FAIL per check and a closing `e2e: N passed, M failed`; exits 1 on any failure.
+#
+# Usage: scripts/e2e/run.sh   (from anywhere; builds fenzi unless FENZI=/path/to/fenzi is given)
+#   E2E_KEEP=1   keep the work directory (logs, policy, audit log) even when everything passed
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+
+# Nothing from the caller's environment may route or bypass our traffic: every proxy is explicit.
+unset HTTP_PROXY http_proxy HTTPS_PROXY https_proxy ALL_PROXY all_proxy NO_PROXY no_proxy
+unset SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE
+export NO_COLOR=1
+
+bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
+PY="$ROOT/.venv/bin/python"
+E2E="$ROOT/testdata/e2e"
+
+if [ -z "${FENZI:-}" ]; then
+    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
+    FENZI="$ROOT/target/debug/fenzi"
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-e2e.XXXXXX")
+export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" # hermetic: no user files
+mkdir -p "$XDG_CONFIG_HOME"
+PIDS=()
+PASSES=0
+FAILS=0
+
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    if [ "$FAILS" -eq 0 ] && [ -z "${E2E_KEEP:-}" ]; then
+        rm -rf "$WORK"
+    else
+        echo "e2e: work directory kept: $WORK"
+    fi
+    echo "e2e: $PASSES passed, $FAILS failed"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
+fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
+expect() { # expect NAME COMMAND...: pass when the command succeeds
+    local name=$1; shift
+    if "$@"; then pass "$name"; else fail "$name"; fi
+}
+
+# start NAME CMD...: runs CMD in the background (stdout/stderr in $WORK/NAME.{out,err}), waits for its
+# first stdout line `listening on 127.0.0.1:PORT` and sets PORT. Returns 1 if it exits or never listens.
+start() {
+    local name=$1; shift
+    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    local pid=$!
+    PIDS+=("$pid")
+    eval "${name//-/_}_PID=$pid"
+    for _ in $(seq 200); do
+        local first
+        first=$(head -n 1 "$WORK/$name.out" 2>/dev/null)
+        if [[ "$first" =~ ^listening\ on\ 127\.0\.0\.1:([0-9]+)$ ]]; then
+            PORT=${BASH_REMATCH[1]}
+            return 0
+        fi
+        if [ -n "$first" ]; then
+            echo "$name: first stdout line is not \`listening on 127.0.0.1:PORT\`: $first" >&2
+            return 1
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$name exited early:" >&2
+            tail -n 20 "$WORK/$name.err" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "$name did not start listening within 20s" >&2
+    return 1
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Peers
+
+"$PY" "$E2E/gen_certs.py" "$WORK/certs" || { fail "test CA: gen_certs.py"; exit 1; }
+CERTS="$WORK/certs"
+
+start mcp-server "$PY" "$E2E/mcp_server.py" --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" \
+    --calls "$WORK/tool-calls" || { fail "MCP server start"; exit 1; }
+MCP_PORT=$PORT
+start http-server "$PY" "$E2E/http_server.py" || { fail "plain HTTP server start"; exit 1; }
+HTTP_PORT=$PORT
+start tls-server "$PY" "$E2E/http_server.py" --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" \
+    || { fail "TLS server start"; exit 1; }
+TLS_PORT=$PORT
+pass "peers: MCP server :$MCP_PORT, HTTP :$HTTP_PORT, HTTPS :$TLS_PORT on 127.0.0.1"
+
+# The policy. IP literals the policy names may be reached although they are loopback (DESIGN §3);
+# `localhost` is listed too, to prove a NAME resolving to loopback is still refused.
+cat >"$WORK/fenzi.yaml" <<EOF
+version: 1
+hosts:
+  - "127.0.0.1:$HTTP_PORT"
+  - "127.0.0.1:$TLS_PORT"
+  - "localhost:$HTTP_PORT"
+mcp:
+  e2e:
+    url: https://127.0.0.1:$MCP_PORT/mcp
+    tools:
+      allow: [echo, add]
+      deny: [delete_everything]
+EOF
+
+AUDIT="$WORK/audit.jsonl"
+if start proxy "$FENZI" proxy --config "$WORK/fenzi.yaml" --listen 127.0.0.1:0 --audit "$AUDIT" \
+    --ca-dir "$WORK/ca" --upstream-ca "$CERTS/test-ca.pem"; then
+    PROXY_PORT=$PORT
+    pass "fenzi proxy: first line \`listening on 127.0.0.1:$PROXY_PORT\`"
+else
+    fail "fenzi proxy did not start (stderr follows)"
+    sed 's/^/    /' "$WORK/proxy.err" | tail -n 20
+    exit 1
+fi
+PROXY="http://127.0.0.1:$PROXY_PORT"
+expect "fenzi proxy wrote its session CA to --ca-dir/ca.pem" grep -q "BEGIN CERTIFICATE" "$WORK/ca/ca.pem"
+if grep -q "PRIVATE KEY" "$WORK/ca/ca.pem" 2>/dev/null || ls "$WORK/ca" | grep -qi key; then
+    fail "the CA key was written to --ca-dir"
+fi
+
+# ---------------------------------------------------------------------------------------------------
+# MCP through the proxy. The client trusts only the proxy's CA: a connection fenzi did not intercept
+# would fail verification instead of passing unnoticed.
+
+HTTPS_PROXY=$PROXY SSL_CERT_FILE="$WORK/ca/ca.pem" timeout 180 \
+    "$PY" "$E2E/mcp_client.py" --url "https://127.0.0.1:$MCP_PORT/mcp" \
+    --mode legacy --mode 2026-07-28 --mode auto >"$WORK/client.out" 2>"$WORK/client.err"
+CLIENT_RC=$?
+while IFS= read -r line; do
+    case "$line" in
+        PASS\ *) pass "${line#PASS }" ;;
+        FAIL\ *) fail "${line#FAIL }" ;;
+    esac
+done <"$WORK/client.out"
+if [ "$CLIENT_RC" -ne 0 ] && ! grep -q '^FAIL' "$WORK/client.out"; then
+    fail "mcp client exited $CLIENT_RC (stderr follows)"
+    tail -n 20 "$WORK/client.err" | sed 's/^/    /'
+fi
+expect "the MCP server never saw delete_everything" bash -c "! grep -qx delete_everything '$WORK/tool-calls'"
+expect "the MCP server ran the allowed calls (echo, add in each mode)" \
+    test "$(grep -cxE 'echo|add' "$WORK/tool-calls" 2>/dev/null)" = 6
+
+# ---------------------------------------------------------------------------------------------------
+# curl
+
+# curl_status NAME ARGS...: runs curl through the proxy; sets STATUS (HTTP code, or the CONNECT code)
+# and BODY_FILE.
+curl_status() {
+    local name=$1; shift
+    BODY_FILE="$WORK/curl-$name.body"
+    STATUS=$(curl -sS --max-time 20 -x "$PROXY" -o "$BODY_FILE" -w '%{http_code} %{http_connect}' "$@" \
+        2>"$WORK/curl-$name.err")
+}
+json_error_is() { # json_error_is FILE CODE: the denial body says {"error": CODE, ...}
+    "$PY" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1])).get("error") != sys.argv[2])' "$1" "$2" \
+        2>/dev/null
+}
+
+curl_status plain "http://127.0.0.1:$HTTP_PORT/allowed"
+if [ "${STATUS%% *}" = 200 ] && grep -q "e2e server: /allowed" "$BODY_FILE"; then
+    pass "curl plain HTTP to a listed IP literal: 200 from the server"
+else
+    fail "curl plain HTTP to a listed IP literal: got '$STATUS' $(head -c 300 "$BODY_FILE" 2>/dev/null)"
+fi
+
+# Only the test CA is trusted: this passes only if the tunnel carries the server's own certificate.
+curl_status tunnel --cacert "$CERTS/test-ca.pem" "https://127.0.0.1:$TLS_PORT/tunnelled"
+if [ "${STATUS%% *}" = 200 ] && grep -q "e2e server: /tunnelled" "$BODY_FILE"; then
+    pass "curl CONNECT tunnel to a listed host: 200, server certificate passed through untouched"
+else
+    fail "curl CONNECT tunnel: got '$STATUS' $(cat "$WORK/curl-tunnel.err" 2>/dev/null)"
+fi
+
+curl_status denied-plain "http://blocked.invalid/secret"
+if [ "${STATUS%% *}" = 403 ] && json_error_is "$BODY_FILE" host_not_allowed; then
+    pass "curl plain HTTP to an unlisted host: 403 host_not_allowed"
+else
+    fail "curl plain HTTP to an unlisted host: got '$STATUS' $(head -c 300 "$BODY_FILE" 2>/dev/null)"
+fi
+
+curl_status denied-connect "https://blocked.invalid/secret"
+if [ "${STATUS#* }" = 403 ]; then
+    pass "curl CONNECT to an unlisted host: 403"
+else
+    fail "curl CONNECT to an unlisted host: got '$STATUS' $(cat "$WORK/curl-denied-connect.err" 2>/dev/null)"
+fi
+
+curl_status private "http://localhost:$HTTP_PORT/private-probe"
+if [ "${STATUS%% *}" = 403 ] && json_error_is "$BODY_FILE" private_address; then
+    pass "curl to a listed NAME resolving to loopback: 403 private_address"
+else
+    fail "curl to localhost:$HTTP_PORT: got '$STATUS' $(head -c 300 "$BODY_FILE" 2>/dev/null)"
+fi
+expect "the HTTP server never saw the refused requests" \
+    bash -c "! grep -qE 'private-probe|/secret' '$WORK/http-server.err'"
+
+# ---------------------------------------------------------------------------------------------------
+# The audit log, live (the head may lag the log by one batch)
+
+expect "fenzi log --verify passes on the live log" bash -c "'$FENZI' log --file '$AUDIT' --verify >/dev/null"
+
+# Graceful shutdown: SIGTERM, the proxy exits and flushes the log.
+kill -TERM "$proxy_PID"
+for _ in $(seq 100); do kill -0 "$proxy_PID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$proxy_PID" 2>/dev/null; then
+    fail "fenzi proxy still running 10s after SIGTERM"
+else
+    wait "$proxy_PID"
+    PROXY_RC=$?
+    if [ "$PROXY_RC" -eq 0 ]; then pass "fenzi proxy exits 0 on SIGTERM"; else fail "fenzi proxy exited $PROXY_RC on SIGTERM"; fi
+fi
+
+"$FENZI" log --file "$AUDIT" >"$WORK/log.txt" 2>"$WORK/log.err"
+expect "fenzi log exits 0" test $? -eq 0
+# expect_line DESCRIPTION REGEX [COUNT]: the human log has COUNT (default: at least one) matching lines.
+expect_line() {
+    local n
+    n=$(grep -cE "^[0-9]{2}:[0-9]{2}:[0-9]{2} $2" "$WORK/log.txt")
+    if { [ -n "${3:-}" ] && [ "$n" -eq "$3" ]; } || { [ -z "${3:-}" ] && [ "$n" -ge 1 ]; }; then
+        pass "fenzi log shows $1"
+    else
+        fail "fenzi log shows $1: $n lines match /$2/"
+    fi
+}
+M="127\.0\.0\.1:$MCP_PORT"
+expect_line "the MCP tunnel" "allowed CONNECT $M$"
+expect_line "echo allowed in each mode" "allowed POST $M/mcp tools/call echo$" 3
+expect_line "delete_everything denied in each mode" \
+    "denied  POST $M/mcp tools/call delete_everything  policy_denied$" 3
+expect_line "add allowed in each mode" "allowed POST $M/mcp tools/call add$" 3
+expect_line "the legacy handshake" "allowed POST $M/mcp initialize$"
+expect_line "the auto mode's probe" "allowed POST $M/mcp server/discover$"
+expect_line "the plain GET" "allowed GET 127\.0\.0\.1:$HTTP_PORT/allowed$"
+expect_line "the untouched tunnel" "allowed CONNECT 127\.0\.0\.1:$TLS_PORT$"
+expect_line "the unlisted host (plain)" "denied  GET blocked\.invalid:80/secret  host_not_allowed$"
+expect_line "the unlisted host (CONNECT)" "denied  CONNECT blocked\.invalid:443  host_not_allowed$"
+expect_line "the loopback name" "denied  GET localhost:$HTTP_PORT/private-probe  private_address$"
+
+"$FENZI" log --file "$AUDIT" --denied >"$WORK/log-denied.txt"
+expect "fenzi log --denied shows only denials (6)" \
+    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 6 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
+"$FENZI" log --file "$AUDIT" --server e2e --tool 'delete_*' --json >"$WORK/log-json.txt"
+expect "fenzi log --server --tool --json prints the stored lines of the 3 denied calls" \
+    "$PY" -c '
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+stored = set(open(sys.argv[2]).read().splitlines())
+recs = [json.loads(l) for l in lines]
+sys.exit(not (len(recs) == 3 and all(l in stored for l in lines)
+              and all(r["decision"] == "denied" and r["reason"] == "policy_denied"
+                      and r["tool"] == "delete_everything" and r["server"] == "e2e" for r in recs)))
+' "$WORK/log-json.txt" "$AUDIT"
+
+"$FENZI" log --file "$AUDIT" --verify >"$WORK/verify.txt"
+VERIFY_RC=$?
+RECORDS=$(wc -l <"$AUDIT")
+if [ "$VERIFY_RC" -eq 0 ] && grep -qx "ok: $RECORDS records, chain intact, head matches" "$WORK/verify.txt"; then
+    pass "fenzi log --verify after shutdown: $(cat "$WORK/verify.txt")"
+else
+    fail "fenzi log --verify after shutdown: exit $VERIFY_RC: $(cat "$WORK/verify.txt")"
+fi
+expect "the head names the last record after shutdown" \
+    test "$(cut -d' ' -f1 "$AUDIT.head")" = "$("$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["seq"])' "$AUDIT")"
+
+# The newest log in $XDG_STATE_HOME/fenzi/audit, and --session.
+mkdir -p "$XDG_STATE_HOME/fenzi/audit"
+cp "$AUDIT" "$XDG_STATE_HOME/fenzi/audit/e2e-session.jsonl"
+cp "$AUDIT.head" "$XDG_STATE_HOME/fenzi/audit/e2e-session.jsonl.head"
+expect "fenzi log --session finds the log in the state directory" \
+    bash -c "'$FENZI' log --session e2e-session --verify >/dev/null"
+expect "fenzi log with no --file uses the newest log there" \
+    bash -c "'$FENZI' log | cmp -s - '$WORK/log.txt'"
+
+# Tampering: edit one record (a denied delete_everything becomes allowed), then cut the log short.
+cp "$AUDIT" "$WORK/edited.jsonl"
+cp "$AUDIT.head" "$WORK/edited.jsonl.head"
+"$PY" - "$WORK/edited.jsonl" <<'EOF'
+import sys
+path = sys.argv[1]
+lines = open(path).read().splitlines(keepends=True)
+for i, line in enumerate(lines):
+    if '"tool":"delete_everything"' in line:
+        lines[i] = line.replace('"decision":"denied"', '"decision":"allowed"', 1)
+        break
+open(path, "w").writelines(lines)
+EOF
+"$FENZI" log --file "$WORK/edited.jsonl" --verify >"$WORK/verify-edited.txt"
+VERIFY_RC=$?
+if [ "$VERIFY_RC" -eq 1 ] && grep -q "^broken: line [0-9]" "$WORK/verify-edited.txt"; then
+    pass "fenzi log --verify on an edited record: exit 1, $(cat "$WORK/verify-edited.txt")"
+else
+    fail "fenzi log --verify on an edited record: exit $VERIFY_RC: $(cat "$WORK/verify-edited.txt")"
+fi
+
+head -n -1 "$AUDIT" >"$WORK/cut.jsonl"
+cp "$AUDIT.head" "$WORK/cut.jsonl.head"
+"$FENZI" log --file "$WORK/cut.jsonl" --verify >"$WORK/verify-cut.txt"
+VERIFY_RC=$?
+if [ "$VERIFY_RC" -eq 1 ] && grep -q "cut short" "$WORK/verify-cut.txt"; then
+    pass "fenzi log --verify on a log cut short: exit 1, $(cat "$WORK/verify-cut.txt")"
+else
+    fail "fenzi log --verify on a log cut short: exit $VERIFY_RC: $(cat "$WORK/verify-cut.txt")"
+fi
+
+[ "$FAILS" -eq 0 ]

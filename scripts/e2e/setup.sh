@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Prepares what the end-to-end tests need, from a fresh clone, idempotently:
+#   - .venv at the repository root with the packages pinned in scripts/e2e/requirements.txt
+#     (the official MCP Python SDK, uvicorn, cryptography), reinstalled when that file changes;
+#   - curl (from Debian) when it is missing.
+# Usage: scripts/e2e/setup.sh        (PYTHON=python3.12 to choose the interpreter)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+REQ="$ROOT/scripts/e2e/requirements.txt"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.fenzi-e2e-requirements"
+PYTHON=${PYTHON:-python3}
+
+apt_install() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: $* missing and not root: install it with your package manager" >&2
+        exit 1
+    fi
+    echo "setup: installing $* from Debian" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+command -v curl >/dev/null 2>&1 || apt_install curl ca-certificates
+command -v "$PYTHON" >/dev/null 2>&1 || apt_install python3 python3-venv
+PYTHON=$(command -v "$PYTHON" || command -v python3)
+
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "setup: $PYTHON is $("$PYTHON" --version 2>&1); the MCP SDK needs Python 3.10 or newer" >&2
+    exit 1
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+        rm -rf "$VENV"
+        apt_install python3-venv
+        "$PYTHON" -m venv "$VENV"
+    fi
+fi
+
+if ! cmp -s "$REQ" "$STAMP"; then
+    echo "setup: installing $(grep -c '^[a-z]' "$REQ") pinned packages into $VENV" >&2
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
+    cp "$REQ" "$STAMP"
+fi
+"$VENV/bin/python" -c 'import mcp, uvicorn, cryptography' || {
+    echo "setup: the venv at $VENV is broken; remove it and run again" >&2
+    exit 1
+}

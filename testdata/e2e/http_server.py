@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""A tiny web server for the end-to-end curl cases (plain HTTP, or HTTPS with --cert/--key).
+
+    http_server.py [--cert server.pem --key server-key.pem] [--port 0]
+
+Answers every GET with 200 and `hello from the fenzi e2e server` plus the path, and prints
+`listening on 127.0.0.1:PORT` once bound. Listens on 127.0.0.1 only.
+"""
+
+import argparse
+import http.server
+import ssl
+import sys
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (stdlib naming)
+        body = f"hello from the fenzi e2e server: {self.path}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt: str, *args) -> None:
+        sys.stderr.write("http_server: " + (fmt % args) + "\n")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    p.add_argument("--port", type=int, default=0)
+    args = p.parse_args()
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    if args.cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.cert, args.key)
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    print(f"listening on 127.0.0.1:{httpd.server_address[1]}", flush=True)
+    httpd.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

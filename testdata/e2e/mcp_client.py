@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The end-to-end MCP client: the official Python SDK's `Client` (`mcp` on PyPI) over Streamable HTTP.
+
+    mcp_client.py --url https://127.0.0.1:PORT/mcp [--mode legacy|2026-07-28|auto]... [--direct]
+
+For each protocol mode it connects, lists tools, calls `echo` (allowed) and checks the result, calls
+`delete_everything` and checks the outcome, then calls `add` to prove the session still works.
+
+Through fenzi (the default) `delete_everything` must fail promptly with fenzi's JSON-RPC error for that
+call ("... not permitted by policy: tools/call delete_everything", data.reason = policy_denied). With
+--direct (no proxy, for developing the harness) it must succeed instead.
+
+Modes: `legacy` is the initialize handshake (the SDK negotiates 2025-11-25); `2026-07-28` pins the
+modern single-exchange protocol; `auto` probes `server/discover` first. The proxy and trust come from
+the environment, as for any client: HTTPS_PROXY and SSL_CERT_FILE. Prints PASS/FAIL per check; exits 1
+on any failure.
+"""
+
+import argparse
+import sys
+import time
+
+import anyio
+from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import TextContent
+
+EXPECTED_VERSION = {"legacy": "2025-11-25", "2026-07-28": "2026-07-28", "auto": "2026-07-28"}
+STEP_TIMEOUT = 20.0
+
+
+class Failure(Exception):
+    pass
+
+
+def text_of(result) -> str:
+    if result.is_error:
+        raise Failure(f"the tool reported an error: {result.content!r}")
+    texts = [c.text for c in result.content if isinstance(c, TextContent)]
+    if not texts:
+        raise Failure(f"no text content in {result!r}")
+    return "".join(texts)
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        raise Failure(what)
+
+
+async def run_mode(url: str, mode: str, direct: bool) -> list[str]:
+    done: list[str] = []
+    with anyio.fail_after(STEP_TIMEOUT * 4):
+        async with Client(url, mode=mode, read_timeout_seconds=STEP_TIMEOUT) as client:
+            version = client.protocol_version
+            check(
+                version == EXPECTED_VERSION[mode],
+                f"negotiated protocol {version}, expected {EXPECTED_VERSION[mode]}",
+            )
+            done.append(f"connected ({version})")
+
+            listed = {t.name for t in (await client.list_tools()).tools}
+            check({"echo", "add"} <= listed, f"tools/list lacks echo/add: {sorted(listed)}")
+            done.append("tools/list")
+
+            greeting = f"hello through fenzi, mode {mode}"
+            got = text_of(await client.call_tool("echo", {"text": greeting}))
+            check(got == greeting, f"echo returned {got!r}")
+            done.append("allowed call: echo")
+
+            started = time.monotonic()
+            try:
+                result = await client.call_tool("delete_everything", {})
+            except MCPError as e:
+                elapsed = time.monotonic() - started
+                check(not direct, f"direct call to delete_everything failed: {e.message}")
+                check(
+                    "not permitted by policy" in e.message
+                    and "tools/call delete_everything" in e.message,
+                    f"denied call error lacks fenzi's message: code {e.code} {e.message!r}",
+                )
+                reason = e.data.get("reason") if isinstance(e.data, dict) else None
+                check(reason == "policy_denied", f"denied call error data.reason = {reason!r}")
+                check(elapsed < 5, f"the denial took {elapsed:.1f}s")
+                done.append(f"denied call: delete_everything -> {e.code} {e.message!r}")
+            else:
+                check(direct, f"delete_everything was NOT denied: {result!r}")
+                check(text_of(result) == "everything deleted", f"unexpected result {result!r}")
+                done.append("direct call: delete_everything")
+
+            got = text_of(await client.call_tool("add", {"a": 2, "b": 40}))
+            check(got == "42", f"add returned {got!r}")
+            done.append("allowed call afterwards: add")
+    return done
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
+    return [exc]
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    failed = 0
+    for mode in args.mode or ["legacy", "2026-07-28"]:
+        try:
+            for step in await run_mode(args.url, mode, args.direct):
+                print(f"PASS mcp [{mode}] {step}", flush=True)
+        except BaseException as exc:  # noqa: BLE001 - report every failure, then go on to the next mode
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            failed += 1
+            for leaf in leaves(exc):
+                detail = str(leaf) if isinstance(leaf, Failure) else f"{type(leaf).__name__}: {leaf}"
+                print(f"FAIL mcp [{mode}] {detail}", flush=True)
+    return 1 if failed else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", required=True)
+    p.add_argument("--mode", action="append", choices=sorted(EXPECTED_VERSION), help="repeatable")
+    p.add_argument("--direct", action="store_true", help="no proxy: delete_everything must succeed")
+    args = p.parse_args()
+    return anyio.run(main_async, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
