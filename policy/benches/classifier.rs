@@ -78,7 +78,10 @@ fn bench(c: &mut Criterion) {
                 headers: &headers,
                 body: &body,
             };
-            assert!(classify(&server, &req).overall.is_allowed(), "{shape} {label}");
+            assert!(
+                classify(&server, &req).overall.is_allowed(),
+                "{shape} {label}"
+            );
             group.throughput(Throughput::Bytes(body.len() as u64));
             group.bench_with_input(BenchmarkId::new(shape, label), &req, |b, req| {
                 b.iter(|| classify(black_box(&server), black_box(req)))

@@ -77,9 +77,43 @@ pub fn line_hash(line: &[u8]) -> String {
 /// Serialises a record to one line (no newline). JSON already escapes C0 controls; we also escape DEL,
 /// C1 controls and the Unicode line/paragraph separators and bidi overrides, so a hostile tool or host
 /// name cannot forge or visually rewrite a line for someone reading the log.
+///
+/// Request-derived text fields (path, rpc method, tool, rpc id) are cut to [`MAX_FIELD_CHARS`]
+/// characters with a marker saying how much was dropped: a hostile client must not be able to write
+/// megabytes into the log per request.
 pub fn to_line(record: &AuditRecord) -> String {
-    let raw = serde_json::to_string(record).expect("audit records always serialise");
-    escape_invisible(&raw)
+    let long = |f: &Option<String>| {
+        f.as_ref()
+            .is_some_and(|v| v.chars().count() > MAX_FIELD_CHARS)
+    };
+    let raw = if [&record.path, &record.rpc, &record.tool, &record.rpc_id]
+        .into_iter()
+        .any(long)
+    {
+        let mut clipped = record.clone();
+        for field in [
+            &mut clipped.path,
+            &mut clipped.rpc,
+            &mut clipped.tool,
+            &mut clipped.rpc_id,
+        ] {
+            if long(field) {
+                *field = field.as_deref().map(clip);
+            }
+        }
+        serde_json::to_string(&clipped)
+    } else {
+        serde_json::to_string(record)
+    };
+    escape_invisible(&raw.expect("audit records always serialise"))
+}
+
+/// Longest request-derived text kept in a record field.
+pub const MAX_FIELD_CHARS: usize = 512;
+
+fn clip(value: &str) -> String {
+    let kept: String = value.chars().take(MAX_FIELD_CHARS).collect();
+    format!("{kept}…[{} more bytes]", value.len() - kept.len())
 }
 
 /// Replaces characters that should never appear raw in a log with `\uXXXX`. Safe on JSON text: these
@@ -442,6 +476,19 @@ mod tests {
         );
         let back: AuditRecord = serde_json::from_str(&line).unwrap();
         assert_eq!(back.tool.as_deref(), Some(name));
+    }
+
+    #[test]
+    fn huge_request_fields_are_clipped() {
+        let mut r = record(1, GENESIS, &"x".repeat(100_000));
+        r.path = Some("/p".into());
+        let line = to_line(&r);
+        assert!(line.len() < 2_000, "{}", line.len());
+        let back: AuditRecord = serde_json::from_str(&line).unwrap();
+        let tool = back.tool.unwrap();
+        assert!(tool.starts_with(&"x".repeat(MAX_FIELD_CHARS)));
+        assert!(tool.ends_with(&format!("…[{} more bytes]", 100_000 - MAX_FIELD_CHARS)));
+        assert_eq!(back.path.as_deref(), Some("/p"));
     }
 
     #[test]

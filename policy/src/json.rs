@@ -26,12 +26,17 @@ pub const MAX_INT_DIGITS: usize = 100;
 /// Longest fraction part of a number, in digits.
 pub const MAX_FRAC_DIGITS: usize = 100;
 
+/// The deepest nesting any caller gets, whatever [`JsonLimits::max_depth`] says: values are dropped,
+/// compared and printed recursively, so the depth must stay far from what a thread's stack holds.
+pub const MAX_DEPTH_CAP: usize = 1024;
+
 /// Size and depth limits for inspected bodies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonLimits {
     /// Largest body, in bytes.
     pub max_bytes: usize,
-    /// Deepest nesting of arrays and objects: `[]` is depth 1, `[[]]` depth 2.
+    /// Deepest nesting of arrays and objects: `[]` is depth 1, `[[]]` depth 2. Capped at
+    /// [`MAX_DEPTH_CAP`].
     pub max_depth: usize,
 }
 
@@ -187,13 +192,13 @@ pub fn parse_to_depth(
         return Err(err(limits.max_bytes, JsonErrorKind::TooLarge));
     }
     check_encoding(input)?;
-    let text = std::str::from_utf8(input)
-        .map_err(|e| err(e.valid_up_to(), JsonErrorKind::InvalidUtf8))?;
+    let text =
+        std::str::from_utf8(input).map_err(|e| err(e.valid_up_to(), JsonErrorKind::InvalidUtf8))?;
     let mut parser = Parser {
         text,
         bytes: input,
         pos: 0,
-        max_depth: limits.max_depth,
+        max_depth: limits.max_depth.min(MAX_DEPTH_CAP),
         keep_depth,
         keys: Vec::new(),
     };
@@ -329,7 +334,11 @@ impl<'a> Parser<'a> {
                         stack.push(Frame::Object {
                             members: build.then(Vec::new),
                             keys_start,
-                            pending: if build { key.into_owned() } else { String::new() },
+                            pending: if build {
+                                key.into_owned()
+                            } else {
+                                String::new()
+                            },
                         });
                         continue 'value;
                     }
@@ -463,7 +472,7 @@ impl<'a> Parser<'a> {
         }
         let key = self.string()?;
         let siblings = self.keys.get(keys_start..).unwrap_or_default();
-        if siblings.len() < LINEAR_DUP_CHECK && siblings.iter().any(|(k, _)| *k == key) {
+        if siblings.len() < LINEAR_DUP_CHECK && siblings.iter().any(|(k, _)| same_key(k, &key)) {
             return Err(err(offset, JsonErrorKind::DuplicateKey));
         }
         self.keys.push((key.clone(), offset));
@@ -492,7 +501,11 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    fn literal(&mut self, word: &'static str, value: Option<Value>) -> Result<Option<Value>, JsonError> {
+    fn literal(
+        &mut self,
+        word: &'static str,
+        value: Option<Value>,
+    ) -> Result<Option<Value>, JsonError> {
         if self.bytes[self.pos..].starts_with(word.as_bytes()) {
             self.pos += word.len();
             Ok(value)
@@ -523,7 +536,11 @@ impl<'a> Parser<'a> {
             self.pos += 1;
             return Ok(Cow::Borrowed(run));
         }
-        let mut out = if decode { String::from(run) } else { String::new() };
+        let mut out = if decode {
+            String::from(run)
+        } else {
+            String::new()
+        };
         loop {
             match self.peek() {
                 None => return self.fail(JsonErrorKind::UnexpectedEnd),
@@ -576,8 +593,8 @@ impl<'a> Parser<'a> {
                             return Err(err(at, JsonErrorKind::LoneSurrogate));
                         }
                         let code = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-                        let c = char::from_u32(code)
-                            .ok_or(err(at, JsonErrorKind::LoneSurrogate))?;
+                        let c =
+                            char::from_u32(code).ok_or(err(at, JsonErrorKind::LoneSurrogate))?;
                         self.pos = at + 12;
                         return Ok(c);
                     }
@@ -693,6 +710,11 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// Key equality, cheapest tests first (most sibling keys differ in length or first byte).
+fn same_key(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.as_bytes().first() == b.as_bytes().first() && a == b
+}
+
 /// Index of the first `"`, `\` or control byte at or after `i` (or `bytes.len()`). Scans eight bytes
 /// at a time: strings are most of a body's bytes.
 fn find_special(bytes: &[u8], mut i: usize) -> usize {
@@ -750,7 +772,8 @@ mod tests {
 
     #[test]
     fn parses_every_kind_of_value() {
-        let v = p(r#" {"a":[1,-0.5e+3,true,false,null,"x\ty\u00e9\ud83d\ude00"],"b":{}} "#).unwrap();
+        let v =
+            p(r#" {"a":[1,-0.5e+3,true,false,null,"x\ty\u00e9\ud83d\ude00"],"b":{}} "#).unwrap();
         assert_eq!(
             v,
             Value::Object(vec![
@@ -770,7 +793,10 @@ mod tests {
         );
         assert_eq!(v.get("b"), Some(&Value::Object(vec![])));
         assert_eq!(v.get("c"), None);
-        assert_eq!(p("\"\\/\\\\\\\"\\b\\f\\n\\r\"").unwrap().as_str(), Some("/\\\"\u{8}\u{c}\n\r"));
+        assert_eq!(
+            p("\"\\/\\\\\\\"\\b\\f\\n\\r\"").unwrap().as_str(),
+            Some("/\\\"\u{8}\u{c}\n\r")
+        );
         assert_eq!(p("[]").unwrap(), Value::Array(vec![]));
         assert_eq!(p("0").unwrap(), Value::Number("0".into()));
         assert_eq!(p("-0").unwrap(), Value::Number("-0".into()));
@@ -783,7 +809,11 @@ mod tests {
     fn refuses_duplicate_keys_at_any_depth_after_unescaping() {
         fails(r#"{"a":1,"a":2}"#, JsonErrorKind::DuplicateKey, 7);
         fails(r#"{"a":1,"\u0061":2}"#, JsonErrorKind::DuplicateKey, 7);
-        fails(r#"[{"x":{"y":[{"k":1,"k":1}]}}]"#, JsonErrorKind::DuplicateKey, 19);
+        fails(
+            r#"[{"x":{"y":[{"k":1,"k":1}]}}]"#,
+            JsonErrorKind::DuplicateKey,
+            19,
+        );
         // Distinct after unescaping: not duplicates.
         assert!(p(r#"{"a":1,"A":2,"a ":3}"#).is_ok());
         // A large object is checked in full when it closes; the first duplicate in the text wins.
@@ -821,7 +851,11 @@ mod tests {
             b"\"\xF4\x90\x80\x80\"",
         ] {
             let e = parse(bad, &JsonLimits::default()).unwrap_err();
-            assert_eq!((e.kind, e.offset), (JsonErrorKind::InvalidUtf8, 1), "{bad:?}");
+            assert_eq!(
+                (e.kind, e.offset),
+                (JsonErrorKind::InvalidUtf8, 1),
+                "{bad:?}"
+            );
         }
         // A BOM in the middle is just a character: fine inside a string, refused outside.
         assert!(p("\"\u{feff}\"").is_ok());
@@ -856,13 +890,18 @@ mod tests {
         fails("\"abc", JsonErrorKind::UnexpectedEnd, 4);
         fails("\"\\u12", JsonErrorKind::UnexpectedEnd, 5);
         fails("\"\\", JsonErrorKind::UnexpectedEnd, 1);
-        assert_eq!(p("\"\\uDBFF\\uDFFF\"").unwrap().as_str(), Some("\u{10FFFF}"));
+        assert_eq!(
+            p("\"\\uDBFF\\uDFFF\"").unwrap().as_str(),
+            Some("\u{10FFFF}")
+        );
         assert_eq!(p("\"\u{7f}\"").unwrap().as_str(), Some("\u{7f}"));
     }
 
     #[test]
     fn refuses_bad_numbers() {
-        for bad in ["01", "-01", "+1", ".5", "1.", "-", "1e", "1e+", "1.e5", "--1", "0x10", "1_0"] {
+        for bad in [
+            "01", "-01", "+1", ".5", "1.", "-", "1e", "1e+", "1.e5", "--1", "0x10", "1_0",
+        ] {
             let e = p(bad).unwrap_err();
             assert!(
                 matches!(
@@ -881,7 +920,11 @@ mod tests {
         fails("[-Infinity]", JsonErrorKind::InvalidNumber, 2);
         fails("[1e309]", JsonErrorKind::NumberOutOfRange, 1);
         fails("9e308", JsonErrorKind::NumberOutOfRange, 0);
-        fails("-1e99999999999999999999", JsonErrorKind::NumberOutOfRange, 0);
+        fails(
+            "-1e99999999999999999999",
+            JsonErrorKind::NumberOutOfRange,
+            0,
+        );
         fails("1e-400", JsonErrorKind::NumberOutOfRange, 0);
         assert!(p("1e308").is_ok());
         assert!(p("1.7976931348623157e308").is_ok());
@@ -889,9 +932,17 @@ mod tests {
         assert!(p("5e-324").is_ok());
         let digits = |n: usize| "9".repeat(n);
         assert!(p(&digits(MAX_INT_DIGITS)).is_ok());
-        fails(&digits(MAX_INT_DIGITS + 1), JsonErrorKind::NumberOutOfRange, 0);
+        fails(
+            &digits(MAX_INT_DIGITS + 1),
+            JsonErrorKind::NumberOutOfRange,
+            0,
+        );
         assert!(p(&format!("0.{}", digits(MAX_FRAC_DIGITS))).is_ok());
-        fails(&format!("0.{}", digits(MAX_FRAC_DIGITS + 1)), JsonErrorKind::NumberOutOfRange, 0);
+        fails(
+            &format!("0.{}", digits(MAX_FRAC_DIGITS + 1)),
+            JsonErrorKind::NumberOutOfRange,
+            0,
+        );
     }
 
     #[test]
@@ -906,7 +957,13 @@ mod tests {
             Err(err(3, JsonErrorKind::TooDeep))
         );
         assert_eq!(
-            parse(br#"{"a":{"b":{"c":1}}}"#, &JsonLimits { max_bytes: 100, max_depth: 2 }),
+            parse(
+                br#"{"a":{"b":{"c":1}}}"#,
+                &JsonLimits {
+                    max_bytes: 100,
+                    max_depth: 2
+                }
+            ),
             Err(err(10, JsonErrorKind::TooDeep))
         );
         assert_eq!(
@@ -925,9 +982,24 @@ mod tests {
             max_bytes: 2_000_000,
             max_depth: 64,
         };
-        assert_eq!(parse(deep.as_bytes(), &big).unwrap_err().kind, JsonErrorKind::TooDeep);
+        assert_eq!(
+            parse(deep.as_bytes(), &big).unwrap_err().kind,
+            JsonErrorKind::TooDeep
+        );
         let limit_64 = format!("{}{}", "[".repeat(64), "]".repeat(64));
         assert!(parse(limit_64.as_bytes(), &big).is_ok());
+        // However high the configured limit, nesting stops at the cap.
+        let uncapped = JsonLimits {
+            max_bytes: 3_000_000,
+            max_depth: usize::MAX,
+        };
+        let at_cap = format!("{}{}", "[".repeat(MAX_DEPTH_CAP), "]".repeat(MAX_DEPTH_CAP));
+        assert!(parse(at_cap.as_bytes(), &uncapped).is_ok());
+        let past_cap = "[".repeat(1_000_000);
+        assert_eq!(
+            parse(past_cap.as_bytes(), &uncapped),
+            Err(err(MAX_DEPTH_CAP, JsonErrorKind::TooDeep))
+        );
     }
 
     #[test]
@@ -950,8 +1022,14 @@ mod tests {
             ])
         );
         assert_eq!(parse_to_depth(text, &limits, 0).unwrap(), Value::Elided);
-        assert_eq!(parse_to_depth(b"7", &limits, 0).unwrap(), Value::Number("7".into()));
-        assert_eq!(parse_to_depth(text, &limits, 9).unwrap(), parse(text, &limits).unwrap());
+        assert_eq!(
+            parse_to_depth(b"7", &limits, 0).unwrap(),
+            Value::Number("7".into())
+        );
+        assert_eq!(
+            parse_to_depth(text, &limits, 9).unwrap(),
+            parse(text, &limits).unwrap()
+        );
         // What is not kept is still checked: duplicates (small and large objects), escapes, numbers.
         let deep_dup = br#"{"a":{"b":[{"k":1,"\u006b":2}]}}"#;
         assert_eq!(
@@ -964,10 +1042,16 @@ mod tests {
         }
         wide.push_str(r#""k5":1}]}"#);
         assert_eq!(
-            parse_to_depth(wide.as_bytes(), &limits, 1).unwrap_err().kind,
+            parse_to_depth(wide.as_bytes(), &limits, 1)
+                .unwrap_err()
+                .kind,
             JsonErrorKind::DuplicateKey
         );
-        for bad in [&br#"{"a":[["\ud800"]]}"#[..], br#"{"a":[[1e999]]}"#, br#"{"a":[[01]]}"#] {
+        for bad in [
+            &br#"{"a":[["\ud800"]]}"#[..],
+            br#"{"a":[[1e999]]}"#,
+            br#"{"a":[[01]]}"#,
+        ] {
             assert_eq!(parse_to_depth(bad, &limits, 1), parse(bad, &limits));
             assert!(parse(bad, &limits).is_err());
         }
@@ -982,7 +1066,11 @@ mod tests {
         fails("{\"a\":1,}", JsonErrorKind::Expected("a string key"), 7);
         fails("[1,]", JsonErrorKind::Expected("a value"), 3);
         fails("[1 2]", JsonErrorKind::Expected("',' or ']'"), 3);
-        fails("{\"a\":1 \"b\":2}", JsonErrorKind::Expected("',' or '}'"), 7);
+        fails(
+            "{\"a\":1 \"b\":2}",
+            JsonErrorKind::Expected("',' or '}'"),
+            7,
+        );
         fails("[1,", JsonErrorKind::UnexpectedEnd, 3);
         fails("{\"a\":", JsonErrorKind::UnexpectedEnd, 5);
         fails("[", JsonErrorKind::UnexpectedEnd, 1);
@@ -998,7 +1086,13 @@ mod tests {
 
     #[test]
     fn write_string_is_ascii_and_round_trips() {
-        let samples = ["plain", "q\"b\\s/", "ctl\u{0}\u{1f}\u{7f}", "é\u{202e}😀", "\u{2028}"];
+        let samples = [
+            "plain",
+            "q\"b\\s/",
+            "ctl\u{0}\u{1f}\u{7f}",
+            "é\u{202e}😀",
+            "\u{2028}",
+        ];
         for s in samples {
             let mut out = String::new();
             write_string(&mut out, s);
@@ -1029,7 +1123,8 @@ mod tests {
 
         /// Bytes drawn mostly from JSON's own alphabet, so that many inputs get deep into the parser.
         fn jsonish() -> impl Strategy<Value = Vec<u8>> {
-            let alphabet: Vec<u8> = b"{}[]:,\"\\ \t\n0123456789-+.eEtrufalsn/bu dDcC\x01\xc3\xa9\xed\xa0\x80".to_vec();
+            let alphabet: Vec<u8> =
+                b"{}[]:,\"\\ \t\n0123456789-+.eEtrufalsn/bu dDcC\x01\xc3\xa9\xed\xa0\x80".to_vec();
             proptest::collection::vec(
                 prop_oneof![
                     8 => proptest::sample::select(alphabet),

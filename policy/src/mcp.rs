@@ -32,6 +32,7 @@ mod methods;
 mod shape;
 mod text;
 
+pub use crate::json::JsonLimits;
 pub use denial::{ERROR_CODES, denial_body, error_code};
 pub use methods::{CONNECT_AND_LIST, TOOLS_CALL};
 
@@ -48,8 +49,6 @@ pub enum EndpointPath {
     /// Account connectors: every path under this prefix (`/v1/mcp/`).
     Prefix(String),
 }
-
-pub use crate::json::JsonLimits;
 
 /// What the classifier needs to know about one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,7 +151,8 @@ pub fn classify(server: &ServerRule, req: &RequestView<'_>) -> McpDecision {
 
 /// GET and DELETE: the endpoint (and GET of `/.well-known/` metadata), without a body.
 fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision {
-    let deny = |why: String| Decision::deny(Reason::PolicyDenied, methods::default_deny(server), why);
+    let deny =
+        |why: String| Decision::deny(Reason::PolicyDenied, methods::default_deny(server), why);
     let what = format!("{} {}", req.method, shown(path));
     match http::has_body(req) {
         Err(e) => return Decision::deny(Reason::BadRequest, RULE_STRICT_HTTP, e.to_string()),
@@ -166,7 +166,10 @@ fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision 
         } else {
             ("session-end", "ends the session")
         };
-        return Decision::allow(format!("mcp.{} {rule}", server.name), format!("{what}: {why}"));
+        return Decision::allow(
+            format!("mcp.{} {rule}", server.name),
+            format!("{what}: {why}"),
+        );
     }
     if get && http::is_well_known(path) {
         return Decision::allow(
@@ -206,14 +209,20 @@ impl McpDecision {
                 ));
             }
             Err(e) => {
-                return Self::request(bad(RULE_STRICT_JSON, format!("body is not strict JSON: {e}")));
+                return Self::request(bad(
+                    RULE_STRICT_JSON,
+                    format!("body is not strict JSON: {e}"),
+                ));
             }
         };
         let (batch, mut messages) = match &body {
             Value::Array(items) if items.is_empty() => {
                 return Self::request(bad(methods::RULE_STRICT_JSON_RPC, "empty batch"));
             }
-            Value::Array(items) => (true, items.iter().map(|v| methods::decide(server, v)).collect()),
+            Value::Array(items) => (
+                true,
+                items.iter().map(|v| methods::decide(server, v)).collect(),
+            ),
             single => (false, vec![methods::decide(server, single)]),
         };
         if let Err(e) = headers::check(req.headers, &body) {

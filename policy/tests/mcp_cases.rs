@@ -53,7 +53,9 @@ fn verdict(text: &str) -> Result<Verdict, String> {
         (Some("denied"), Some(code), None) => Reason::from_code(code)
             .map(Verdict::Denied)
             .ok_or(format!("unknown reason {code:?}")),
-        _ => Err(format!("expected `allowed` or `denied <reason>`, got {text:?}")),
+        _ => Err(format!(
+            "expected `allowed` or `denied <reason>`, got {text:?}"
+        )),
     }
 }
 
@@ -65,9 +67,7 @@ fn expand(text: &str) -> Result<String, String> {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let end = after.find("}}").ok_or("unclosed {{")?;
-        let (count, what) = after[..end]
-            .split_once('*')
-            .ok_or("expected {{N*TEXT}}")?;
+        let (count, what) = after[..end].split_once('*').ok_or("expected {{N*TEXT}}")?;
         let count: usize = count.parse().map_err(|_| format!("bad count {count:?}"))?;
         out.push_str(&what.repeat(count));
         rest = &after[end + 2..];
@@ -269,7 +269,8 @@ fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
                     .split_once(':')
                     .ok_or_else(|| at("header: Name: value".into()))?;
                 let v = v.strip_prefix(' ').unwrap_or(v);
-                case.headers.push((name.to_owned(), expand(v).map_err(at)?.into_bytes()));
+                case.headers
+                    .push((name.to_owned(), expand(v).map_err(at)?.into_bytes()));
             }
             "header-hex" => {
                 let (name, v) = value
@@ -380,11 +381,17 @@ fn check(case: &Case, decision: &McpDecision, denial: &[u8]) -> Vec<String> {
         };
         let mut differ = |what: &str, expected: String, actual: String| {
             if expected != actual {
-                problems.push(format!("msg {index} {what}: expected {expected}, got {actual}"));
+                problems.push(format!(
+                    "msg {index} {what}: expected {expected}, got {actual}"
+                ));
             }
         };
         if let Some(v) = expect.verdict {
-            differ("verdict", show_verdict(v), show_verdict(got.decision.verdict));
+            differ(
+                "verdict",
+                show_verdict(v),
+                show_verdict(got.decision.verdict),
+            );
         }
         if let Some(k) = expect.kind {
             differ("kind", format!("{k:?}"), format!("{:?}", got.kind));
@@ -399,7 +406,11 @@ fn check(case: &Case, decision: &McpDecision, denial: &[u8]) -> Vec<String> {
             differ("id", format!("{id:?}"), format!("{:?}", got.rpc_id));
         }
         if let Some(rule) = &expect.rule {
-            differ("rule", format!("{rule:?}"), format!("{:?}", got.decision.rule));
+            differ(
+                "rule",
+                format!("{rule:?}"),
+                format!("{:?}", got.decision.rule),
+            );
         }
     }
     let denial_text = String::from_utf8_lossy(denial);
@@ -463,7 +474,12 @@ fn mcp_case_files() {
             total += 1;
             let Some(server) = case.server.take() else {
                 failed += 1;
-                writeln!(report, "{}:{}: {}: no server line before the case", case.file, case.line, case.name).unwrap();
+                writeln!(
+                    report,
+                    "{}:{}: {}: no server line before the case",
+                    case.file, case.line, case.name
+                )
+                .unwrap();
                 continue;
             };
             if case.method == "POST"
@@ -499,7 +515,124 @@ fn mcp_case_files() {
             }
         }
     }
-    eprintln!("mcp cases: {total} run, {failed} failed, from {} files", files.len());
-    assert!(failed == 0, "{failed} of {total} MCP cases failed:\n{report}");
+    eprintln!(
+        "mcp cases: {total} run, {failed} failed, from {} files",
+        files.len()
+    );
+    assert!(
+        failed == 0,
+        "{failed} of {total} MCP cases failed:\n{report}"
+    );
     assert!(total >= 150, "only {total} MCP cases");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SEEDS: [&str; 6] = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_x","arguments":{"a":[1,"\u00e9"]}}}"#,
+        r#"[{"jsonrpc":"2.0","id":"a","method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"x":null}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"m"}}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"file:///a"}}"#,
+        r#"[]"#,
+    ];
+
+    /// A seed body with a few bytes overwritten, inserted or removed.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        (
+            proptest::sample::select(SEEDS.to_vec()),
+            proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..4),
+        )
+            .prop_map(|(seed, edits)| {
+                let mut bytes = seed.as_bytes().to_vec();
+                for (at, byte, op) in edits {
+                    let at = at % (bytes.len() + 1);
+                    match op {
+                        0 if at < bytes.len() => bytes[at] = byte,
+                        1 => bytes.insert(at, byte),
+                        _ if at < bytes.len() => {
+                            bytes.remove(at);
+                        }
+                        _ => {}
+                    }
+                }
+                bytes
+            })
+    }
+
+    fn header() -> impl Strategy<Value = (String, Vec<u8>)> {
+        (
+            proptest::sample::select(vec![
+                "Content-Type",
+                "content-encoding",
+                "Transfer-Encoding",
+                "Content-Length",
+                "Mcp-Method",
+                "Mcp-Name",
+            ])
+            .prop_map(str::to_owned),
+            prop_oneof![
+                proptest::sample::select(vec![
+                    "application/json",
+                    "application/json; charset=\"utf-8\"",
+                    "identity",
+                    "chunked",
+                    "0",
+                    "tools/call",
+                    "get_x",
+                    "=?base64?Z2V0X3g=?=",
+                ])
+                .prop_map(|s| s.as_bytes().to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..12),
+            ],
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// Whatever the request, classify answers (no panic), a POST gets one decision per
+        /// message, and every denial has a strict-JSON ASCII body.
+        #[test]
+        fn any_request_gets_a_decision_and_a_json_denial(
+            method in proptest::sample::select(vec!["POST", "GET", "DELETE", "PUT", "post", ""]),
+            path in prop_oneof![
+                proptest::sample::select(vec!["/mcp", "/mcp?x=1", "/.well-known/a", "/v1/mcp/x", "*", "/a b"])
+                    .prop_map(str::to_owned),
+                "[ -~]{0,12}",
+            ],
+            headers in proptest::collection::vec(header(), 0..4),
+            body in body(),
+            prefix in any::<bool>(),
+        ) {
+            let server = ServerRule {
+                name: "s".into(),
+                endpoint: if prefix {
+                    EndpointPath::Prefix("/v1/mcp/".into())
+                } else {
+                    EndpointPath::Exact("/mcp".into())
+                },
+                allow: vec![ToolPattern::parse("get_*").unwrap()],
+                deny: vec![ToolPattern::parse("get_secret").unwrap()],
+                limits: JsonLimits::default(),
+            };
+            let headers: Vec<(&str, &[u8])> =
+                headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+            let req = RequestView { method, path: &path, headers: &headers, body: &body };
+            let decision = classify(&server, &req);
+            let denial = denial_body(&decision, &req);
+            if decision.overall.is_allowed() {
+                prop_assert!(denial.is_empty());
+                prop_assert!(decision.messages.iter().all(|m| m.decision.is_allowed()));
+            } else {
+                prop_assert!(denial.is_ascii());
+                prop_assert!(fenzi_policy::json::parse(&denial, &JsonLimits::default()).is_ok());
+            }
+            if !decision.batch {
+                prop_assert!(decision.messages.len() <= 1);
+            }
+        }
+    }
 }

@@ -60,7 +60,12 @@ pub fn denial_body(decision: &McpDecision, req: &RequestView<'_>) -> Vec<u8> {
                 ),
                 None => (overall, decision.overall.message.clone()),
             };
-            Some(rpc_error(id, reason, &describe(&prefix, reason, &detail), m))
+            Some(rpc_error(
+                id,
+                reason,
+                &describe(&prefix, reason, &detail),
+                m,
+            ))
         })
         .collect();
     let body = match (decision.batch, replies.as_slice()) {
@@ -159,7 +164,11 @@ mod tests {
         for (i, (reason, code)) in ERROR_CODES.iter().enumerate() {
             assert!(!(-32768..=-32000).contains(code), "{reason}");
             assert_eq!(error_code(*reason), *code);
-            assert!(ERROR_CODES[i + 1..].iter().all(|(r, c)| r != reason && c != code));
+            assert!(
+                ERROR_CODES[i + 1..]
+                    .iter()
+                    .all(|(r, c)| r != reason && c != code)
+            );
         }
         assert_eq!(ERROR_CODES.len(), Reason::ALL.len());
     }

@@ -158,7 +158,10 @@ mod tests {
     use crate::json::{JsonLimits, parse};
 
     fn check_with(headers: &[(&str, &[u8])], body: &str) -> Result<(), HeaderError> {
-        check(headers, &parse(body.as_bytes(), &JsonLimits::default()).unwrap())
+        check(
+            headers,
+            &parse(body.as_bytes(), &JsonLimits::default()).unwrap(),
+        )
     }
 
     const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"café"}}"#;
@@ -170,8 +173,19 @@ mod tests {
         assert_eq!(decode_base64(b"YQ=="), Some(b"a".to_vec()));
         assert_eq!(decode_base64(b"YWI="), Some(b"ab".to_vec()));
         assert_eq!(decode_base64(b"YWJj"), Some(b"abc".to_vec()));
-        assert_eq!(decode_base64(b"PT9iYXNlNjQ/bGl0ZXJhbD89"), Some(b"=?base64?literal?=".to_vec()));
-        for bad in [&b"YQ"[..], b"YR==", b"YQ=a", b"Y===", b"YQ==YQ==", b"Y2Fm-6k=", b"YW J"] {
+        assert_eq!(
+            decode_base64(b"PT9iYXNlNjQ/bGl0ZXJhbD89"),
+            Some(b"=?base64?literal?=".to_vec())
+        );
+        for bad in [
+            &b"YQ"[..],
+            b"YR==",
+            b"YQ=a",
+            b"Y===",
+            b"YQ==YQ==",
+            b"Y2Fm-6k=",
+            b"YW J",
+        ] {
             assert_eq!(decode_base64(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
@@ -180,15 +194,15 @@ mod tests {
     fn headers_must_agree_with_the_body() {
         assert_eq!(check_with(&[], CALL), Ok(()));
         assert_eq!(check_with(&[("Mcp-Method", b"tools/call")], CALL), Ok(()));
-        assert_eq!(check_with(&[("mcp-method", b" tools/call\t")], CALL), Ok(()));
+        assert_eq!(
+            check_with(&[("mcp-method", b" tools/call\t")], CALL),
+            Ok(())
+        );
         assert_eq!(
             check_with(&[("Mcp-Name", b"=?base64?Y2Fmw6k=?=")], CALL),
             Ok(())
         );
-        assert_eq!(
-            check_with(&[("Mcp-Name", "café".as_bytes())], CALL),
-            Ok(())
-        );
+        assert_eq!(check_with(&[("Mcp-Name", "café".as_bytes())], CALL), Ok(()));
         assert_eq!(
             check_with(&[("Mcp-Method", b"tools/list")], CALL),
             Err(HeaderError::MethodMismatch)
@@ -206,19 +220,31 @@ mod tests {
             Err(HeaderError::NameEncoding)
         );
         assert_eq!(
-            check_with(&[("Mcp-Method", b"tools/call"), ("MCP-METHOD", b"tools/call")], CALL),
+            check_with(
+                &[("Mcp-Method", b"tools/call"), ("MCP-METHOD", b"tools/call")],
+                CALL
+            ),
             Err(HeaderError::Repeated("Mcp-Method"))
         );
         assert_eq!(
-            check_with(&[("Mcp-Method", b"ping")], r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            check_with(
+                &[("Mcp-Method", b"ping")],
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#
+            ),
             Err(HeaderError::OnBatch("Mcp-Method"))
         );
         assert_eq!(
-            check_with(&[("Mcp-Name", b"x")], r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            check_with(
+                &[("Mcp-Name", b"x")],
+                r#"{"jsonrpc":"2.0","id":1,"result":{}}"#
+            ),
             Err(HeaderError::OnResponse("Mcp-Name"))
         );
         assert_eq!(
-            check_with(&[("Mcp-Name", b"x")], r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            check_with(
+                &[("Mcp-Name", b"x")],
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#
+            ),
             Err(HeaderError::NameWithoutTarget)
         );
         let read = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a","name":"n"}}"#;

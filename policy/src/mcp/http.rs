@@ -138,7 +138,10 @@ pub(super) fn header_values<'a>(
 
 /// A header value without the optional whitespace around it (RFC 9110 §5.5).
 pub(super) fn trim_ows(v: &[u8]) -> &[u8] {
-    let start = v.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(v.len());
+    let start = v
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(v.len());
     let end = v
         .iter()
         .rposition(|b| !matches!(b, b' ' | b'\t'))
@@ -154,9 +157,7 @@ pub(super) fn declared_length(req: &RequestView<'_>) -> Result<Option<u64>, Http
         if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
             return Err(HttpError::ContentLength);
         }
-        let n = value
-            .iter()
-            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
         if length.is_some_and(|l| l != n) {
             return Err(HttpError::ContentLength);
         }
@@ -318,8 +319,14 @@ mod tests {
         for bad in ["mcp", "*", "http://h/mcp", ""] {
             assert_eq!(parse_target(bad), Err(HttpError::NotOriginForm), "{bad}");
         }
-        for bad in ["/m cp", "/mcp#x", "/mcp\\x", "/m\u{e9}", "/mcp\r\n", "/a\"b", "/a|b"] {
-            assert_eq!(parse_target(bad), Err(HttpError::TargetCharacter), "{bad:?}");
+        for bad in [
+            "/m cp", "/mcp#x", "/mcp\\x", "/m\u{e9}", "/mcp\r\n", "/a\"b", "/a|b",
+        ] {
+            assert_eq!(
+                parse_target(bad),
+                Err(HttpError::TargetCharacter),
+                "{bad:?}"
+            );
         }
         for bad in ["/mcp%", "/mcp%2", "/mcp%zz", "/mcp?%g0"] {
             assert_eq!(parse_target(bad), Err(HttpError::BadPercentEscape), "{bad}");
@@ -330,13 +337,28 @@ mod tests {
     fn endpoint_is_byte_equal_or_a_plain_subpath() {
         let exact = EndpointPath::Exact("/mcp".into());
         assert!(is_endpoint(&exact, "/mcp"));
-        for other in ["/MCP", "/mcp/", "/mcp;x", "/mcp%2f..", "/mcp/../admin", "/mc", "/mcpx", "//mcp"] {
+        for other in [
+            "/MCP",
+            "/mcp/",
+            "/mcp;x",
+            "/mcp%2f..",
+            "/mcp/../admin",
+            "/mc",
+            "/mcpx",
+            "//mcp",
+        ] {
             assert!(!is_endpoint(&exact, other), "{other}");
         }
         assert!(is_endpoint(&EndpointPath::Exact("".into()), "/"));
         assert!(is_endpoint(&EndpointPath::Exact("/mcp?k=v".into()), "/mcp"));
         let prefix = EndpointPath::Prefix("/v1/mcp/".into());
-        for ok in ["/v1/mcp/", "/v1/mcp", "/v1/mcp/srv_01", "/v1/mcp/a/b", "/v1/mcp/a/"] {
+        for ok in [
+            "/v1/mcp/",
+            "/v1/mcp",
+            "/v1/mcp/srv_01",
+            "/v1/mcp/a/b",
+            "/v1/mcp/a/",
+        ] {
             assert!(is_endpoint(&prefix, ok), "{ok}");
         }
         for bad in [
@@ -385,7 +407,12 @@ mod tests {
             b"application/json; foo=bar; baz=\"q;\\\"x\"",
             b" application/json ",
         ] {
-            assert_eq!(check_media_type(ok), Ok(()), "{}", String::from_utf8_lossy(ok));
+            assert_eq!(
+                check_media_type(ok),
+                Ok(()),
+                "{}",
+                String::from_utf8_lossy(ok)
+            );
         }
         for bad in [
             &b"text/json"[..],

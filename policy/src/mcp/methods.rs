@@ -108,13 +108,21 @@ fn decide_tool(server: &ServerRule, name: &str) -> Decision {
     if let Some(pattern) = server.deny.iter().find(|p| p.matches(name)) {
         return Decision::deny(
             Reason::PolicyDenied,
-            format!("mcp.{}.tools.deny {}", server.name, quoted(pattern.as_str())),
+            format!(
+                "mcp.{}.tools.deny {}",
+                server.name,
+                quoted(pattern.as_str())
+            ),
             format!("tools/call {} is denied", shown(name)),
         );
     }
     if let Some(pattern) = server.allow.iter().find(|p| p.matches(name)) {
         return Decision::allow(
-            format!("mcp.{}.tools.allow {}", server.name, quoted(pattern.as_str())),
+            format!(
+                "mcp.{}.tools.allow {}",
+                server.name,
+                quoted(pattern.as_str())
+            ),
             format!("tools/call {} is allowed", shown(name)),
         );
     }

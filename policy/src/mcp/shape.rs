@@ -33,7 +33,9 @@ pub(super) enum ShapeError {
     NestedBatch,
     #[error("a JSON-RPC message is an object, not {0}")]
     NotAnObject(&'static str),
-    #[error("a JSON-RPC message has a member other than jsonrpc, id, method, params, result and error")]
+    #[error(
+        "a JSON-RPC message has a member other than jsonrpc, id, method, params, result and error"
+    )]
     UnknownMember,
     #[error("\"jsonrpc\" must be the string \"2.0\"")]
     Version,
@@ -59,7 +61,9 @@ pub(super) enum ShapeError {
     Result,
     #[error("only an error response may have a null id")]
     NullResultId,
-    #[error("\"error\" must be an object with an integer \"code\", a string \"message\" and an optional \"data\"")]
+    #[error(
+        "\"error\" must be an object with an integer \"code\", a string \"message\" and an optional \"data\""
+    )]
     ErrorObject,
 }
 
@@ -194,12 +198,26 @@ mod tests {
     #[test]
     fn the_three_kinds() {
         use MessageKind::*;
-        assert_eq!(shape(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Request));
-        assert_eq!(shape(r#"{"jsonrpc":"2.0","id":"a","method":"x","params":[]}"#), Ok(Request));
-        assert_eq!(shape(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Ok(Notification));
-        assert_eq!(shape(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Ok(Response));
         assert_eq!(
-            shape(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x","data":[1]}}"#),
+            shape(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            Ok(Request)
+        );
+        assert_eq!(
+            shape(r#"{"jsonrpc":"2.0","id":"a","method":"x","params":[]}"#),
+            Ok(Request)
+        );
+        assert_eq!(
+            shape(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Notification)
+        );
+        assert_eq!(
+            shape(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Ok(Response)
+        );
+        assert_eq!(
+            shape(
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x","data":[1]}}"#
+            ),
             Ok(Response)
         );
     }
@@ -211,30 +229,63 @@ mod tests {
             (r#"[]"#, NestedBatch),
             (r#""x""#, NotAnObject("string")),
             (r#"null"#, NotAnObject("null")),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"ping","extra":1}"#, UnknownMember),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","extra":1}"#,
+                UnknownMember,
+            ),
             (r#"{"id":1,"method":"ping"}"#, Version),
             (r#"{"jsonrpc":"2.00","id":1,"method":"ping"}"#, Version),
             (r#"{"jsonrpc":2.0,"id":1,"method":"ping"}"#, Version),
             (r#"{"jsonrpc":"2.0","id":1,"method":7}"#, MethodNotString),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#, Params),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":"x"}"#, Params),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#,
+                Params,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":"x"}"#,
+                Params,
+            ),
             (r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, Id),
             (r#"{"jsonrpc":"2.0","id":1e3,"method":"ping"}"#, Id),
             (r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, Id),
             (r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#, Id),
-            (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, NullRequestId),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}"#, MethodAndResult),
-            (r#"{"jsonrpc":"2.0","method":"ping","error":{}}"#, MethodAndResult),
-            (r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}"#, ResultAndError),
+            (
+                r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+                NullRequestId,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}"#,
+                MethodAndResult,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"ping","error":{}}"#,
+                MethodAndResult,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}"#,
+                ResultAndError,
+            ),
             (r#"{"jsonrpc":"2.0","id":1}"#, Incomplete),
             (r#"{"jsonrpc":"2.0"}"#, Incomplete),
             (r#"{"jsonrpc":"2.0","result":{}}"#, ResponseWithoutId),
-            (r#"{"jsonrpc":"2.0","id":1,"result":{},"params":{}}"#, ResponseParams),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{},"params":{}}"#,
+                ResponseParams,
+            ),
             (r#"{"jsonrpc":"2.0","id":1,"result":[]}"#, Result),
             (r#"{"jsonrpc":"2.0","id":null,"result":{}}"#, NullResultId),
-            (r#"{"jsonrpc":"2.0","id":1,"error":{"code":1}}"#, ErrorObject),
-            (r#"{"jsonrpc":"2.0","id":1,"error":{"code":1.5,"message":"m"}}"#, ErrorObject),
-            (r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m","x":1}}"#, ErrorObject),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1}}"#,
+                ErrorObject,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1.5,"message":"m"}}"#,
+                ErrorObject,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m","x":1}}"#,
+                ErrorObject,
+            ),
             (r#"{"jsonrpc":"2.0","id":1,"error":"boom"}"#, ErrorObject),
         ];
         for (text, expected) in cases {
@@ -244,7 +295,11 @@ mod tests {
 
     #[test]
     fn peek_reads_what_it_can() {
-        let v = parse(br#"{"id":7,"method":"tools/call","x":1}"#, &JsonLimits::default()).unwrap();
+        let v = parse(
+            br#"{"id":7,"method":"tools/call","x":1}"#,
+            &JsonLimits::default(),
+        )
+        .unwrap();
         assert_eq!(
             peek(&v),
             (Some("tools/call".into()), Some(RpcId::Number("7".into())))
