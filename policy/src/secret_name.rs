@@ -28,6 +28,36 @@ pub fn is_valid_secret_name(name: &str) -> bool {
     name.len() <= 128 && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
+/// Why a syntactically valid name cannot be a secret: the sandbox sets variables of these kinds itself
+/// (proxy settings, CA trust, fenzi's own), and a placeholder must never shadow them; loader and shell
+/// variables would let a policy file change what runs. `None` when the name is free.
+pub fn reserved_reason(name: &str) -> Option<&'static str> {
+    const LOADER: &[&str] = &[
+        "PATH",
+        "HOME",
+        "SHELL",
+        "NODE_OPTIONS",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "BASH_ENV",
+        "ENV",
+    ];
+    if name.starts_with("FENZI_") {
+        Some("names starting with FENZI_ are fenzi's own")
+    } else if name.ends_with("_PROXY") || name == "NO_PROXY" {
+        Some("proxy variables are set by the sandbox so that all traffic goes through fenzi")
+    } else if ["CERT", "CA_BUNDLE", "CAINFO", "SSL_ROOTS"]
+        .iter()
+        .any(|part| name.contains(part))
+    {
+        Some("certificate-trust variables are set by the sandbox to trust the session CA")
+    } else if name.starts_with("LD_") || LOADER.contains(&name) {
+        Some("loader and shell variables decide what programs run")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +77,32 @@ mod tests {
         assert!(!is_valid_secret_name("1ABC"));
         assert!(!is_valid_secret_name(""));
         assert!(!is_valid_secret_name("A-B"));
+    }
+
+    #[test]
+    fn variables_the_sandbox_owns_are_reserved() {
+        for name in [
+            "HTTPS_PROXY",
+            "NO_PROXY",
+            "NODE_USE_ENV_PROXY",
+            "SSL_CERT_FILE",
+            "NODE_EXTRA_CA_CERTS",
+            "GIT_SSL_CAINFO",
+            "AWS_CA_BUNDLE",
+            "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+            "FENZI_SECRET_X",
+            "LD_PRELOAD",
+            "PATH",
+        ] {
+            assert!(reserved_reason(name).is_some(), "{name}");
+        }
+        for name in [
+            "GITHUB_TOKEN",
+            "ANTHROPIC_API_KEY",
+            "DIGITALOCEAN_API_TOKEN",
+            "MCP_LINEAR",
+        ] {
+            assert_eq!(reserved_reason(name), None, "{name}");
+        }
     }
 }

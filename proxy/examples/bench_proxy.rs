@@ -71,7 +71,12 @@ async fn upstream(dir: &str) -> Result<(), Error> {
                 return;
             };
             let service = service_fn(|req: Request<Incoming>| async move {
-                let body = req.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                let body = req
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
                 let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                 let reply = serde_json::json!({
                     "jsonrpc": "2.0", "id": value["id"],
@@ -114,7 +119,13 @@ fn parse_load(args: &[String]) -> Result<LoadArgs, Error> {
     let pem = std::fs::read(positional.get(1).ok_or("CA_PEM")?)?;
     let roots = fenzi_proxy::tls::upstream::parse_pem_certs(&pem)?;
     let proxy = positional.get(2).map(|p| p.parse()).transpose()?;
-    Ok(LoadArgs { port, roots, proxy, connections, seconds })
+    Ok(LoadArgs {
+        port,
+        roots,
+        proxy,
+        connections,
+        seconds,
+    })
 }
 
 async fn load(args: &[String]) -> Result<(), Error> {
@@ -134,7 +145,9 @@ async fn load(args: &[String]) -> Result<(), Error> {
     let mut workers = Vec::new();
     for worker in 0..args.connections {
         let (args, config) = (args.clone(), config.clone());
-        workers.push(tokio::spawn(async move { run_worker(worker, &args, config, deadline).await }));
+        workers.push(tokio::spawn(async move {
+            run_worker(worker, &args, config, deadline).await
+        }));
     }
     let mut latencies: Vec<Duration> = Vec::new();
     let mut errors = 0usize;
@@ -176,7 +189,9 @@ async fn run_worker(
         Some(proxy) => {
             let mut stream = TcpStream::connect(proxy).await?;
             stream
-                .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+                .write_all(
+                    format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes(),
+                )
                 .await?;
             let mut head = Vec::new();
             let mut byte = [0u8; 1];
@@ -192,7 +207,9 @@ async fn run_worker(
     };
     stream.set_nodelay(true)?;
     let name = ServerName::IpAddress("127.0.0.1".parse::<std::net::IpAddr>()?.into());
-    let tls = tokio_rustls::TlsConnector::from(config).connect(name, stream).await?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
     tokio::spawn(conn);
     let mut latencies = Vec::new();

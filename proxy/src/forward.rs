@@ -175,3 +175,36 @@ pub(crate) async fn plain_http(shared: Arc<Shared>, req: Request<Incoming>) -> R
     let upstream = Upstream::new(dest.clone(), false);
     exchange(&shared, &dest, &upstream, req, host_value).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Secret-Hop"),
+            ("connection", "x-other"),
+            ("x-secret-hop", "1"),
+            ("x-other", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authorization", "Basic x"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("expect", "100-continue"),
+            ("authorization", "Bearer kept"),
+            ("content-type", "application/json"),
+        ] {
+            headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["authorization", "content-type"]);
+    }
+}

@@ -228,3 +228,66 @@ pub(crate) fn checked_authority<B>(
     }
     HeaderValue::from_str(first).map_err(|_| format!("the host {first:?} is not a valid header"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(text: &str) -> Host {
+        Host::parse(text).unwrap()
+    }
+
+    #[test]
+    fn sni_must_name_the_connect_target() {
+        let name = host("mcp.example.com");
+        assert_eq!(sni_mismatch(&name, Some("mcp.example.com")), None);
+        assert_eq!(sni_mismatch(&name, Some("MCP.Example.com.")), None);
+        assert!(sni_mismatch(&name, Some("other.example.com")).is_some());
+        assert!(sni_mismatch(&name, None).is_some(), "a name needs SNI");
+        let ip = host("10.0.0.5");
+        assert_eq!(
+            sni_mismatch(&ip, None),
+            None,
+            "clients send no SNI for an IP"
+        );
+        assert!(sni_mismatch(&ip, Some("mcp.example.com")).is_some());
+    }
+
+    fn request(host_headers: &[&str], uri: &str) -> Request<()> {
+        let mut builder = Request::builder().uri(uri);
+        for h in host_headers {
+            builder = builder.header(HOST, *h);
+        }
+        builder.body(()).unwrap()
+    }
+
+    #[test]
+    fn authorities_must_all_name_the_target_by_name_and_port() {
+        let target = host("mcp.example.com");
+        let check =
+            |hosts: &[&str], uri: &str| checked_authority(&request(hosts, uri), &target, 443, 443);
+        assert_eq!(
+            check(&["mcp.example.com"], "/mcp").unwrap(),
+            "mcp.example.com"
+        );
+        assert_eq!(
+            check(&["mcp.example.com:443"], "/mcp").unwrap(),
+            "mcp.example.com:443"
+        );
+        assert!(check(&["mcp.example.com"], "https://mcp.example.com/mcp").is_ok());
+        assert!(check(&[], "https://mcp.example.com/mcp").is_ok());
+        for (hosts, uri) in [
+            (&["mcp.example.com:8443"][..], "/mcp"),
+            (&["evil.com"][..], "/mcp"),
+            (&["mcp.example.com"][..], "https://evil.com/mcp"),
+            (&["mcp.example.com", "mcp.example.com"][..], "/mcp"),
+            (&["user@mcp.example.com"][..], "/mcp"),
+            (&[][..], "/mcp"),
+        ] {
+            assert!(check(hosts, uri).is_err(), "{hosts:?} {uri}");
+        }
+        // Plain HTTP in a tunnel defaults to port 80.
+        let plain = checked_authority(&request(&["mcp.example.com"], "/"), &target, 80, 80);
+        assert!(plain.is_ok());
+    }
+}

@@ -45,3 +45,4 @@ pub fn new_session_id() -> Result<String, ProxyError> {
         .map_err(|e| ProxyError::Io(std::io::Error::other(format!("no randomness: {e}"))))?;
     Ok(hex::encode(bytes))
 }
+pub mod sandbox;

@@ -528,3 +528,100 @@ async fn get_stream_and_delete_on_the_endpoint_are_allowed() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_client_that_rejects_the_session_ca_is_recorded_and_nothing_is_forwarded() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
+    assert_eq!(status, 200);
+    // This client trusts only some other CA, as an agent would whose trust store misses ca.pem.
+    let other = TestPki::new();
+    let config = client_config(&[&other.ca_der], &[b"http/1.1"]);
+    let name = ServerName::IpAddress("127.0.0.1".parse::<std::net::IpAddr>().unwrap().into());
+    let result = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await;
+    assert!(result.is_err(), "the client must refuse the leaf");
+    let port = s.upstream.port();
+    let expected = format!("failed CONNECT 127.0.0.1:{port} -> bad_request");
+    for _ in 0..50 {
+        if s.proxy.summaries().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.proxy.summaries()[1..], [expected]);
+    assert_eq!(s.proxy.entries()[1].source.as_deref(), Some("client"));
+    assert_eq!(s.upstream.connection_count(), 0);
+}
+
+/// A plain-http MCP server: reached by absolute-form requests or by plain HTTP inside a CONNECT
+/// tunnel, and enforced the same way on both.
+#[tokio::test]
+async fn plain_http_mcp_servers_are_enforced_with_or_without_a_tunnel() {
+    let upstream = http_upstream(None, mcp_handler()).await;
+    let target = format!("127.0.0.1:{}", upstream.port());
+    let pki = TestPki::new();
+    let proxy = start_proxy(
+        policy(&mcp_policy(&format!("http://{target}/mcp")), None),
+        options(&pki),
+        Arc::new(FakeNetwork::default()),
+        Arc::new(MemorySink::default()),
+    )
+    .await;
+
+    // Absolute-form through the proxy.
+    let mut client = h1(tokio::net::TcpStream::connect(proxy.addr).await.unwrap()).await;
+    let url = format!("http://{target}/mcp");
+    let (status, body) = text(
+        client
+            .send_request(tools_call(&target, &url, 1, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = text(
+        client
+            .send_request(tools_call(&target, &url, 2, "delete_everything"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(json(&body)["id"], 2);
+
+    // Plain HTTP inside a tunnel.
+    let (stream, status, _) = connect(proxy.addr, &target).await;
+    assert_eq!(status, 200);
+    let mut tunnel = h1(stream).await;
+    let (status, _) = text(
+        tunnel
+            .send_request(tools_call(&target, "/mcp", 3, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = text(
+        tunnel
+            .send_request(tools_call(&target, "/mcp", 4, "delete_everything"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+
+    let seen = upstream.received_text();
+    assert_eq!(seen.matches("\"echo\"").count(), 2, "{seen}");
+    assert!(!seen.contains("delete_everything"), "{seen}");
+    let summaries = proxy.summaries();
+    assert_eq!(
+        summaries
+            .iter()
+            .filter(|s| s.contains("tools/call delete_everything -> policy_denied"))
+            .count(),
+        2,
+        "{summaries:?}"
+    );
+}

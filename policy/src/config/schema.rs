@@ -11,7 +11,7 @@ use super::model::*;
 use super::url;
 use super::yaml::{Node, Value, push_key};
 use crate::host::HostPattern;
-use crate::secret_name::is_valid_secret_name;
+use crate::secret_name::{is_valid_secret_name, reserved_reason};
 use crate::tool_pattern::ToolPattern;
 use std::sync::Arc;
 
@@ -692,7 +692,15 @@ impl Reader {
             "a variable name",
             "write the variable's name, e.g. MY_API_TOKEN",
         )?;
-        if is_valid_secret_name(name) {
+        if let (true, Some(why)) = (is_valid_secret_name(name), reserved_reason(name)) {
+            self.error(
+                node,
+                key,
+                format!("`{name}` cannot be a secret name: {why}"),
+                "name the secret by the variable the program reads for its token, e.g. GITHUB_TOKEN",
+            );
+            None
+        } else if is_valid_secret_name(name) {
             Some(name.to_string())
         } else {
             self.error(

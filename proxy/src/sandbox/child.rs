@@ -26,7 +26,13 @@ const EXEC_EXIT: i32 = 127;
 
 /// Signals the init forwards to the command. SIGINT, SIGQUIT and SIGTSTP are left alone: the
 /// terminal sends them to the whole foreground process group, the command included.
-const FORWARDED: &[libc::c_int] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGCONT];
+const FORWARDED: &[libc::c_int] = &[
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGCONT,
+];
 
 fn send(control: RawFd, message: Message, fd: Option<RawFd>) -> Result<(), Errno> {
     sys::send_message(control, &message.encode(), fd)
@@ -34,7 +40,15 @@ fn send(control: RawFd, message: Message, fd: Option<RawFd>) -> Result<(), Errno
 
 /// Reports a failed step to the parent and ends the init.
 fn fail(control: RawFd, step: SetupStep, errno: Errno) -> ! {
-    let _ = send(control, Message { kind: protocol::SETUP_FAILED, a: step.code(), b: errno }, None);
+    let _ = send(
+        control,
+        Message {
+            kind: protocol::SETUP_FAILED,
+            a: step.code(),
+            b: errno,
+        },
+        None,
+    );
     sys::exit_now(SETUP_EXIT)
 }
 
@@ -46,9 +60,20 @@ fn step<T>(control: RawFd, step: SetupStep, result: Result<T, Errno>) -> T {
     }
 }
 
+/// Ends the process if a panic ever unwinds out of the child's code: unwinding further would run
+/// the parent's stack frames (its destructors, its caller's loop) in the child.
+struct ExitOnUnwind;
+
+impl Drop for ExitOnUnwind {
+    fn drop(&mut self) {
+        sys::exit_now(SETUP_EXIT);
+    }
+}
+
 /// The sandbox's init. Called in the child right after `clone` created the namespaces; never
 /// returns.
 pub(crate) fn run_init(p: &Prepared) -> ! {
+    let _guard = ExitOnUnwind;
     let ctl = p.control;
     // Nothing of the parent's may run here: block every signal, then drop inherited handlers.
     sys::set_signal_mask(true);
@@ -58,21 +83,49 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
     sys::close_all_except(&p.keep_fds);
 
     // Identity: the caller's uid/gid outside become the (non-root) spec ids inside.
-    step(ctl, SetupStep::SetGroups, sys::write_file(c"/proc/self/setgroups", b"deny"));
-    step(ctl, SetupStep::UidMap, sys::write_file(c"/proc/self/uid_map", &p.uid_map));
-    step(ctl, SetupStep::GidMap, sys::write_file(c"/proc/self/gid_map", &p.gid_map));
-    step(ctl, SetupStep::NonDumpable, sys::prctl(libc::PR_SET_DUMPABLE, 0));
+    step(
+        ctl,
+        SetupStep::SetGroups,
+        sys::write_file(c"/proc/self/setgroups", b"deny"),
+    );
+    step(
+        ctl,
+        SetupStep::UidMap,
+        sys::write_file(c"/proc/self/uid_map", &p.uid_map),
+    );
+    step(
+        ctl,
+        SetupStep::GidMap,
+        sys::write_file(c"/proc/self/gid_map", &p.gid_map),
+    );
+    step(
+        ctl,
+        SetupStep::NonDumpable,
+        sys::prctl(libc::PR_SET_DUMPABLE, 0),
+    );
 
     // A /proc of our own PID namespace: the command sees only the sandbox's processes, not the
     // parent (whose memory and environment hold the secrets) nor anything else on the host.
     let private = libc::MS_REC | libc::MS_PRIVATE;
-    step(ctl, SetupStep::PrivateMounts, sys::mount(None, c"/", None, private));
+    step(
+        ctl,
+        SetupStep::PrivateMounts,
+        sys::mount(None, c"/", None, private),
+    );
     let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    step(ctl, SetupStep::MountProc, sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags));
+    step(
+        ctl,
+        SetupStep::MountProc,
+        sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags),
+    );
 
     // The network: only loopback, and on it only the proxy's listener.
     step(ctl, SetupStep::LoopbackUp, sys::loopback_up());
-    let listener = step(ctl, SetupStep::Listener, sys::tcp_listen(&p.listen_addr, 1024));
+    let listener = step(
+        ctl,
+        SetupStep::Listener,
+        sys::tcp_listen(&p.listen_addr, 1024),
+    );
 
     // A new, empty session keyring: the inherited one may hold the user's keys. A kernel without
     // keyrings (ENOSYS) has nothing to inherit.
@@ -81,14 +134,22 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
         Err(errno) => fail(ctl, SetupStep::SessionKeyring, errno),
     }
 
-    step(ctl, SetupStep::NoNewPrivs, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
+    step(
+        ctl,
+        SetupStep::NoNewPrivs,
+        sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1),
+    );
     step(ctl, SetupStep::DropCapabilities, sys::drop_capabilities());
     // Installed here so it binds the init too; the command inherits it across fork and exec.
     step(ctl, SetupStep::Seccomp, sys::install_seccomp(&p.filter));
     step(ctl, SetupStep::Signals, sys::install_forwarders(FORWARDED));
 
     let (exec_read, exec_write) = step(ctl, SetupStep::ForkCommand, sys::pipe_cloexec());
-    let (command, _) = step(ctl, SetupStep::ForkCommand, sys::clone_process(libc::SIGCHLD as u64));
+    let (command, _) = step(
+        ctl,
+        SetupStep::ForkCommand,
+        sys::clone_process(libc::SIGCHLD as u64),
+    );
     if command == 0 {
         run_command(p, listener, exec_write);
     }
@@ -106,7 +167,15 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
         let _ = sys::send_message(ctl, &report, None);
         sys::exit_now(SETUP_EXIT);
     }
-    if let Err(errno) = send(ctl, Message { kind: protocol::READY, a: 0, b: 0 }, Some(listener)) {
+    if let Err(errno) = send(
+        ctl,
+        Message {
+            kind: protocol::READY,
+            a: 0,
+            b: 0,
+        },
+        Some(listener),
+    ) {
         let _ = sys::kill(command, libc::SIGKILL);
         fail(ctl, SetupStep::SendListener, errno);
     }
@@ -117,7 +186,15 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
     loop {
         match sys::wait_pid(-1, 0) {
             Ok((pid, status)) if pid == command => {
-                let _ = send(ctl, Message { kind: protocol::EXITED, a: 0, b: status }, None);
+                let _ = send(
+                    ctl,
+                    Message {
+                        kind: protocol::EXITED,
+                        a: 0,
+                        b: status,
+                    },
+                    None,
+                );
                 sys::exit_now(0);
             }
             Ok(_) => {}
@@ -130,7 +207,12 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
 /// Failures are written to `exec_write` (close-on-exec, so a successful exec writes nothing).
 fn run_command(p: &Prepared, listener: RawFd, exec_write: RawFd) -> ! {
     let report = |action: u32, errno: Errno| -> ! {
-        let record = Message { kind: protocol::COMMAND_FAILED, a: action, b: errno }.encode();
+        let record = Message {
+            kind: protocol::COMMAND_FAILED,
+            a: action,
+            b: errno,
+        }
+        .encode();
         sys::write_best_effort(exec_write, &record);
         sys::exit_now(EXEC_EXIT)
     };
@@ -155,10 +237,15 @@ fn run_command(p: &Prepared, listener: RawFd, exec_write: RawFd) -> ! {
     for candidate in &p.exec_candidates {
         let errno = sys::execve(candidate, &p.argv_ptrs, &p.envp_ptrs);
         match errno {
-            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => last = errno,
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {
+                last = errno
+            }
             libc::EACCES => denied = true,
             other => report(protocol::ACTION_EXEC, other),
         }
     }
-    report(protocol::ACTION_EXEC, if denied { libc::EACCES } else { last })
+    report(
+        protocol::ACTION_EXEC,
+        if denied { libc::EACCES } else { last },
+    )
 }

@@ -55,7 +55,14 @@ pub const CA_BUNDLE_VARS: &[&str] = &[
 pub const CA_EXTRA_VARS: &[&str] = &["NODE_EXTRA_CA_CERTS", "DENO_CERT"];
 
 /// Proxy variables that are set to the proxy URL.
-pub const PROXY_VARS: &[&str] = &["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"];
+pub const PROXY_VARS: &[&str] = &[
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+];
 
 /// Prefix of the variables that carry real secret values to `fenzi proxy` (never to a sandbox).
 pub const SECRET_ENV_PREFIX: &str = "FENZI_SECRET_";
@@ -86,7 +93,8 @@ fn routes_around_proxy(name: &[u8]) -> bool {
 }
 
 fn is_secret_transport(name: &[u8]) -> bool {
-    name.len() >= SECRET_ENV_PREFIX.len() && name[..SECRET_ENV_PREFIX.len()].eq_ignore_ascii_case(SECRET_ENV_PREFIX.as_bytes())
+    name.len() >= SECRET_ENV_PREFIX.len()
+        && name[..SECRET_ENV_PREFIX.len()].eq_ignore_ascii_case(SECRET_ENV_PREFIX.as_bytes())
 }
 
 /// Builds the sandbox's environment from `base` (normally the caller's environment).
@@ -124,7 +132,10 @@ where
     let assigned: HashSet<&OsStr> = set.iter().map(|(k, _)| k.as_os_str()).collect();
     let mut out: Vec<(OsString, OsString)> = Vec::new();
     let mut seen: HashSet<OsString> = HashSet::new();
-    let inherited: Vec<(OsString, OsString)> = base.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+    let inherited: Vec<(OsString, OsString)> = base
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
     // Later duplicates win, as in a process environment: walk backwards, keep the first seen.
     for (name, value) in inherited.into_iter().rev() {
         let bytes = name.as_bytes();
@@ -180,16 +191,33 @@ mod tests {
     }
 
     fn get<'a>(env: &'a [(OsString, OsString)], name: &str) -> Vec<&'a str> {
-        env.iter().filter(|(k, _)| k == name).map(|(_, v)| v.to_str().unwrap()).collect()
+        env.iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.to_str().unwrap())
+            .collect()
     }
 
-    fn build(base: &[(&str, &str)], placeholders: &[(String, String)], secrets: &[String]) -> Vec<(OsString, OsString)> {
-        sandbox_env(&inputs(placeholders, secrets), base.iter().map(|&(k, v)| (k, v)))
+    fn build(
+        base: &[(&str, &str)],
+        placeholders: &[(String, String)],
+        secrets: &[String],
+    ) -> Vec<(OsString, OsString)> {
+        sandbox_env(
+            &inputs(placeholders, secrets),
+            base.iter().map(|&(k, v)| (k, v)),
+        )
     }
 
     #[test]
     fn proxy_variables_point_at_the_proxy_in_both_cases() {
-        let env = build(&[("HTTP_PROXY", "http://corp:8080"), ("https_proxy", "http://corp:8080")], &[], &[]);
+        let env = build(
+            &[
+                ("HTTP_PROXY", "http://corp:8080"),
+                ("https_proxy", "http://corp:8080"),
+            ],
+            &[],
+            &[],
+        );
         for name in PROXY_VARS {
             assert_eq!(get(&env, name), ["http://127.0.0.1:3128"], "{name}");
         }
@@ -210,7 +238,15 @@ mod tests {
             ("PATH", "/usr/bin"),
         ];
         let env = build(&base, &[], &[]);
-        for name in ["NO_PROXY", "no_proxy", "FTP_PROXY", "Socks_Proxy", "npm_config_noproxy", "npm_config_https_proxy", "GIT_PROXY_COMMAND"] {
+        for name in [
+            "NO_PROXY",
+            "no_proxy",
+            "FTP_PROXY",
+            "Socks_Proxy",
+            "npm_config_noproxy",
+            "npm_config_https_proxy",
+            "GIT_PROXY_COMMAND",
+        ] {
             assert!(get(&env, name).is_empty(), "{name} survived");
         }
         assert_eq!(get(&env, "GOPROXY"), ["https://proxy.golang.org"]);
@@ -219,7 +255,14 @@ mod tests {
 
     #[test]
     fn ca_variables_replace_inherited_ones() {
-        let env = build(&[("SSL_CERT_FILE", "/etc/corp.pem"), ("NODE_EXTRA_CA_CERTS", "/corp.pem")], &[], &[]);
+        let env = build(
+            &[
+                ("SSL_CERT_FILE", "/etc/corp.pem"),
+                ("NODE_EXTRA_CA_CERTS", "/corp.pem"),
+            ],
+            &[],
+            &[],
+        );
         for name in CA_BUNDLE_VARS {
             assert_eq!(get(&env, name), ["/s/bundle.pem"], "{name}");
         }
@@ -245,7 +288,10 @@ mod tests {
         assert!(get(&env, "FENZI_SECRET_GITHUB_TOKEN").is_empty());
         assert!(get(&env, "fenzi_secret_other").is_empty());
         for (_, value) in &env {
-            assert!(!value.to_str().unwrap().starts_with("real"), "a real value leaked: {value:?}");
+            assert!(
+                !value.to_str().unwrap().starts_with("real"),
+                "a real value leaked: {value:?}"
+            );
         }
         assert_eq!(get(&env, "HOME"), ["/home/u"]);
     }
@@ -265,7 +311,11 @@ mod tests {
 
     #[test]
     fn each_name_once_inherited_order_kept_later_duplicate_wins() {
-        let env = build(&[("A", "1"), ("B", "2"), ("A", "3"), ("=bad", "x"), ("", "y")], &[], &[]);
+        let env = build(
+            &[("A", "1"), ("B", "2"), ("A", "3"), ("=bad", "x"), ("", "y")],
+            &[],
+            &[],
+        );
         assert_eq!(get(&env, "A"), ["3"]);
         let names: Vec<_> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
         assert_eq!(&names[..2], ["B", "A"]);
@@ -279,5 +329,23 @@ mod tests {
         assert_eq!(ca_bundle("ROOTS", "CA\n"), "ROOTS\nCA\n");
         assert_eq!(ca_bundle("ROOTS\n", "CA\n"), "ROOTS\nCA\n");
         assert_eq!(ca_bundle("", "CA\n"), "CA\n");
+    }
+
+    #[test]
+    fn the_policy_refuses_every_variable_the_sandbox_sets() {
+        // The config loader must refuse these as secret names, so a placeholder is never dropped here
+        // silently: one rule in the policy crate, checked against this module's lists.
+        let all = PROXY_VARS
+            .iter()
+            .chain(CA_BUNDLE_VARS)
+            .chain(CA_EXTRA_VARS)
+            .chain(&["NODE_USE_ENV_PROXY", "FENZI_SECRET_X"]);
+        for name in all {
+            let upper = name.to_ascii_uppercase();
+            assert!(
+                fenzi_policy::secret_name::reserved_reason(&upper).is_some(),
+                "{upper} is set by the sandbox but the policy would accept it as a secret name"
+            );
+        }
     }
 }

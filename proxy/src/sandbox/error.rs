@@ -80,7 +80,9 @@ impl SetupStep {
 impl fmt::Display for SetupStep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            SetupStep::CreateNamespaces => "creating the user, PID, network, mount and IPC namespaces",
+            SetupStep::CreateNamespaces => {
+                "creating the user, PID, network, mount and IPC namespaces"
+            }
             SetupStep::SetGroups => "writing /proc/self/setgroups",
             SetupStep::UidMap => "writing /proc/self/uid_map",
             SetupStep::GidMap => "writing /proc/self/gid_map",
@@ -146,22 +148,37 @@ impl SandboxError {
     pub fn namespaces_unavailable(&self) -> bool {
         matches!(
             self,
-            SandboxError::Isolation { step: SetupStep::CreateNamespaces | SetupStep::UidMap | SetupStep::GidMap | SetupStep::SetGroups, .. }
+            SandboxError::Isolation {
+                step: SetupStep::CreateNamespaces
+                    | SetupStep::UidMap
+                    | SetupStep::GidMap
+                    | SetupStep::SetGroups,
+                ..
+            }
         )
     }
 
     pub(crate) fn isolation(step: SetupStep, errno: i32) -> Self {
-        SandboxError::Isolation { step, source: io::Error::from_raw_os_error(errno), hint: hint_for(step, errno) }
+        SandboxError::Isolation {
+            step,
+            source: io::Error::from_raw_os_error(errno),
+            hint: hint_for(step, errno),
+        }
     }
 
     pub(crate) fn control(context: &'static str, errno: i32) -> Self {
-        SandboxError::Control { context, source: io::Error::from_raw_os_error(errno) }
+        SandboxError::Control {
+            context,
+            source: io::Error::from_raw_os_error(errno),
+        }
     }
 }
 
 /// Reads a sysctl under `/proc/sys`, trimmed; `None` when absent.
 fn sysctl(path: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/sys/{path}")).ok().map(|s| s.trim().to_owned())
+    std::fs::read_to_string(format!("/proc/sys/{path}"))
+        .ok()
+        .map(|s| s.trim().to_owned())
 }
 
 /// Best explanation of a failed step on this machine, from the errno and the sysctls that
@@ -190,17 +207,29 @@ fn hint_for(step: SetupStep, errno: i32) -> Option<String> {
             }
         }
         (SetupStep::CreateNamespaces, libc::ENOSPC | libc::EUSERS) => {
-            for key in ["user.max_user_namespaces", "user.max_pid_namespaces", "user.max_net_namespaces", "user.max_mnt_namespaces", "user.max_ipc_namespaces"] {
+            for key in [
+                "user.max_user_namespaces",
+                "user.max_pid_namespaces",
+                "user.max_net_namespaces",
+                "user.max_mnt_namespaces",
+                "user.max_ipc_namespaces",
+            ] {
                 if sysctl(&key.replace('.', "/")).as_deref() == Some("0") {
                     hints.push(format!("`{key}` is 0: `sysctl -w {key}=15000`"));
                 }
             }
             if hints.is_empty() {
-                hints.push("the namespace limit is reached: raise `user.max_user_namespaces` (sysctl)".to_owned());
+                hints.push(
+                    "the namespace limit is reached: raise `user.max_user_namespaces` (sysctl)"
+                        .to_owned(),
+                );
             }
         }
         (SetupStep::CreateNamespaces, libc::EINVAL) => {
-            hints.push("the kernel lacks namespace support (CONFIG_USER_NS, CONFIG_PID_NS, CONFIG_NET_NS)".to_owned());
+            hints.push(
+                "the kernel lacks namespace support (CONFIG_USER_NS, CONFIG_PID_NS, CONFIG_NET_NS)"
+                    .to_owned(),
+            );
         }
         (SetupStep::SetGroups | SetupStep::UidMap | SetupStep::GidMap, _) => {
             hints.extend(apparmor());
@@ -215,11 +244,15 @@ fn hint_for(step: SetupStep, errno: i32) -> Option<String> {
                     .to_owned(),
             );
         }
-        (SetupStep::PrivateMounts | SetupStep::LoopbackUp | SetupStep::Listener, libc::EPERM | libc::EACCES) => {
+        (
+            SetupStep::PrivateMounts | SetupStep::LoopbackUp | SetupStep::Listener,
+            libc::EPERM | libc::EACCES,
+        ) => {
             hints.extend(apparmor());
         }
         (SetupStep::Seccomp, libc::EINVAL) => {
-            hints.push("the kernel lacks seccomp filter support (CONFIG_SECCOMP_FILTER)".to_owned());
+            hints
+                .push("the kernel lacks seccomp filter support (CONFIG_SECCOMP_FILTER)".to_owned());
         }
         (SetupStep::NoNewPrivs, libc::EINVAL) => {
             hints.push("the kernel is too old for PR_SET_NO_NEW_PRIVS (Linux 3.5+)".to_owned());
@@ -243,7 +276,10 @@ mod tests {
                 assert_eq!(step.code(), code);
             }
         }
-        assert_eq!(SetupStep::from_code(SetupStep::Seccomp.code()), Some(SetupStep::Seccomp));
+        assert_eq!(
+            SetupStep::from_code(SetupStep::Seccomp.code()),
+            Some(SetupStep::Seccomp)
+        );
         assert_eq!(SetupStep::from_code(999), None);
     }
 

@@ -22,8 +22,8 @@
 
 #![allow(unsafe_code)]
 
-pub mod env;
 mod child;
+pub mod env;
 mod error;
 mod protocol;
 pub mod seccomp;

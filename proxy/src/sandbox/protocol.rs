@@ -38,7 +38,11 @@ impl Message {
             return None;
         }
         let word = |i: usize| [bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]];
-        Some(Message { kind: u32::from_ne_bytes(word(0)), a: u32::from_ne_bytes(word(4)), b: i32::from_ne_bytes(word(8)) })
+        Some(Message {
+            kind: u32::from_ne_bytes(word(0)),
+            a: u32::from_ne_bytes(word(4)),
+            b: i32::from_ne_bytes(word(8)),
+        })
     }
 }
 
@@ -48,7 +52,11 @@ mod tests {
 
     #[test]
     fn messages_round_trip_and_wrong_lengths_are_rejected() {
-        let m = Message { kind: EXITED, a: 0, b: -5 };
+        let m = Message {
+            kind: EXITED,
+            a: 0,
+            b: -5,
+        };
         assert_eq!(Message::decode(&m.encode()), Some(m));
         assert_eq!(Message::decode(&[0; 4]), None);
         assert_eq!(Message::decode(&[0; 13]), None);

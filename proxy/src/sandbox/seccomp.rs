@@ -30,8 +30,8 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch, sock_filter,
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch, sock_filter,
 };
 
 /// `ioctl` request that pushes a byte into a terminal's input queue.
@@ -94,7 +94,12 @@ pub enum FilterError {
     Build(String),
 }
 
-fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, FilterError> {
+fn cond(
+    arg: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, FilterError> {
     SeccompCondition::new(arg, len, op, value).map_err(|e| FilterError::Build(e.to_string()))
 }
 
@@ -108,7 +113,8 @@ pub fn build_filter() -> Result<BpfProgram, FilterError> {
         .try_into()
         .map_err(|_| FilterError::UnsupportedArch(std::env::consts::ARCH))?;
 
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
 
     // socket(domain, ...): refused unless the domain is allowed (one rule: all "!=" must hold).
     let not_allowed = ALLOWED_FAMILIES
@@ -118,13 +124,23 @@ pub fn build_filter() -> Result<BpfProgram, FilterError> {
     rules.insert(libc::SYS_socket, vec![rule(not_allowed)?]);
 
     // socketpair(domain, type, ...): only AF_UNIX with SOCK_STREAM or SOCK_SEQPACKET.
-    let mut pair_rules = vec![rule(vec![cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?];
+    let mut pair_rules = vec![rule(vec![cond(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Ne,
+        libc::AF_UNIX as u64,
+    )?])?];
     for sock_type in 0..16u64 {
         if sock_type == libc::SOCK_STREAM as u64 || sock_type == libc::SOCK_SEQPACKET as u64 {
             continue;
         }
         // The low four bits are the type; the rest are SOCK_CLOEXEC / SOCK_NONBLOCK.
-        pair_rules.push(rule(vec![cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xf), sock_type)?])?);
+        pair_rules.push(rule(vec![cond(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(0xf),
+            sock_type,
+        )?])?);
     }
     rules.insert(libc::SYS_socketpair, pair_rules);
 
@@ -133,7 +149,12 @@ pub fn build_filter() -> Result<BpfProgram, FilterError> {
         .iter()
         .map(|&flag| {
             let flag = flag as u64;
-            rule(vec![cond(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)?])
+            rule(vec![cond(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )?])
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
@@ -141,7 +162,14 @@ pub fn build_filter() -> Result<BpfProgram, FilterError> {
     // ioctl(fd, request, ...): the kernel compares the request as 32 bits, so mask the rest.
     let ioctl_rules = [TIOCSTI, TIOCLINUX]
         .iter()
-        .map(|&request| rule(vec![cond(1, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(0xffff_ffff), request)?]))
+        .map(|&request| {
+            rule(vec![cond(
+                1,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(0xffff_ffff),
+                request,
+            )?])
+        })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctl_rules);
 
@@ -152,20 +180,32 @@ pub fn build_filter() -> Result<BpfProgram, FilterError> {
         arch,
     )
     .map_err(|e| FilterError::Build(e.to_string()))?;
-    let program: BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| FilterError::Build(e.to_string()))?;
+    let program: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| FilterError::Build(e.to_string()))?;
     Ok(with_prefix(program))
 }
 
-// Classic BPF opcodes and `seccomp_data` offsets used by the hand-written prefix.
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+// Classic BPF opcodes (class | size/op | source) and `seccomp_data` offsets used by the
+// hand-written prefix.
+/// `BPF_LD | BPF_W | BPF_ABS` (0x00 | 0x00 | 0x20).
+const BPF_LD_W_ABS: u16 = 0x20;
+/// `BPF_JMP | BPF_JEQ | BPF_K`.
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+/// `BPF_JMP | BPF_JGE | BPF_K`.
 #[cfg(target_arch = "x86_64")]
 const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+/// `BPF_RET | BPF_K`.
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_DATA_NR: u32 = 0;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter { code, jt: 0, jf: 0, k }
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
@@ -178,7 +218,12 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
 /// crosses the splice point, so the rest of the program is unchanged.
 fn with_prefix(program: BpfProgram) -> BpfProgram {
     const ARCH_CHECK_LEN: usize = 3;
-    let ret_errno = |errno: i32| stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA));
+    let ret_errno = |errno: i32| {
+        stmt(
+            BPF_RET_K,
+            libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA),
+        )
+    };
     let mut prefix = vec![stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR)];
     #[cfg(target_arch = "x86_64")]
     {
@@ -209,7 +254,14 @@ mod tests {
         // Our prefix loads the syscall number right after it.
         assert_eq!(program[3].code, BPF_LD_W_ABS);
         assert_eq!(program[3].k, SECCOMP_DATA_NR);
-        assert!(program.iter().any(|i| i.code == BPF_JMP_JEQ_K && i.k == libc::SYS_clone3 as u32));
-        assert!(program.len() < 4096, "BPF programs are limited to 4096 instructions");
+        assert!(
+            program
+                .iter()
+                .any(|i| i.code == BPF_JMP_JEQ_K && i.k == libc::SYS_clone3 as u32)
+        );
+        assert!(
+            program.len() < 4096,
+            "BPF programs are limited to 4096 instructions"
+        );
     }
 }

@@ -23,8 +23,11 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// holds no capability over the host; the PID namespace makes our init PID 1 (it reaps, and when
 /// it exits the kernel kills everything left); the mount namespace carries the private `/proc`;
 /// the network namespace has only `lo`; the IPC namespace hides the host's System V IPC objects.
-const NAMESPACES: libc::c_int =
-    libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNET | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWIPC;
 
 /// A running sandbox: the command, and the listener the proxy must serve.
 #[derive(Debug)]
@@ -45,14 +48,21 @@ impl Session {
     /// Blocking (a few milliseconds). May be called from a multi-threaded program: the child only
     /// makes raw system calls on memory prepared here before the fork.
     pub fn start(mut spec: SandboxSpec) -> Result<Session, SandboxError> {
-        let (parent_end, child_end) =
-            sys::seqpacket_pair().map_err(|e| SandboxError::control("creating the control socket", e))?;
+        let (parent_end, child_end) = sys::seqpacket_pair()
+            .map_err(|e| SandboxError::control("creating the control socket", e))?;
         // Numbered 3 or above so they cannot collide with the command's 0, 1, 2.
-        let lift = |fd: &OwnedFd| sys::dup_at_least(fd, 3).map_err(|e| SandboxError::control("duplicating a descriptor", e));
+        let lift = |fd: &OwnedFd| {
+            sys::dup_at_least(fd, 3)
+                .map_err(|e| SandboxError::control("duplicating a descriptor", e))
+        };
         let parent_end = lift(&parent_end)?;
         let child_end = lift(&child_end)?;
         let mut stdio_fds: [Option<OwnedFd>; 3] = [None, None, None];
-        for (slot, fd) in stdio_fds.iter_mut().zip([spec.stdin.take(), spec.stdout.take(), spec.stderr.take()]) {
+        for (slot, fd) in
+            stdio_fds
+                .iter_mut()
+                .zip([spec.stdin.take(), spec.stdout.take(), spec.stderr.take()])
+        {
             if let Some(fd) = fd {
                 *slot = Some(lift(&fd)?);
             }
@@ -73,7 +83,10 @@ impl Session {
 
         let mut child = SandboxChild {
             pid,
-            handle: SandboxHandle { pid, pidfd: pidfd.map(Arc::new) },
+            handle: SandboxHandle {
+                pid,
+                pidfd: pidfd.map(Arc::new),
+            },
             control: parent_end,
             status: None,
         };
@@ -133,7 +146,12 @@ impl SandboxChild {
             match sys::recv_message(&self.control, &mut buf) {
                 Ok((0, _)) => break,
                 Ok((n, _)) => {
-                    if let Some(Message { kind: protocol::EXITED, b, .. }) = Message::decode(&buf[..n]) {
+                    if let Some(Message {
+                        kind: protocol::EXITED,
+                        b,
+                        ..
+                    }) = Message::decode(&buf[..n])
+                    {
                         command_status = Some(ExitStatus::from_raw(b));
                     }
                 }
@@ -148,7 +166,8 @@ impl SandboxChild {
 
     /// Reaps the init; returns its status.
     fn reap(&mut self) -> Result<ExitStatus, SandboxError> {
-        let (_, raw) = sys::wait_pid(self.pid, 0).map_err(|e| SandboxError::control("waiting for the sandbox", e))?;
+        let (_, raw) = sys::wait_pid(self.pid, 0)
+            .map_err(|e| SandboxError::control("waiting for the sandbox", e))?;
         let status = ExitStatus::from_raw(raw);
         self.status.get_or_insert(status);
         Ok(status)
@@ -159,14 +178,18 @@ impl SandboxChild {
         let deadline = Instant::now() + SETUP_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let ready = sys::poll_readable(&self.control, left.as_millis().min(i32::MAX as u128) as i32)
-                .map_err(|e| SandboxError::control("waiting for the sandbox", e))?;
+            let ready =
+                sys::poll_readable(&self.control, left.as_millis().min(i32::MAX as u128) as i32)
+                    .map_err(|e| SandboxError::control("waiting for the sandbox", e))?;
             if !ready {
-                return Err(SandboxError::isolation(SetupStep::Handshake, libc::ETIMEDOUT));
+                return Err(SandboxError::isolation(
+                    SetupStep::Handshake,
+                    libc::ETIMEDOUT,
+                ));
             }
             let mut buf = [0u8; protocol::MESSAGE_LEN];
-            let (n, fd) =
-                sys::recv_message(&self.control, &mut buf).map_err(|e| SandboxError::control("reading from the sandbox", e))?;
+            let (n, fd) = sys::recv_message(&self.control, &mut buf)
+                .map_err(|e| SandboxError::control("reading from the sandbox", e))?;
             if n == 0 {
                 let status = self.reap()?;
                 return Err(SandboxError::Control {
@@ -180,13 +203,21 @@ impl SandboxChild {
             match message.kind {
                 protocol::READY => {
                     let Some(fd) = fd else {
-                        return Err(SandboxError::isolation(SetupStep::SendListener, libc::EBADMSG));
+                        return Err(SandboxError::isolation(
+                            SetupStep::SendListener,
+                            libc::EBADMSG,
+                        ));
                     };
                     let listener = TcpListener::from(fd);
                     let expected = SocketAddr::V4(spec.proxy_addr());
                     match listener.local_addr() {
                         Ok(addr) if addr == expected => return Ok(listener),
-                        _ => return Err(SandboxError::isolation(SetupStep::SendListener, libc::EBADMSG)),
+                        _ => {
+                            return Err(SandboxError::isolation(
+                                SetupStep::SendListener,
+                                libc::EBADMSG,
+                            ));
+                        }
                     }
                 }
                 protocol::SETUP_FAILED => {
@@ -196,7 +227,11 @@ impl SandboxChild {
                 protocol::COMMAND_FAILED => {
                     return Err(SandboxError::Command {
                         program: spec.program_display(),
-                        action: if message.a == protocol::ACTION_CHDIR { "chdir" } else { "execve" },
+                        action: if message.a == protocol::ACTION_CHDIR {
+                            "chdir"
+                        } else {
+                            "execve"
+                        },
                         source: io::Error::from_raw_os_error(message.b),
                     });
                 }

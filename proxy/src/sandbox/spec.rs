@@ -25,8 +25,8 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// A command to run in a sandbox. The environment is exactly `env`: nothing is inherited from the
 /// parent, so secrets in the parent's environment cannot leak by accident (build it with
-/// [`super::env::sandbox_env`]).
-#[derive(Debug)]
+/// [`super::env::sandbox_env`]). Its `Debug` output names the variables but never shows their
+/// values, which include the secrets' placeholders.
 pub struct SandboxSpec {
     /// The program: a path, or a name looked up in the `PATH` of `env`.
     pub program: OsString,
@@ -48,6 +48,24 @@ pub struct SandboxSpec {
     pub stdout: Option<OwnedFd>,
     /// Standard error; `None` inherits the parent's.
     pub stderr: Option<OwnedFd>,
+}
+
+impl std::fmt::Debug for SandboxSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env_names: Vec<_> = self.env.iter().map(|(k, _)| k).collect();
+        f.debug_struct("SandboxSpec")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env (names only)", &env_names)
+            .field("cwd", &self.cwd)
+            .field("proxy_port", &self.proxy_port)
+            .field("uid", &self.uid)
+            .field("gid", &self.gid)
+            .field("stdin", &self.stdin)
+            .field("stdout", &self.stdout)
+            .field("stderr", &self.stderr)
+            .finish()
+    }
 }
 
 impl SandboxSpec {
@@ -85,7 +103,8 @@ impl SandboxSpec {
         K: Into<OsString>,
         V: Into<OsString>,
     {
-        self.env.extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self.env
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
         self
     }
 
@@ -134,12 +153,16 @@ pub(crate) struct Prepared {
 }
 
 fn c_string(what: &str, bytes: &[u8]) -> Result<CString, SandboxError> {
-    CString::new(bytes).map_err(|_| SandboxError::InvalidSpec(format!("{what} contains a NUL byte")))
+    CString::new(bytes)
+        .map_err(|_| SandboxError::InvalidSpec(format!("{what} contains a NUL byte")))
 }
 
 /// Exec candidates for `program`: itself when it contains a `/`, else each `PATH` entry joined
 /// with it (an empty entry means the working directory, as in `execvp`).
-fn exec_candidates(program: &OsStr, env: &[(OsString, OsString)]) -> Result<Vec<CString>, SandboxError> {
+fn exec_candidates(
+    program: &OsStr,
+    env: &[(OsString, OsString)],
+) -> Result<Vec<CString>, SandboxError> {
     let name = program.as_bytes();
     if name.contains(&b'/') {
         return Ok(vec![c_string("the program", name)?]);
@@ -151,7 +174,11 @@ fn exec_candidates(program: &OsStr, env: &[(OsString, OsString)]) -> Result<Vec<
         .map_or(DEFAULT_PATH.as_bytes(), |(_, v)| v.as_bytes());
     path.split(|&b| b == b':')
         .map(|dir| {
-            let mut full = if dir.is_empty() { b".".to_vec() } else { dir.to_vec() };
+            let mut full = if dir.is_empty() {
+                b".".to_vec()
+            } else {
+                dir.to_vec()
+            };
             full.push(b'/');
             full.extend_from_slice(name);
             c_string("PATH", &full)
@@ -162,15 +189,23 @@ fn exec_candidates(program: &OsStr, env: &[(OsString, OsString)]) -> Result<Vec<
 impl Prepared {
     /// Validates `spec` and builds everything the child needs. `control` and `stdio` are the
     /// descriptors the parent prepared (already numbered 3 or above).
-    pub(crate) fn new(spec: &SandboxSpec, control: RawFd, stdio: [Option<RawFd>; 3]) -> Result<Self, SandboxError> {
+    pub(crate) fn new(
+        spec: &SandboxSpec,
+        control: RawFd,
+        stdio: [Option<RawFd>; 3],
+    ) -> Result<Self, SandboxError> {
         if spec.program.is_empty() {
             return Err(SandboxError::InvalidSpec("the program is empty".into()));
         }
         if spec.uid == 0 || spec.gid == 0 {
-            return Err(SandboxError::InvalidSpec("the sandbox must not run as uid or gid 0 inside".into()));
+            return Err(SandboxError::InvalidSpec(
+                "the sandbox must not run as uid or gid 0 inside".into(),
+            ));
         }
         if spec.proxy_port == 0 {
-            return Err(SandboxError::InvalidSpec("the proxy port must be set (the environment names it before the start)".into()));
+            return Err(SandboxError::InvalidSpec(
+                "the proxy port must be set (the environment names it before the start)".into(),
+            ));
         }
         let mut argv = vec![c_string("the program", spec.program.as_bytes())?];
         for arg in &spec.args {
@@ -190,8 +225,16 @@ impl Prepared {
             entry.extend_from_slice(value.as_bytes());
             envp.push(c_string("an environment variable", &entry)?);
         }
-        let argv_ptrs = argv.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        let envp_ptrs = envp.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        let argv_ptrs = argv
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp_ptrs = envp
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
         let cwd = c_string("the working directory", spec.cwd.as_os_str().as_bytes())?;
 
         let (outer_uid, outer_gid) = sys::effective_ids();
@@ -267,15 +310,41 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_names_variables_but_hides_values() {
+        let spec = SandboxSpec::new("agent").envs([("GITHUB_TOKEN", "placeholder-value-123")]);
+        let text = format!("{spec:?}");
+        assert!(text.contains("GITHUB_TOKEN"), "{text}");
+        assert!(!text.contains("placeholder-value-123"), "{text}");
+    }
+
+    #[test]
     fn invalid_specs_are_refused() {
         let refuse = |spec: SandboxSpec, needle: &str| match Prepared::new(&spec, 3, [None; 3]) {
             Err(SandboxError::InvalidSpec(msg)) => assert!(msg.contains(needle), "{msg}"),
             Err(other) => panic!("unexpected error {other}"),
             Ok(_) => panic!("spec accepted"),
         };
-        refuse(SandboxSpec { uid: 0, ..SandboxSpec::new("true") }, "uid or gid 0");
-        refuse(SandboxSpec { gid: 0, ..SandboxSpec::new("true") }, "uid or gid 0");
-        refuse(SandboxSpec { proxy_port: 0, ..SandboxSpec::new("true") }, "port");
+        refuse(
+            SandboxSpec {
+                uid: 0,
+                ..SandboxSpec::new("true")
+            },
+            "uid or gid 0",
+        );
+        refuse(
+            SandboxSpec {
+                gid: 0,
+                ..SandboxSpec::new("true")
+            },
+            "uid or gid 0",
+        );
+        refuse(
+            SandboxSpec {
+                proxy_port: 0,
+                ..SandboxSpec::new("true")
+            },
+            "port",
+        );
         refuse(SandboxSpec::new(""), "empty");
         refuse(SandboxSpec::new("true").args(["a\0b"]), "NUL");
         refuse(SandboxSpec::new("true").envs([("A=B", "c")]), "'='");

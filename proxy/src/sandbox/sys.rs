@@ -17,12 +17,18 @@ pub(crate) type SysResult<T> = Result<T, Errno>;
 
 /// The calling thread's `errno`. `io::Error::last_os_error` reads it without allocating.
 fn errno() -> Errno {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Maps a `-1`-on-error return value to `Err(errno)`.
 fn check<T: Copy + PartialEq + From<i8>>(rc: T) -> SysResult<T> {
-    if rc == T::from(-1) { Err(errno()) } else { Ok(rc) }
+    if rc == T::from(-1) {
+        Err(errno())
+    } else {
+        Ok(rc)
+    }
 }
 
 /// Retries a call that failed with `EINTR`.
@@ -63,11 +69,7 @@ pub(crate) fn clone_process(flags: u64) -> SysResult<(libc::pid_t, Option<OwnedF
     if pid == 0 {
         return Ok((0, None));
     }
-    let fd = (pidfd >= 0).then(|| {
-        // SAFETY: the kernel just created this descriptor for us; nothing else owns it.
-        unsafe { OwnedFd::from_raw_fd(pidfd) }
-    });
-    Ok((pid, fd))
+    Ok((pid, (pidfd >= 0).then(|| owned(pidfd))))
 }
 
 /// `_exit(code)`: ends the process without running atexit handlers or flushing stdio buffers that
@@ -124,28 +126,32 @@ pub(crate) fn reset_signal_dispositions() {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        // SAFETY: `sigaction` with a zeroed struct (SIG_DFL, empty mask, no flags) and a null
-        // old-action pointer. Errors (the C library's reserved signals) are deliberately ignored.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &action, std::ptr::null_mut());
-        }
+        let action = signal_action(libc::SIG_DFL, 0);
+        // SAFETY: a fully initialised action and a null old-action pointer. Errors (the C
+        // library's reserved signals) are deliberately ignored.
+        unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) };
     }
+}
+
+/// A `sigaction` with `handler`, `flags` and an empty mask.
+fn signal_action(handler: libc::sighandler_t, flags: c_int) -> libc::sigaction {
+    // SAFETY: `sigaction` is plain data (a handler word, a mask, flags); all-zero is valid.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler;
+    action.sa_flags = flags;
+    action
 }
 
 /// Blocks (`true`) or unblocks (`false`) every signal for the calling thread.
 pub(crate) fn set_signal_mask(block_all: bool) {
-    // SAFETY: the set is initialised by sigfillset/sigemptyset before use; a null old-set pointer.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        if block_all {
-            libc::sigfillset(&mut set);
-        } else {
-            libc::sigemptyset(&mut set);
-        }
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    // SAFETY: `sigset_t` is a plain bit array; all-zero is the empty set.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    if block_all {
+        // SAFETY: `set` is a valid `sigset_t` to fill.
+        unsafe { libc::sigfillset(&mut set) };
     }
+    // SAFETY: a valid set and a null old-set pointer.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
 }
 
 /// The pid the init process forwards signals to (0 until the command is forked).
@@ -154,14 +160,12 @@ static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 extern "C" fn forward_signal(sig: c_int) {
     let pid = FORWARD_TO.load(Ordering::Relaxed);
     if pid > 0 {
-        // SAFETY: `__errno_location` returns this thread's errno slot; saving and restoring it
-        // keeps the interrupted code's errno intact. `kill` is async-signal-safe.
-        unsafe {
-            let slot = libc::__errno_location();
-            let saved = *slot;
-            libc::kill(pid, sig);
-            *slot = saved;
-        }
+        // `kill` may set errno; the interrupted code must find its own errno unchanged.
+        let saved = errno();
+        // SAFETY: `kill` is async-signal-safe and takes no pointers.
+        unsafe { libc::kill(pid, sig) };
+        // SAFETY: `__errno_location` returns this thread's errno slot, valid for writes.
+        unsafe { *libc::__errno_location() = saved };
     }
 }
 
@@ -170,16 +174,11 @@ extern "C" fn forward_signal(sig: c_int) {
 /// reach the command.
 pub(crate) fn install_forwarders(signals: &[c_int]) -> SysResult<()> {
     for &sig in signals {
+        let handler = forward_signal as extern "C" fn(c_int) as libc::sighandler_t;
+        let action = signal_action(handler, libc::SA_RESTART);
         // SAFETY: the handler is an `extern "C" fn(c_int)` that only does async-signal-safe
-        // work; the struct is fully initialised; no old action is requested.
-        let rc = unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = forward_signal as extern "C" fn(c_int) as libc::sighandler_t;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut())
-        };
-        check(rc)?;
+        // work; the action is fully initialised; no old action is requested.
+        check(unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) })?;
     }
     Ok(())
 }
@@ -221,9 +220,13 @@ fn close_range(first: u32, last: u32) {
     if rc == 0 {
         return;
     }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `limit` is a valid struct for the kernel to fill.
-    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
-    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    let max = if got == 0 {
         limit.rlim_cur.min(1 << 20) as u32
     } else {
         65536
@@ -249,15 +252,15 @@ pub(crate) fn dup_onto(from: RawFd, to: RawFd) -> SysResult<()> {
 pub(crate) fn dup_at_least(fd: &OwnedFd, min: RawFd) -> SysResult<OwnedFd> {
     // SAFETY: no pointers.
     let new = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
-    // SAFETY: the descriptor was just created and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+    Ok(owned(new))
 }
 
 /// Opens `path` write-only and writes all of `data` (for `/proc/self/{uid,gid}_map`, which must
 /// be written in one `write`).
 pub(crate) fn write_file(path: &CStr, data: &[u8]) -> SysResult<()> {
     // SAFETY: `path` is NUL-terminated.
-    let fd = retry(|| check(unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) }))?;
+    let fd =
+        retry(|| check(unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) }))?;
     // SAFETY: `data` is valid for `data.len()` bytes.
     let written = retry(|| check(unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) }));
     close(fd);
@@ -277,7 +280,8 @@ pub(crate) fn write_best_effort(fd: RawFd, data: &[u8]) {
 /// `read(fd, buf)`, retrying on `EINTR`.
 pub(crate) fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-    retry(|| check(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) })).map(|n| n as usize)
+    retry(|| check(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }))
+        .map(|n| n as usize)
 }
 
 /// `pipe2(O_CLOEXEC)` as raw descriptors (read end, write end); used in the child only.
@@ -295,7 +299,11 @@ pub(crate) fn chdir(path: &CStr) -> SysResult<()> {
 }
 
 /// `execve(path, argv, envp)`; only returns on failure.
-pub(crate) fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> Errno {
+pub(crate) fn execve(
+    path: &CStr,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> Errno {
     debug_assert!(argv.last().is_some_and(|p| p.is_null()));
     debug_assert!(envp.last().is_some_and(|p| p.is_null()));
     // SAFETY: `path` is NUL-terminated; `argv` and `envp` are NULL-terminated arrays of pointers
@@ -309,16 +317,39 @@ pub(crate) fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const l
 // ---------------------------------------------------------------------------------------------
 
 /// `mount(source, target, fstype, flags, NULL)`; `None` passes a null pointer.
-pub(crate) fn mount(source: Option<&CStr>, target: &CStr, fstype: Option<&CStr>, flags: libc::c_ulong) -> SysResult<()> {
+pub(crate) fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+) -> SysResult<()> {
     let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
     // SAFETY: every non-null pointer is a NUL-terminated string; the data argument is null.
-    check(unsafe { libc::mount(ptr(source), target.as_ptr(), ptr(fstype), flags, std::ptr::null()) }).map(drop)
+    check(unsafe {
+        libc::mount(
+            ptr(source),
+            target.as_ptr(),
+            ptr(fstype),
+            flags,
+            std::ptr::null(),
+        )
+    })
+    .map(drop)
 }
 
 /// `prctl(option, arg2, 0, 0, 0)`.
 pub(crate) fn prctl(option: c_int, arg2: libc::c_ulong) -> SysResult<()> {
     // SAFETY: the options used here (NO_NEW_PRIVS, SET_DUMPABLE) take integers, not pointers.
-    check(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) }).map(drop)
+    check(unsafe {
+        libc::prctl(
+            option,
+            arg2,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+    .map(drop)
 }
 
 /// Drops every capability (effective, permitted, inheritable; ambient follows) of the caller.
@@ -336,11 +367,19 @@ pub(crate) fn drop_capabilities() -> SysResult<()> {
         inheritable: u32,
     }
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    let mut header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
-    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
     // SAFETY: `header` and `data` have the kernel's `__user_cap_header_struct` and
     // `__user_cap_data_struct[2]` layouts for version 3.
-    check(unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) }).map(drop)
+    check(unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) })
+        .map(drop)
 }
 
 /// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)`: the caller gets a new, empty, anonymous session
@@ -348,8 +387,14 @@ pub(crate) fn drop_capabilities() -> SysResult<()> {
 pub(crate) fn join_fresh_session_keyring() -> SysResult<()> {
     const KEYCTL_JOIN_SESSION_KEYRING: c_long = 1;
     // SAFETY: a null name asks for an anonymous keyring; no other pointers.
-    check(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, std::ptr::null::<libc::c_char>()) })
-        .map(drop)
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    })
+    .map(drop)
 }
 
 /// Installs a seccomp BPF program on the calling thread (`no_new_privs` must already be set).
@@ -360,7 +405,10 @@ pub(crate) fn install_seccomp(program: &[seccompiler::sock_filter]) -> SysResult
         filter: *const seccompiler::sock_filter,
     }
     let len = libc::c_ushort::try_from(program.len()).map_err(|_| libc::EINVAL)?;
-    let prog = SockFprog { len, filter: program.as_ptr() };
+    let prog = SockFprog {
+        len,
+        filter: program.as_ptr(),
+    };
     // SAFETY: `prog` points at `len` valid, `repr(C)` BPF instructions; the kernel copies them.
     let rc = unsafe {
         libc::syscall(
@@ -380,7 +428,8 @@ pub(crate) fn install_seccomp(program: &[seccompiler::sock_filter]) -> SysResult
 /// Brings the network namespace's loopback interface up (`SIOCSIFFLAGS` on `lo`).
 pub(crate) fn loopback_up() -> SysResult<()> {
     // SAFETY: no pointers.
-    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `ifreq` is plain data; zeroed is a valid value. The name is "lo\0".
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     req.ifr_name[0] = b'l' as libc::c_char;
@@ -399,7 +448,8 @@ pub(crate) fn loopback_up() -> SysResult<()> {
 /// A listening IPv4 TCP socket bound to `addr`, close-on-exec.
 pub(crate) fn tcp_listen(addr: &libc::sockaddr_in, backlog: c_int) -> SysResult<RawFd> {
     // SAFETY: no pointers.
-    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // SAFETY: `addr` is a valid `sockaddr_in` of `len` bytes.
     let bound = check(unsafe { libc::bind(fd, (addr as *const libc::sockaddr_in).cast(), len) })
@@ -418,77 +468,127 @@ pub(crate) fn tcp_listen(addr: &libc::sockaddr_in, backlog: c_int) -> SysResult<
 pub(crate) fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
     let mut fds = [-1 as c_int; 2];
     // SAFETY: `fds` has room for the two descriptors.
-    check(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    check(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    Ok((owned(fds[0]), owned(fds[1])))
 }
 
-/// Space for one control message carrying one descriptor, aligned for `cmsghdr`.
-#[repr(C, align(8))]
-struct FdCmsgBuf([u8; 32]);
+/// Takes ownership of a descriptor the kernel just handed us.
+fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: callers pass descriptors that were just created or received and that nothing else
+    // owns.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Most descriptors one control message may carry here; more is a protocol error.
+const MAX_FDS: usize = 4;
+
+/// One `SCM_RIGHTS` control message, laid out as `CMSG_FIRSTHDR`/`CMSG_DATA` expect: the header,
+/// then the descriptors at `CMSG_ALIGN(sizeof(struct cmsghdr))`.
+#[repr(C)]
+struct FdCmsg {
+    header: libc::cmsghdr,
+    fds: [c_int; MAX_FDS],
+}
+
+/// `CMSG_ALIGN(sizeof(struct cmsghdr))`: where the payload starts.
+const CMSG_DATA_OFFSET: usize =
+    std::mem::size_of::<libc::cmsghdr>().next_multiple_of(std::mem::size_of::<usize>());
+// The struct's layout must be the kernel's.
+const _: () = assert!(std::mem::offset_of!(FdCmsg, fds) == CMSG_DATA_OFFSET);
+
+impl FdCmsg {
+    fn new(level: c_int, kind: c_int, len: usize) -> Self {
+        // `cmsghdr` has private padding on some targets; start from all-zero and set the fields.
+        FdCmsg {
+            header: cmsghdr(len, level, kind),
+            fds: [-1; MAX_FDS],
+        }
+    }
+}
+
+fn cmsghdr(len: usize, level: c_int, kind: c_int) -> libc::cmsghdr {
+    // SAFETY: `cmsghdr` is plain data (a length and two ints); all-zero is valid.
+    let mut header: libc::cmsghdr = unsafe { std::mem::zeroed() };
+    header.cmsg_len = len as _;
+    header.cmsg_level = level;
+    header.cmsg_type = kind;
+    header
+}
+
+fn empty_msghdr() -> libc::msghdr {
+    // SAFETY: `msghdr` is plain data (pointers and lengths); all-zero means no name, no control.
+    unsafe { std::mem::zeroed() }
+}
 
 /// Sends `data` on `sock`, with `fd` attached as `SCM_RIGHTS` when given.
 pub(crate) fn send_message(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()> {
-    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut c_void, iov_len: data.len() };
-    let mut cbuf = FdCmsgBuf([0; 32]);
-    // SAFETY: `msghdr` is plain data; zeroed is valid (no name, no control).
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut c_void,
+        iov_len: data.len(),
+    };
+    let mut control = FdCmsg::new(libc::SOL_SOCKET, libc::SCM_RIGHTS, CMSG_DATA_OFFSET + 4);
+    let mut msg = empty_msghdr();
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     if let Some(fd) = fd {
-        // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
-        let (space, len) = unsafe { (libc::CMSG_SPACE(4), libc::CMSG_LEN(4)) };
-        debug_assert!(space as usize <= cbuf.0.len());
-        msg.msg_control = cbuf.0.as_mut_ptr().cast();
-        msg.msg_controllen = space as usize;
-        // SAFETY: the control buffer is aligned and large enough for one header and one int, so
-        // CMSG_FIRSTHDR is non-null and CMSG_DATA points inside the buffer.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = len as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<c_int>(), fd);
-        }
+        control.fds[0] = fd;
+        msg.msg_control = (&mut control as *mut FdCmsg).cast();
+        // CMSG_SPACE(sizeof(int)).
+        msg.msg_controllen =
+            (CMSG_DATA_OFFSET + 4).next_multiple_of(std::mem::size_of::<usize>()) as _;
     }
-    // SAFETY: `msg` points at live `iov` and `cbuf` for the duration of the call.
+    // SAFETY: `msg` points at `iov` and `control`, both alive for the duration of the call.
     let sent = retry(|| check(unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) }))?;
-    if sent as usize == data.len() { Ok(()) } else { Err(libc::EMSGSIZE) }
+    if sent as usize == data.len() {
+        Ok(())
+    } else {
+        Err(libc::EMSGSIZE)
+    }
 }
 
 /// Receives one message into `buf`; returns its length (0 at end of stream) and the descriptor
 /// passed with it, if any (received close-on-exec). Extra descriptors are closed.
 pub(crate) fn recv_message(sock: &OwnedFd, buf: &mut [u8]) -> SysResult<(usize, Option<OwnedFd>)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let mut cbuf = FdCmsgBuf([0; 32]);
-    // SAFETY: `msghdr` is plain data; zeroed is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = FdCmsg::new(0, 0, 0);
+    let mut msg = empty_msghdr();
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.0.as_mut_ptr().cast();
-    msg.msg_controllen = cbuf.0.len();
-    // SAFETY: `msg` points at live `iov` and `cbuf` for the duration of the call.
-    let n = retry(|| check(unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) }))?;
-    let mut received = None;
-    // SAFETY: walking the control messages the kernel wrote into `cbuf`, bounded by
-    // `msg_controllen`; each SCM_RIGHTS payload holds whole `int`s.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let header = libc::CMSG_LEN(0) as usize;
-                let count = ((*cmsg).cmsg_len as usize).saturating_sub(header) / 4;
-                let data = libc::CMSG_DATA(cmsg).cast::<c_int>();
-                for i in 0..count {
-                    let fd = std::ptr::read_unaligned(data.add(i));
-                    if received.is_none() {
-                        received = Some(OwnedFd::from_raw_fd(fd));
-                    } else {
-                        close(fd);
-                    }
-                }
+    msg.msg_control = (&mut control as *mut FdCmsg).cast();
+    msg.msg_controllen = std::mem::size_of::<FdCmsg>() as _;
+    // SAFETY: `msg` points at `iov` (over `buf`) and `control`, alive for the call; the kernel
+    // writes at most `msg_controllen` bytes of control data.
+    let n = retry(|| {
+        check(unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) })
+    })?;
+    // Only one control message fits in `control`, and the sender sends at most one. (The casts
+    // are no-ops on glibc; the fields are 32-bit on musl.)
+    #[allow(clippy::unnecessary_cast)]
+    let (controllen, cmsg_len) = (
+        msg.msg_controllen as usize,
+        control.header.cmsg_len as usize,
+    );
+    let mut received: Option<OwnedFd> = None;
+    let got_rights = controllen >= CMSG_DATA_OFFSET
+        && control.header.cmsg_level == libc::SOL_SOCKET
+        && control.header.cmsg_type == libc::SCM_RIGHTS;
+    if got_rights {
+        let count = (cmsg_len.saturating_sub(CMSG_DATA_OFFSET) / 4).min(MAX_FDS);
+        for &fd in &control.fds[..count] {
+            let fd = owned(fd);
+            if received.is_none() {
+                received = Some(fd);
             }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
@@ -499,7 +599,11 @@ pub(crate) fn recv_message(sock: &OwnedFd, buf: &mut [u8]) -> SysResult<(usize, 
 
 /// Waits until `fd` is readable or `timeout_ms` passes; `Ok(false)` on timeout.
 pub(crate) fn poll_readable(fd: &OwnedFd, timeout_ms: c_int) -> SysResult<bool> {
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid `pollfd`.
     let n = retry(|| check(unsafe { libc::poll(&mut pfd, 1, timeout_ms) }))?;
     Ok(n > 0)
@@ -508,5 +612,46 @@ pub(crate) fn poll_readable(fd: &OwnedFd, timeout_ms: c_int) -> SysResult<bool> 
 /// The calling process's effective uid and gid (in its own user namespace).
 pub(crate) fn effective_ids() -> (u32, u32) {
     // SAFETY: no arguments; cannot fail.
-    unsafe { (libc::geteuid(), libc::getegid()) }
+    let uid = unsafe { libc::geteuid() };
+    // SAFETY: as above.
+    let gid = unsafe { libc::getegid() };
+    (uid, gid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_message_layout_matches_the_c_macros() {
+        // SAFETY: CMSG_LEN and CMSG_SPACE are arithmetic on their argument.
+        let (len, space) = unsafe { (libc::CMSG_LEN(4) as usize, libc::CMSG_SPACE(4) as usize) };
+        assert_eq!(CMSG_DATA_OFFSET + 4, len);
+        assert_eq!(
+            (CMSG_DATA_OFFSET + 4).next_multiple_of(std::mem::size_of::<usize>()),
+            space
+        );
+    }
+
+    #[test]
+    fn a_descriptor_survives_a_trip_over_a_seqpacket_pair() {
+        let (a, b) = seqpacket_pair().unwrap();
+        let (r, w) = pipe_cloexec().unwrap();
+        send_message(a.as_raw_fd(), b"hello", Some(w)).unwrap();
+        close(w);
+        let mut buf = [0u8; 16];
+        let (n, fd) = recv_message(&b, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        let fd = fd.expect("a descriptor arrived");
+        write_best_effort(fd.as_raw_fd(), b"x");
+        let mut got = [0u8; 1];
+        assert_eq!(read(r, &mut got), Ok(1));
+        assert_eq!(&got, b"x");
+        close(r);
+        send_message(a.as_raw_fd(), b"plain", None).unwrap();
+        let (n, fd) = recv_message(&b, &mut buf).unwrap();
+        assert_eq!((&buf[..n], fd.is_none()), (&b"plain"[..], true));
+        drop(a);
+        assert_eq!(recv_message(&b, &mut buf).unwrap().0, 0, "end of stream");
+    }
 }
