@@ -43,3 +43,41 @@ pub fn read_machine(explicit: Option<&Path>) -> Result<Option<ConfigText>> {
         },
     }
 }
+
+/// The policy-file flags shared by every command that loads the policy.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PolicyArgs {
+    /// The project policy.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_PROJECT_FILE)]
+    pub config: PathBuf,
+    /// The machine file [default: $XDG_CONFIG_HOME/fenzi/mcp.yaml when it exists].
+    #[arg(long, value_name = "FILE")]
+    pub machine: Option<PathBuf>,
+    /// Ignore the machine file even if it exists.
+    #[arg(long, conflicts_with = "machine")]
+    pub no_machine: bool,
+}
+
+/// The policy files read from disk, and what loading them gave.
+pub struct LoadedPolicy {
+    pub project: ConfigText,
+    pub result: Result<fenzi_policy::config::Config, fenzi_policy::config::ConfigErrors>,
+}
+
+impl PolicyArgs {
+    /// Reads the files (an unreadable file is an `Err`) and loads them (problems in them are in
+    /// `result`, for the caller to report its own way).
+    pub fn load(&self) -> Result<LoadedPolicy> {
+        let project = read(&self.config)?;
+        let machine = if self.no_machine {
+            None
+        } else {
+            read_machine(self.machine.as_deref())?
+        };
+        let result = fenzi_policy::config::load(
+            machine.as_ref().map(|m| (m.text.as_str(), m.name.as_str())),
+            Some((project.text.as_str(), project.name.as_str())),
+        );
+        Ok(LoadedPolicy { project, result })
+    }
+}

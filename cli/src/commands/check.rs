@@ -1,11 +1,11 @@
 //! `fenzi check`: validates the policy (project + machine file) and runs expected-decision cases against
 //! the same engine the proxy uses. Made for CI: `--format github` prints workflow annotations.
 
-use crate::config_files::{self, ConfigText};
+use crate::config_files::{self, ConfigText, PolicyArgs};
 use anyhow::Result;
 use clap::ValueEnum;
 use fenzi_policy::cases::{self, Case, CaseResult, Expect};
-use fenzi_policy::config::{self, ConfigError};
+use fenzi_policy::config::ConfigError;
 use fenzi_policy::engine::Policy;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,15 +20,8 @@ Examples:
 Exit status: 0 the policy is valid and every case got its expected decision; 1 it is not; 2 usage error
 (a file that cannot be read, a malformed cases file).")]
 pub struct Args {
-    /// The project policy.
-    #[arg(long, value_name = "FILE", default_value = config_files::DEFAULT_PROJECT_FILE)]
-    config: PathBuf,
-    /// The machine file [default: $XDG_CONFIG_HOME/fenzi/mcp.yaml when it exists].
-    #[arg(long, value_name = "FILE")]
-    machine: Option<PathBuf>,
-    /// Ignore the machine file even if it exists.
-    #[arg(long, conflicts_with = "machine")]
-    no_machine: bool,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// A YAML file of requests and the decision each must get (see testdata/cases/).
     #[arg(long, value_name = "FILE")]
     cases: Option<PathBuf>,
@@ -50,12 +43,6 @@ struct CaseRun {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let project = config_files::read(&args.config)?;
-    let machine = if args.no_machine {
-        None
-    } else {
-        config_files::read_machine(args.machine.as_deref())?
-    };
     let cases_text = match &args.cases {
         Some(p) => Some(config_files::read(p)?),
         None => None,
@@ -65,11 +52,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         None => vec![],
     };
 
-    let loaded = config::load(
-        machine.as_ref().map(|m| (m.text.as_str(), m.name.as_str())),
-        Some((project.text.as_str(), project.name.as_str())),
-    );
-    let (errors, runs) = match loaded {
+    let loaded = args.policy.load()?;
+    let project = loaded.project;
+    let (errors, runs) = match loaded.result {
         Err(e) => (e.0, vec![]),
         Ok(cfg) => {
             let policy = Policy::from_config(&cfg);

@@ -5,9 +5,8 @@
 //! accepting, lets in-flight requests finish within the drain time, flushes the log and exits 0.
 
 use crate::commands::log::audit_dir;
-use crate::config_files;
+use crate::config_files::PolicyArgs;
 use anyhow::{Context, Result, anyhow};
-use fenzi_policy::config;
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::audit_writer::AuditWriter;
 use fenzi_proxy::tls::upstream::parse_pem_certs;
@@ -28,15 +27,8 @@ Examples:
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Durations take a unit: 500ms, 30s, 5m, 1h (a bare number is seconds).")]
 pub struct Args {
-    /// The project policy.
-    #[arg(long, value_name = "FILE", default_value = config_files::DEFAULT_PROJECT_FILE)]
-    config: PathBuf,
-    /// The machine file [default: $XDG_CONFIG_HOME/fenzi/mcp.yaml when it exists].
-    #[arg(long, value_name = "FILE")]
-    machine: Option<PathBuf>,
-    /// Ignore the machine file even if it exists.
-    #[arg(long, conflicts_with = "machine")]
-    no_machine: bool,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// Address to listen on, e.g. 127.0.0.1:8080 (port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     listen: String,
@@ -73,16 +65,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let project = config_files::read(&args.config)?;
-    let machine = if args.no_machine {
-        None
-    } else {
-        config_files::read_machine(args.machine.as_deref())?
-    };
-    let loaded = config::load(
-        machine.as_ref().map(|m| (m.text.as_str(), m.name.as_str())),
-        Some((project.text.as_str(), project.name.as_str())),
-    );
+    let loaded = args.policy.load()?.result;
     let config = match loaded {
         Ok(config) => config,
         Err(errors) => {
