@@ -5,6 +5,7 @@
 mod commands;
 mod config_files;
 mod output;
+mod session;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
