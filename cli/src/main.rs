@@ -28,6 +28,8 @@ enum Command {
     Check(commands::check::Args),
     /// Run the standalone egress proxy.
     Proxy(commands::proxy::Args),
+    /// Run a command (an agent) in a sandbox whose only way out is the proxy.
+    Run(commands::run::Args),
     /// Show, filter, follow or verify the audit log.
     Log(commands::log::Args),
 }
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Check(args) => commands::check::run(args),
         Command::Proxy(args) => commands::proxy::run(args),
         Command::Log(args) => commands::log::run(args),
+        Command::Run(args) => commands::run::run(args),
     };
     match result {
         Ok(code) => code,

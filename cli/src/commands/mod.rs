@@ -3,3 +3,4 @@
 pub mod check;
 pub mod log;
 pub mod proxy;
+pub mod run;

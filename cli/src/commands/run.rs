@@ -1,0 +1,262 @@
+//! `fenzi run`: a session. Starts the proxy in this process and the command in a Linux sandbox (user,
+//! PID, network, mount and IPC namespaces, seccomp) whose only reachable endpoint is the proxy's
+//! listener, created inside the sandbox and handed back. Prints one status line per concern, waits
+//! for the command, shuts the proxy down, and exits with the command's exit code.
+//!
+//! Ctrl-C reaches the command (it shares the terminal's process group); fenzi itself keeps running
+//! until the command has ended, so the command never loses its network first.
+
+use crate::config_files::PolicyArgs;
+use crate::output;
+use crate::session::{self, ProxyFlags};
+use anyhow::{Context, Result, bail};
+use fenzi_policy::config::{Config, ServerKind};
+use fenzi_policy::engine::Policy;
+use fenzi_proxy::Proxy;
+use fenzi_proxy::sandbox::{self, SandboxSpec, Session, env as sandbox_env};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  fenzi run -- bash                       a shell whose only way out is the proxy
+  fenzi run -- curl https://github.com    one command
+  fenzi run --no-isolation -- npm test    proxy variables only, no sandbox (not a security boundary)
+
+Inside, HTTP(S)_PROXY points at the proxy, the session CA is trusted through SSL_CERT_FILE,
+NODE_EXTRA_CA_CERTS and friends, and each secret the policy lists is a placeholder that the proxy swaps
+for the real value on that secret's hosts only. `fenzi log --session ID` shows the session's decisions.
+The exit status is the command's.")]
+pub struct Args {
+    #[command(flatten)]
+    policy: PolicyArgs,
+    /// The audit log [default: $XDG_STATE_HOME/fenzi/audit/<session>.jsonl].
+    #[arg(long, value_name = "FILE")]
+    audit: Option<PathBuf>,
+    /// Run without the sandbox: the command only gets the proxy variables and can bypass the proxy.
+    #[arg(long)]
+    no_isolation: bool,
+    #[command(flatten)]
+    tuning: ProxyFlags,
+    /// The command and its arguments [default: $SHELL].
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let loaded = args.policy.load()?;
+    let config = match loaded.result {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let policy = Policy::from_config(&config);
+    let options = args.tuning.options()?;
+    // Defence in depth: other processes of this user cannot read the CA key or secrets from us.
+    sandbox::make_process_undumpable().context("cannot make fenzi's own process non-dumpable")?;
+
+    let session = fenzi_proxy::new_session_id()?;
+    let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
+    let session_dir = session_dir(&session)?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let proxy = {
+        let _enter = runtime.enter();
+        Proxy::new(policy.clone(), Arc::new(writer), options).context("cannot start the proxy")?
+    };
+    let ca_path = session::write_ca(&session_dir, proxy.ca_pem())?;
+    let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
+    let bundle_path = session::write_file(&session_dir, "ca-bundle.pem", bundle.as_bytes())?;
+
+    let (program, program_args) = command_line(&args.command)?;
+    let spec = SandboxSpec::new(program).args(program_args);
+    let env = sandbox_env::sandbox_env(
+        &sandbox_env::EnvInputs {
+            proxy_url: &spec.proxy_url(),
+            ca_cert_path: &ca_path,
+            ca_bundle_path: &bundle_path,
+            placeholders: &[],
+            secret_names: &secret_names(&policy),
+        },
+        std::env::vars_os(),
+    );
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let spec = spec.envs(env).cwd(cwd);
+
+    if args.no_isolation {
+        bail!(
+            "--no-isolation is not available yet: fenzi run only starts commands inside the sandbox"
+        );
+    }
+    let Session {
+        listener,
+        mut child,
+    } = Session::start(spec).map_err(|e| {
+        anyhow::anyhow!("{e}\nfenzi run does not start a command it cannot isolate")
+    })?;
+
+
+    let result = runtime.block_on(async move {
+        listener.set_nonblocking(true)?;
+        let listener = fenzi_proxy::listener_from_std(listener)?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn({
+            let proxy = proxy.clone();
+            async move {
+                proxy
+                    .serve(listener, async {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+            }
+        });
+        let handle = child.handle();
+        let waiting = tokio::task::spawn_blocking(move || child.wait());
+        let status = forward_signals_until(waiting, handle).await?;
+        let _ = stop_tx.send(());
+        serving.await.context("the proxy task failed")??;
+        proxy
+            .flush_audit()
+            .await
+            .context("cannot flush the audit log")?;
+        anyhow::Ok(status)
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    let status = result?;
+    let code = sandbox::exit_code(status);
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Waits for the command. SIGINT is left to the command (the terminal sends it there too); SIGTERM and
+/// SIGHUP sent to fenzi are passed on so the command can end cleanly.
+async fn forward_signals_until(
+    waiting: tokio::task::JoinHandle<Result<std::process::ExitStatus, sandbox::SandboxError>>,
+    handle: sandbox::SandboxHandle,
+) -> Result<std::process::ExitStatus> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    tokio::pin!(waiting);
+    loop {
+        tokio::select! {
+            done = &mut waiting => {
+                return done.context("waiting for the command failed")?.context("waiting for the command failed");
+            }
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => { let _ = handle.terminate(); }
+            _ = hangup.recv() => { let _ = handle.terminate(); }
+        }
+    }
+}
+
+fn child_proxy_addr() -> String {
+    format!("127.0.0.1:{}", sandbox::DEFAULT_PROXY_PORT)
+}
+
+/// `$XDG_RUNTIME_DIR/fenzi/<session>` (or the temporary directory), private to the user. It holds the
+/// CA certificate and bundle the sandbox reads; never a key or a secret value.
+fn session_dir(session: &str) -> Result<PathBuf> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join("fenzi").join(session);
+    session::create_private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// The system's root certificates (PEM), so tools that replace their trust store with
+/// `SSL_CERT_FILE` still trust hosts that are tunnelled, not intercepted.
+fn system_roots() -> String {
+    sandbox_env::SYSTEM_CA_BUNDLES
+        .iter()
+        .find_map(|p| std::fs::read_to_string(Path::new(p)).ok())
+        .unwrap_or_default()
+}
+
+fn command_line(command: &[OsString]) -> Result<(OsString, Vec<OsString>)> {
+    match command.split_first() {
+        Some((program, rest)) => Ok((program.clone(), rest.to_vec())),
+        None => {
+            let shell = std::env::var_os("SHELL")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "/bin/sh".into());
+            Ok((shell, vec![]))
+        }
+    }
+}
+
+fn secret_names(policy: &Policy) -> Vec<String> {
+    policy.secrets().iter().map(|s| s.name.clone()).collect()
+}
+
+/// One line per concern, on stderr so the command's own output stays clean.
+fn print_status(config: &Config, policy: &Policy, session: &str, audit: &Path, proxy_addr: &str) {
+    let paint = |label: &str| {
+        if output::colour_enabled_for_stderr() {
+            format!("\x1b[1m{label:>7}\x1b[0m")
+        } else {
+            format!("{label:>7}")
+        }
+    };
+    eprintln!(
+        "{} {proxy_addr} inside the sandbox (user, network, PID, mount namespaces; seccomp)",
+        paint("proxy")
+    );
+    let servers: Vec<String> = config
+        .mcp
+        .iter()
+        .map(|s| match &s.kind {
+            ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. } => {
+                format!(
+                    "{} ({} allowed, {} denied)",
+                    s.name,
+                    tools.allow.len(),
+                    tools.deny.len()
+                )
+            }
+            ServerKind::Local { .. } => format!("{} (local, not checked per tool)", s.name),
+        })
+        .collect();
+    eprintln!(
+        "{} {}",
+        paint("mcp"),
+        if servers.is_empty() {
+            "none".into()
+        } else {
+            servers.join(", ")
+        }
+    );
+    let secrets: Vec<String> = policy
+        .secrets()
+        .iter()
+        .map(|s| {
+            let hosts: Vec<String> = s.hosts.iter().map(|h| h.to_string()).collect();
+            format!("{} → {}", s.name, hosts.join(" "))
+        })
+        .collect();
+    eprintln!(
+        "{} {}",
+        paint("secrets"),
+        if secrets.is_empty() {
+            "none".into()
+        } else {
+            secrets.join(", ")
+        }
+    );
+    eprintln!(
+        "{} {} (session {session}; `fenzi log --session {session}`)",
+        paint("audit"),
+        audit.display()
+    );
+}
