@@ -97,6 +97,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "--no-isolation is not available yet: fenzi run only starts commands inside the sandbox"
         );
     }
+    print_status(&config, &policy, &session, &audit_path, &child_proxy_addr());
     let Session {
         listener,
         mut child,
