@@ -32,6 +32,8 @@ enum Command {
     Run(commands::run::Args),
     /// Show, filter, follow or verify the audit log.
     Log(commands::log::Args),
+    /// Manage the MCP servers in the policy and the secrets they need.
+    Mcp(commands::mcp::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,10 +50,16 @@ fn main() -> ExitCode {
         }
     };
     output::init_tracing(cli.verbose);
+    if !matches!(cli.command, Command::Proxy(_) | Command::Run(_)) {
+        // Commands that print listings end quietly when the reader goes away (`fenzi log | head`).
+        // Not for the proxy: a peer closing a socket must never kill it.
+        sigpipe::reset();
+    }
     let result = match cli.command {
         Command::Check(args) => commands::check::run(args),
         Command::Proxy(args) => commands::proxy::run(args),
         Command::Log(args) => commands::log::run(args),
+        Command::Mcp(args) => commands::mcp::run(args),
         Command::Run(args) => commands::run::run(args),
     };
     match result {

@@ -416,10 +416,10 @@ impl<'a> Parser<'a> {
                                 self.pos += 1;
                                 self.skip_ws();
                                 let key = self.key(keys_start)?;
-                                if build {
-                                    if let Some(Frame::Object { pending, .. }) = stack.last_mut() {
-                                        *pending = key.into_owned();
-                                    }
+                                if build
+                                    && let Some(Frame::Object { pending, .. }) = stack.last_mut()
+                                {
+                                    *pending = key.into_owned();
                                 }
                                 continue 'value;
                             }

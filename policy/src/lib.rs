@@ -20,6 +20,7 @@ pub mod ip;
 pub mod json;
 pub mod mcp;
 pub mod secret_name;
+pub mod secret_use;
 pub mod tool_pattern;
 
 pub use decision::{Decision, Reason, Verdict};

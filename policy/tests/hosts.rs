@@ -318,14 +318,13 @@ fn ip_table() {
             ));
         }
         // Display and label agree.
-        if let Some(range) = internal_range(addr) {
-            if range.to_string() != range.label() {
+        if let Some(range) = internal_range(addr)
+            && range.to_string() != range.label() {
                 failures.push(format!(
                     "{}: Display of {range:?} differs from its label",
                     row.at
                 ));
             }
-        }
     }
     assert!(
         internal >= 100 && public >= 30,

@@ -46,3 +46,5 @@ pub fn new_session_id() -> Result<String, ProxyError> {
     Ok(hex::encode(bytes))
 }
 pub mod sandbox;
+pub mod credstore;
+pub mod secrets;

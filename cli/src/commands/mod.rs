@@ -2,5 +2,6 @@
 
 pub mod check;
 pub mod log;
+pub mod mcp;
 pub mod proxy;
 pub mod run;

@@ -105,7 +105,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         anyhow::anyhow!("{e}\nfenzi run does not start a command it cannot isolate")
     })?;
 
-
     let result = runtime.block_on(async move {
         listener.set_nonblocking(true)?;
         let listener = fenzi_proxy::listener_from_std(listener)?;

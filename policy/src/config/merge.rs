@@ -74,18 +74,18 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
 
     // The project's new bindings of names the machine file binds.
     for (name, pattern, at) in project_new_bindings(&project, &machine) {
-        if let Some(allowed) = machine_bindings.get(&name) {
-            if !allowed.contains(&pattern) {
-                errors.push(error(
-                    at,
-                    format!(
-                        "the project sends machine secret `{name}` to {pattern}, which the machine \
+        if let Some(allowed) = machine_bindings.get(&name)
+            && !allowed.contains(&pattern)
+        {
+            errors.push(error(
+                at,
+                format!(
+                    "the project sends machine secret `{name}` to {pattern}, which the machine \
                          file does not bind it to"
-                    ),
-                    "a project file cannot widen a machine secret; add the host in the machine \
+                ),
+                "a project file cannot widen a machine secret; add the host in the machine \
                      file if you mean it",
-                ));
-            }
+            ));
         }
     }
 

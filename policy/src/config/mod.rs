@@ -143,10 +143,10 @@ pub fn decode<'a>(bytes: &'a [u8], file: &str) -> Result<&'a str, ConfigErrors> 
 fn sorted(mut errors: Vec<ConfigError>) -> ConfigErrors {
     let mut files: Vec<Arc<str>> = Vec::new();
     for e in &errors {
-        if let Some(at) = &e.at {
-            if !files.contains(&at.file) {
-                files.push(at.file.clone());
-            }
+        if let Some(at) = &e.at
+            && !files.contains(&at.file)
+        {
+            files.push(at.file.clone());
         }
     }
     errors.sort_by_key(|e| match &e.at {

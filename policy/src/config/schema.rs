@@ -468,15 +468,15 @@ impl Reader {
             None => Some(false),
             Some((_, t)) => self.boolean(t, &child(path, "token")),
         };
-        if let (Some(u), Some(true), Some((_, t))) = (&url, token, f.get("token")) {
-            if !u.tls {
-                self.error(
-                    t,
-                    &child(path, "token"),
-                    "`token: true` needs an https url; a token is never sent over plain http",
-                    "use the server's https:// url",
-                );
-            }
+        if let (Some(u), Some(true), Some((_, t))) = (&url, token, f.get("token"))
+            && !u.tls
+        {
+            self.error(
+                t,
+                &child(path, "token"),
+                "`token: true` needs an https url; a token is never sent over plain http",
+                "use the server's https:// url",
+            );
         }
         let tools = self.tools(name_node, f, path);
         Some(ServerKind::Remote {

@@ -57,10 +57,10 @@ pub(super) fn check(headers: &[(&str, &[u8])], body: &Value) -> Result<(), Heade
         return Err(HeaderError::OnResponse(present));
     };
     let method = method.as_str();
-    if let Some(header) = method_header {
-        if method.map(str::as_bytes) != Some(header) {
-            return Err(HeaderError::MethodMismatch);
-        }
+    if let Some(header) = method_header
+        && method.map(str::as_bytes) != Some(header)
+    {
+        return Err(HeaderError::MethodMismatch);
     }
     if let Some(header) = name_header {
         let decoded = decode_name(header).ok_or(HeaderError::NameEncoding)?;
@@ -124,7 +124,7 @@ fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         }))
     }
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);

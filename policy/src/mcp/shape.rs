@@ -92,10 +92,10 @@ pub(super) fn read(v: &Value) -> Result<Message<'_>, ShapeError> {
         return Err(ShapeError::Version);
     }
     let id = id.map(rpc_id).transpose()?;
-    if let Some(p) = params {
-        if !matches!(p, Value::Object(_) | Value::Array(_)) {
-            return Err(ShapeError::Params);
-        }
+    if let Some(p) = params
+        && !matches!(p, Value::Object(_) | Value::Array(_))
+    {
+        return Err(ShapeError::Params);
     }
     if let Some(method) = method {
         let method = method.as_str().ok_or(ShapeError::MethodNotString)?;

@@ -223,8 +223,8 @@ fn plain_ok(s: &str, in_flow: bool) -> bool {
     let lower = s.to_ascii_lowercase();
     // Words YAML 1.1 or 1.2 would read as booleans or null; numbers (digits, signs, dots).
     const WORDS: &[&str] = &[
-        "true", "false", "null", "~", "yes", "no", "on", "off", "y", "n", ".inf", "-.inf",
-        "+.inf", ".nan",
+        "true", "false", "null", "~", "yes", "no", "on", "off", "y", "n", ".inf", "-.inf", "+.inf",
+        ".nan",
     ];
     if WORDS.contains(&lower.as_str()) {
         return false;

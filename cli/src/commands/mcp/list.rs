@@ -1,0 +1,276 @@
+//! `fenzi mcp list [--json]`: the servers agents get in this folder (machine file, then project
+//! file), where each comes from, what it is, its tools, and whether the secrets it needs are in
+//! the credential store. The store is only asked whether a name is stored, never for a value;
+//! when it cannot be used, each answer is "unknown" with the reason.
+
+use super::files::{FileArgs, Files};
+use anyhow::Result;
+use fenzi_policy::config::{
+    AccountProvider, Config, McpServerConfig, Origin, ServerKind, ToolRules,
+};
+use fenzi_policy::secret_name::server_token_name;
+use fenzi_proxy::credstore::{self, CredentialStore};
+use serde_json::{Value, json};
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    files: FileArgs,
+}
+
+/// Whether a secret is stored, as far as the store can say.
+enum Stored {
+    Yes,
+    No,
+    Unknown(String),
+}
+
+impl Stored {
+    fn text(&self) -> String {
+        match self {
+            Stored::Yes => "stored".into(),
+            Stored::No => "not stored".into(),
+            Stored::Unknown(why) => format!("unknown ({why})"),
+        }
+    }
+    fn json(&self) -> Value {
+        match self {
+            Stored::Yes => json!(true),
+            Stored::No => json!(false),
+            Stored::Unknown(_) => Value::Null,
+        }
+    }
+}
+
+struct Store(Result<Box<dyn CredentialStore>, String>);
+
+impl Store {
+    fn check(&self, name: &str) -> Stored {
+        match &self.0 {
+            Err(why) => Stored::Unknown(format!("store unavailable: {why}")),
+            Ok(s) => match s.is_stored(name) {
+                Ok(true) => Stored::Yes,
+                Ok(false) => Stored::No,
+                Err(e) => Stored::Unknown(e.to_string()),
+            },
+        }
+    }
+}
+
+fn source(s: &McpServerConfig) -> &'static str {
+    match (s.origin, s.narrowed_by_project) {
+        (Origin::Machine, true) => "machine, narrowed by project",
+        (Origin::Machine, false) => "machine",
+        (Origin::Project, _) => "project",
+    }
+}
+
+fn tools_json(t: &ToolRules) -> Value {
+    json!({
+        "allow": t.allow.iter().map(|p| p.value.to_string()).collect::<Vec<_>>(),
+        "deny": t.deny.iter().map(|p| p.value.to_string()).collect::<Vec<_>>(),
+    })
+}
+
+fn tools_text(t: &ToolRules) -> String {
+    let list = |v: &[fenzi_policy::config::Located<fenzi_policy::tool_pattern::ToolPattern>]| {
+        v.iter()
+            .map(|p| p.value.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut s = if t.allow.iter().any(|p| p.value.as_str() == "*") {
+        "allow every tool".to_string()
+    } else if t.allow.is_empty() {
+        "allow no tool".to_string()
+    } else {
+        format!("allow {}", list(&t.allow))
+    };
+    if !t.deny.is_empty() {
+        s.push_str(&format!("; deny {}", list(&t.deny)));
+    }
+    s
+}
+
+/// The secrets a server needs: (name, hosts it is sent to).
+fn server_secrets(s: &McpServerConfig) -> Vec<(String, Vec<String>)> {
+    match &s.kind {
+        ServerKind::Remote {
+            token: true, url, ..
+        } => vec![(
+            server_token_name(&s.name),
+            vec![url.host.authority(url.port)],
+        )],
+        ServerKind::Local { secrets, hosts, .. } => secrets
+            .iter()
+            .map(|sec| {
+                (
+                    sec.value.clone(),
+                    hosts.iter().map(|h| h.value.to_string()).collect(),
+                )
+            })
+            .collect(),
+        _ => vec![],
+    }
+}
+
+fn server_json(s: &McpServerConfig, store: &Store) -> Value {
+    let mut v = json!({
+        "name": s.name,
+        "source": match s.origin { Origin::Machine => "machine", Origin::Project => "project" },
+        "narrowed_by_project": s.narrowed_by_project,
+        "file": s.at.file.to_string(),
+        "line": s.at.line,
+    });
+    let obj = v.as_object_mut().expect("object literal");
+    match &s.kind {
+        ServerKind::Remote { url, token, tools } => {
+            obj.insert("kind".into(), json!("remote"));
+            obj.insert("url".into(), json!(url.text));
+            obj.insert("token".into(), json!(token));
+            obj.insert("tools".into(), tools_json(tools));
+        }
+        ServerKind::Local { command, hosts, .. } => {
+            obj.insert("kind".into(), json!("local"));
+            obj.insert("command".into(), json!(command));
+            obj.insert(
+                "hosts".into(),
+                json!(
+                    hosts
+                        .iter()
+                        .map(|h| h.value.to_string())
+                        .collect::<Vec<_>>()
+                ),
+            );
+        }
+        ServerKind::Account { provider, tools } => {
+            obj.insert("kind".into(), json!("account"));
+            obj.insert(
+                "account".into(),
+                json!(match provider {
+                    AccountProvider::Claude => "claude",
+                }),
+            );
+            obj.insert("host".into(), json!(provider.host()));
+            obj.insert("tools".into(), tools_json(tools));
+        }
+    }
+    let secrets = server_secrets(s)
+        .into_iter()
+        .map(|(name, hosts)| {
+            let stored = store.check(&name);
+            json!({"name": name, "hosts": hosts, "stored": stored.json(),
+                   "store_error": match &stored { Stored::Unknown(w) => json!(w), _ => Value::Null }})
+        })
+        .collect::<Vec<_>>();
+    obj.insert("secrets".into(), json!(secrets));
+    v
+}
+
+fn print_text(config: &Config, store: &Store) {
+    let width = config.mcp.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    let pad = " ".repeat(width + 2);
+    for s in &config.mcp {
+        let what = match &s.kind {
+            ServerKind::Remote { url, .. } => format!("remote  {}", url.text),
+            ServerKind::Local { command, .. } => format!("local   {}", command.join(" ")),
+            ServerKind::Account { provider, .. } => {
+                format!("account claude (via {})", provider.host())
+            }
+        };
+        println!("{:<width$}  {what}  [{}]", s.name, source(s));
+        match &s.kind {
+            ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. } => {
+                println!("{pad}tools: {}", tools_text(tools));
+            }
+            ServerKind::Local { hosts, secrets, .. } if secrets.is_empty() && !hosts.is_empty() => {
+                let hosts = hosts
+                    .iter()
+                    .map(|h| h.value.to_string())
+                    .collect::<Vec<_>>();
+                println!("{pad}hosts: {}", hosts.join(", "));
+            }
+            ServerKind::Local { .. } => {}
+        }
+        for (name, hosts) in server_secrets(s) {
+            let stored = store.check(&name);
+            let hint = match stored {
+                Stored::No => {
+                    let arg = match &s.kind {
+                        ServerKind::Local { secrets, .. } if secrets.len() > 1 => {
+                            format!("{} --secret {name}", s.name)
+                        }
+                        _ => s.name.clone(),
+                    };
+                    format!(" (fenzi mcp token {arg})")
+                }
+                _ => String::new(),
+            };
+            println!(
+                "{pad}secret {name} -> {}: {}{hint}",
+                hosts.join(", "),
+                stored.text()
+            );
+        }
+    }
+    if !config.secrets.is_empty() {
+        println!("secrets:");
+        for sec in &config.secrets {
+            let hosts = sec
+                .hosts
+                .iter()
+                .map(|h| h.value.to_string())
+                .collect::<Vec<_>>();
+            println!(
+                "  {} -> {}: {}",
+                sec.name,
+                hosts.join(", "),
+                store.check(&sec.name).text()
+            );
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let files = Files::read(&args.files)?;
+    let config = files.load()?.unwrap_or_default();
+    let store = Store(credstore::open().map_err(|e| e.to_string()));
+    let backend = store.0.as_ref().map(|s| s.backend()).ok();
+    if args.json {
+        let doc = json!({
+            "store": {
+                "backend": backend,
+                "error": store.0.as_ref().err(),
+            },
+            "servers": config.mcp.iter().map(|s| server_json(s, &store)).collect::<Vec<_>>(),
+            "secrets": config.secrets.iter().map(|sec| {
+                let stored = store.check(&sec.name);
+                json!({
+                    "name": sec.name,
+                    "hosts": sec.hosts.iter().map(|h| h.value.to_string()).collect::<Vec<_>>(),
+                    "body": sec.body,
+                    "stored": stored.json(),
+                })
+            }).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if config.mcp.is_empty() {
+        println!(
+            "no MCP servers in {} or the machine file; add one with `fenzi mcp add`",
+            files.project.name()
+        );
+    } else {
+        print_text(&config, &store);
+    }
+    match &store.0 {
+        Ok(s) => println!("credential store: {}", s.backend()),
+        Err(e) => println!("credential store: unavailable: {e}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,51 @@
+//! `fenzi mcp`: the MCP servers in the policy (DESIGN.md §2, §6) and the secrets they need.
+//! One module per subcommand (`add`, `token`, `list`, `remove`, `import`, `render`), with the
+//! shared pieces beside them: `entry` (an entry to write), `yaml_edit` (byte-preserving edits of
+//! the `mcp:` section), `files` (the two policy files, checked edits, atomic writes).
+
+pub mod add;
+pub mod entry;
+pub mod files;
+pub mod import;
+pub mod list;
+pub mod remove;
+pub mod render;
+pub mod token;
+pub mod yaml_edit;
+
+use anyhow::Result;
+use clap::Subcommand;
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Add a server to ./fenzi.yaml (or the machine file with --machine).
+    Add(add::Args),
+    /// Store a server's token or a secret in the OS credential store (or delete it).
+    Token(token::Args),
+    /// List the servers agents get here, where each comes from, and whether its secrets are stored.
+    List(list::Args),
+    /// Remove a server from ./fenzi.yaml (or the machine file with --machine).
+    Remove(remove::Args),
+    /// Import the servers of .mcp.json or .cursor/mcp.json.
+    Import(import::Args),
+    /// Print the MCP configuration an agent is given, in its own format.
+    Render(render::cli::Args),
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    match args.command {
+        Command::Add(a) => add::run(a),
+        Command::Token(a) => token::run(a),
+        Command::List(a) => list::run(a),
+        Command::Remove(a) => remove::run(a),
+        Command::Import(a) => import::run(a),
+        Command::Render(a) => render::cli::run(a),
+    }
+}

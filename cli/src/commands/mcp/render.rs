@@ -1,0 +1,580 @@
+//! The MCP configuration each agent is given, in its own format (`fenzi mcp render --agent X`
+//! prints it; `fenzi run --agent X` hands it over without touching the user's files). Pure:
+//! [`render`] maps the policy's servers and the session's placeholders to text.
+//!
+//! Formats (checked against each agent's documentation, November 2026):
+//! - **Claude Code**: the JSON `--mcp-config` takes: `{"mcpServers": {NAME: {"type": "http",
+//!   "url", "headers"} | {"type": "stdio", "command", "args", "env"}}}`. Claude Code expands
+//!   `${VAR}` in it.
+//! - **Codex**: `config.toml` tables `[mcp_servers.NAME]` with `url` and
+//!   `bearer_token_env_var` (or `http_headers`), or `command`, `args`, `env`, `env_vars`. Codex
+//!   passes a stdio server only a short list of variables, so `env_vars` names the sandbox's proxy
+//!   and CA variables ([`SANDBOX_ENV_VARS`]) and the server's secrets. Codex has no file flag: `fenzi
+//!   run` passes [`codex_override`] as `-c`.
+//! - **OpenCode**: `opencode.json`'s `"mcp": {NAME: {"type": "remote", "url", "headers",
+//!   "enabled"} | {"type": "local", "command": [...], "environment", "enabled"}}`, with
+//!   `{env:VAR}` references; `"oauth": false` on token servers so OpenCode does not start its own
+//!   sign-in. (V1 shape, which OpenCode 2 still reads.) `OPENCODE_CONFIG` points at the file.
+//! - **Grok** (Grok Build): `config.toml` tables `[mcp_servers.NAME]` with `url` and `headers`, or
+//!   `command`, `args`, `env`; `${VAR}` expanded. `GROK_CONFIG_PATH` layers the file.
+//!
+//! A secret is written as the session's placeholder when the caller passes one, else as a
+//! reference to the environment variable of the secret's name (which `fenzi run` sets to the
+//! placeholder): so `fenzi mcp render` prints no placeholder.
+//!
+//! What an agent does not get, with the reason ([`Rendered::skipped`]): `account: claude` goes to
+//! Claude Code only (and as no entry: Claude Code finds the connectors with its sign-in,
+//! [`Rendered::claude_account`] tells `fenzi run` to let it); local servers with secrets go to
+//! Claude Code and Codex only, the agents they were tried with. Server names with `.` are written
+//! with `_` (Codex and Claude Code accept `[A-Za-z0-9_-]`); the loader keeps that unambiguous,
+//! since `a.b` and `a_b` are refused together.
+
+use fenzi_policy::config::{McpServerConfig, ServerKind};
+use fenzi_policy::secret_name::server_token_name;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// An agent fenzi can start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Agent {
+    Claude,
+    Codex,
+    Opencode,
+    Grok,
+}
+
+impl Agent {
+    pub fn label(self) -> &'static str {
+        match self {
+            Agent::Claude => "Claude Code",
+            Agent::Codex => "Codex",
+            Agent::Opencode => "OpenCode",
+            Agent::Grok => "Grok",
+        }
+    }
+}
+
+/// Secret name → the placeholder to write literally. A secret not in the map is written as a
+/// reference to the environment variable of its name.
+pub type Placeholders = BTreeMap<String, String>;
+
+/// The variables a local server needs to reach anything from inside the sandbox (proxy and CA
+/// trust); Codex drops them unless listed.
+pub const SANDBOX_ENV_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "all_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "NODE_USE_ENV_PROXY",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "DENO_CERT",
+];
+
+/// A server an agent does not get, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub server: String,
+    pub reason: String,
+}
+
+/// An agent's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The file's text (JSON for Claude Code and OpenCode, TOML for Codex and Grok), ending in a
+    /// newline.
+    pub text: String,
+    pub skipped: Vec<Skipped>,
+    /// Claude Code only: the policy has `account: claude`, so Claude Code should load its account
+    /// connectors (no `--strict-mcp-config`).
+    pub claude_account: bool,
+}
+
+/// The name an agent sees for a server.
+pub fn agent_server_name(name: &str) -> String {
+    name.replace('.', "_")
+}
+
+enum SecretRef<'a> {
+    Value(&'a str),
+    Env(&'a str),
+}
+
+fn secret_ref<'a>(name: &'a str, placeholders: &'a Placeholders) -> SecretRef<'a> {
+    match placeholders.get(name) {
+        Some(v) => SecretRef::Value(v),
+        None => SecretRef::Env(name),
+    }
+}
+
+/// `${VAR}` / `{env:VAR}` / the placeholder.
+fn inline(agent: Agent, r: &SecretRef<'_>) -> String {
+    match (agent, r) {
+        (_, SecretRef::Value(v)) => v.to_string(),
+        (Agent::Opencode, SecretRef::Env(n)) => format!("{{env:{n}}}"),
+        (_, SecretRef::Env(n)) => format!("${{{n}}}"),
+    }
+}
+
+/// One server as the agent gets it.
+enum Plan<'a> {
+    Remote {
+        url: &'a str,
+        /// The token secret's name.
+        token: Option<String>,
+    },
+    Local {
+        command: &'a [String],
+        secrets: Vec<&'a str>,
+    },
+}
+
+/// Which servers the agent gets, in policy order, and which it does not.
+fn plan<'a>(
+    agent: Agent,
+    servers: &'a [McpServerConfig],
+) -> (Vec<(String, Plan<'a>)>, Vec<Skipped>, bool) {
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    let mut account = false;
+    for s in servers {
+        match &s.kind {
+            ServerKind::Remote { url, token, .. } => out.push((
+                agent_server_name(&s.name),
+                Plan::Remote {
+                    url: &url.text,
+                    token: token.then(|| server_token_name(&s.name)),
+                },
+            )),
+            ServerKind::Local {
+                command, secrets, ..
+            } => {
+                if !secrets.is_empty() && matches!(agent, Agent::Opencode | Agent::Grok) {
+                    skipped.push(Skipped {
+                        server: s.name.clone(),
+                        reason: format!(
+                            "a local server that reads a secret is given to Claude Code and Codex \
+                             only until it has been tried with {}",
+                            agent.label()
+                        ),
+                    });
+                    continue;
+                }
+                out.push((
+                    agent_server_name(&s.name),
+                    Plan::Local {
+                        command,
+                        secrets: secrets.iter().map(|v| v.value.as_str()).collect(),
+                    },
+                ));
+            }
+            ServerKind::Account { .. } => {
+                if agent == Agent::Claude {
+                    account = true;
+                } else {
+                    skipped.push(Skipped {
+                        server: s.name.clone(),
+                        reason: "Claude's account connectors are for Claude Code only".into(),
+                    });
+                }
+            }
+        }
+    }
+    (out, skipped, account)
+}
+
+/// The agent's MCP configuration for `servers`.
+pub fn render(agent: Agent, servers: &[McpServerConfig], placeholders: &Placeholders) -> Rendered {
+    let (plans, skipped, account) = plan(agent, servers);
+    let text = match agent {
+        Agent::Claude => claude(&plans, placeholders),
+        Agent::Opencode => opencode(&plans, placeholders),
+        Agent::Codex => codex(&plans, placeholders),
+        Agent::Grok => grok(&plans, placeholders),
+    };
+    Rendered {
+        text,
+        skipped,
+        claude_account: account,
+    }
+}
+
+/// The value for Codex's `-c mcp_servers=...` (one TOML inline table replacing the user's list).
+pub fn codex_override(servers: &[McpServerConfig], placeholders: &Placeholders) -> String {
+    let (plans, _, _) = plan(Agent::Codex, servers);
+    let tables = plans
+        .iter()
+        .map(|(name, p)| {
+            let fields = codex_fields(p, placeholders)
+                .into_iter()
+                .map(|(k, v)| format!("{k} = {v}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("{} = {{ {fields} }}", toml_key(name))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("mcp_servers={{ {tables} }}")
+}
+
+fn pretty(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+fn claude(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+    let mut servers = Map::new();
+    for (name, p) in plans {
+        let v = match p {
+            Plan::Remote { url, token } => {
+                let mut o = json!({"type": "http", "url": url});
+                if let Some(t) = token {
+                    let bearer = format!("Bearer {}", inline(Agent::Claude, &secret_ref(t, ph)));
+                    o["headers"] = json!({"Authorization": bearer});
+                }
+                o
+            }
+            Plan::Local { command, secrets } => {
+                let mut o = json!({"type": "stdio", "command": command[0], "args": &command[1..]});
+                if !secrets.is_empty() {
+                    let env: Map<String, Value> = secrets
+                        .iter()
+                        .map(|s| {
+                            (
+                                s.to_string(),
+                                json!(inline(Agent::Claude, &secret_ref(s, ph))),
+                            )
+                        })
+                        .collect();
+                    o["env"] = Value::Object(env);
+                }
+                o
+            }
+        };
+        servers.insert(name.clone(), v);
+    }
+    pretty(&json!({"mcpServers": servers}))
+}
+
+fn opencode(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+    let mut servers = Map::new();
+    for (name, p) in plans {
+        let v = match p {
+            Plan::Remote { url, token } => {
+                let mut o = json!({"type": "remote", "url": url, "enabled": true});
+                if let Some(t) = token {
+                    let bearer = format!("Bearer {}", inline(Agent::Opencode, &secret_ref(t, ph)));
+                    o["headers"] = json!({"Authorization": bearer});
+                    o["oauth"] = json!(false);
+                }
+                o
+            }
+            Plan::Local { command, secrets } => {
+                let mut o = json!({"type": "local", "command": command, "enabled": true});
+                if !secrets.is_empty() {
+                    let env: Map<String, Value> = secrets
+                        .iter()
+                        .map(|s| {
+                            (
+                                s.to_string(),
+                                json!(inline(Agent::Opencode, &secret_ref(s, ph))),
+                            )
+                        })
+                        .collect();
+                    o["environment"] = Value::Object(env);
+                }
+                o
+            }
+        };
+        servers.insert(name.clone(), v);
+    }
+    pretty(&json!({"$schema": "https://opencode.ai/config.json", "mcp": servers}))
+}
+
+/// A TOML basic string.
+fn toml_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn toml_key(k: &str) -> String {
+    if !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        k.to_string()
+    } else {
+        toml_str(k)
+    }
+}
+
+fn toml_array<S: AsRef<str>>(items: &[S]) -> String {
+    let inner = items
+        .iter()
+        .map(|s| toml_str(s.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("[{inner}]")
+}
+
+fn toml_inline(pairs: &[(String, String)]) -> String {
+    let inner = pairs
+        .iter()
+        .map(|(k, v)| format!("{} = {}", toml_key(k), toml_str(v)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("{{ {inner} }}")
+}
+
+/// Codex's keys for one server, values already TOML.
+fn codex_fields(p: &Plan<'_>, ph: &Placeholders) -> Vec<(&'static str, String)> {
+    let mut f = Vec::new();
+    match p {
+        Plan::Remote { url, token } => {
+            f.push(("url", toml_str(url)));
+            if let Some(t) = token {
+                match secret_ref(t, ph) {
+                    SecretRef::Env(n) => f.push(("bearer_token_env_var", toml_str(n))),
+                    SecretRef::Value(v) => f.push((
+                        "http_headers",
+                        toml_inline(&[("Authorization".into(), format!("Bearer {v}"))]),
+                    )),
+                }
+            }
+        }
+        Plan::Local { command, secrets } => {
+            f.push(("command", toml_str(&command[0])));
+            f.push(("args", toml_array(&command[1..])));
+            let mut pass: Vec<&str> = SANDBOX_ENV_VARS.to_vec();
+            let mut set = Vec::new();
+            for s in secrets {
+                match secret_ref(s, ph) {
+                    SecretRef::Env(n) => pass.push(n),
+                    SecretRef::Value(v) => set.push((s.to_string(), v.to_string())),
+                }
+            }
+            if !set.is_empty() {
+                f.push(("env", toml_inline(&set)));
+            }
+            f.push(("env_vars", toml_array(&pass)));
+        }
+    }
+    f
+}
+
+fn codex(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+    let mut out = String::new();
+    for (i, (name, p)) in plans.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "[mcp_servers.{}]", toml_key(name));
+        for (k, v) in codex_fields(p, ph) {
+            let _ = writeln!(out, "{k} = {v}");
+        }
+    }
+    out
+}
+
+fn grok(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+    let mut out = String::new();
+    for (i, (name, p)) in plans.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "[mcp_servers.{}]", toml_key(name));
+        match p {
+            Plan::Remote { url, token } => {
+                let _ = writeln!(out, "url = {}", toml_str(url));
+                if let Some(t) = token {
+                    let bearer = format!("Bearer {}", inline(Agent::Grok, &secret_ref(t, ph)));
+                    let _ = writeln!(
+                        out,
+                        "headers = {}",
+                        toml_inline(&[("Authorization".into(), bearer)])
+                    );
+                }
+            }
+            Plan::Local { command, secrets } => {
+                let _ = writeln!(out, "command = {}", toml_str(&command[0]));
+                let _ = writeln!(out, "args = {}", toml_array(&command[1..]));
+                if !secrets.is_empty() {
+                    let env = secrets
+                        .iter()
+                        .map(|s| (s.to_string(), inline(Agent::Grok, &secret_ref(s, ph))))
+                        .collect::<Vec<_>>();
+                    let _ = writeln!(out, "env = {}", toml_inline(&env));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `fenzi mcp render --agent X`.
+pub mod cli {
+    use super::{Agent, Placeholders, codex_override, render};
+    use crate::commands::mcp::files::{FileArgs, Files};
+    use anyhow::Result;
+    use std::process::ExitCode;
+
+    #[derive(Debug, clap::Args)]
+    #[command(after_help = "\
+Prints the MCP configuration `fenzi run --agent AGENT` gives the agent, in the agent's own format.
+Secrets appear as references to environment variables named after them (inside a session they hold
+the placeholders); no value or placeholder is printed.")]
+    pub struct Args {
+        /// The agent whose format to print.
+        #[arg(long, value_enum)]
+        agent: Agent,
+        /// With --agent codex: print the value for `codex -c` instead (Codex has no config-file
+        /// flag; `-c 'mcp_servers={...}'` replaces its server list for one run).
+        #[arg(long)]
+        codex_arg: bool,
+        #[command(flatten)]
+        files: FileArgs,
+    }
+
+    pub fn run(args: Args) -> Result<ExitCode> {
+        let files = Files::read(&args.files)?;
+        let config = files.load()?.unwrap_or_default();
+        if args.codex_arg {
+            if args.agent != Agent::Codex {
+                anyhow::bail!("--codex-arg goes with --agent codex");
+            }
+            println!("{}", codex_override(&config.mcp, &Placeholders::new()));
+            return Ok(ExitCode::SUCCESS);
+        }
+        let rendered = render(args.agent, &config.mcp, &Placeholders::new());
+        print!("{}", rendered.text);
+        for s in &rendered.skipped {
+            eprintln!(
+                "note: {} does not get server `{}`: {}",
+                args.agent.label(),
+                s.server,
+                s.reason
+            );
+        }
+        if rendered.claude_account {
+            eprintln!(
+                "note: Claude Code reaches your claude.ai connectors itself, with its sign-in; the \
+                 sandbox checks their calls against the `account: claude` entry"
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixtures() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/render")
+    }
+
+    fn servers() -> Vec<McpServerConfig> {
+        let read = |f: &str| std::fs::read_to_string(fixtures().join(f)).unwrap();
+        let (machine, project) = (read("machine.yaml"), read("policy.yaml"));
+        fenzi_policy::config::load(Some((&machine, "mcp.yaml")), Some((&project, "fenzi.yaml")))
+            .unwrap()
+            .mcp
+    }
+
+    fn placeholders() -> Placeholders {
+        [
+            ("MCP_LINEAR", "fzph_LINEAR_0123456789abcdefghijABCDEFGHIJ"),
+            (
+                "MCP_DOCS_INTERNAL",
+                "fzph_DOCS_0123456789abcdefghijABCDEFGHIJ",
+            ),
+            (
+                "DIGITALOCEAN_API_TOKEN",
+                "fzph_DO_0123456789abcdefghijABCDEFGHIJ",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// Compares with `placeholders/<file>`; `FENZI_BLESS=1` rewrites the fixture instead.
+    fn check(file: &str, got: &str) {
+        let path = fixtures().join("placeholders").join(file);
+        if std::env::var_os("FENZI_BLESS").is_some() {
+            std::fs::write(&path, got).unwrap();
+        }
+        let want =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(got, want, "{file} differs from the fixture");
+    }
+
+    #[test]
+    fn renders_session_placeholders_for_every_agent() {
+        let (servers, ph) = (servers(), placeholders());
+        for (agent, file) in [
+            (Agent::Claude, "claude.json"),
+            (Agent::Codex, "codex.toml"),
+            (Agent::Opencode, "opencode.json"),
+            (Agent::Grok, "grok.toml"),
+        ] {
+            let r = render(agent, &servers, &ph);
+            check(file, &r.text);
+            // No reference is left where a placeholder was given.
+            assert!(!r.text.contains("${MCP_"), "{file}");
+            assert!(!r.text.contains("{env:"), "{file}");
+            assert_eq!(r.claude_account, agent == Agent::Claude);
+        }
+        check("codex_arg.txt", &(codex_override(&servers, &ph) + "\n"));
+    }
+
+    #[test]
+    fn an_agent_gets_no_placeholder_of_a_server_it_does_not_get() {
+        let (servers, ph) = (servers(), placeholders());
+        for agent in [Agent::Opencode, Agent::Grok] {
+            let r = render(agent, &servers, &ph);
+            assert!(!r.text.contains("fzph_DO_"), "{agent:?}");
+            let skipped: Vec<&str> = r.skipped.iter().map(|s| s.server.as_str()).collect();
+            assert_eq!(skipped, ["droplets", "claude-ai"], "{agent:?}");
+        }
+        let r = render(Agent::Codex, &servers, &ph);
+        assert!(
+            r.text
+                .contains("env = { DIGITALOCEAN_API_TOKEN = \"fzph_DO_")
+        );
+    }
+
+    #[test]
+    fn strings_are_escaped_for_toml_and_json() {
+        assert_eq!(toml_str("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");
+        assert_eq!(toml_key("a.b"), "\"a.b\"");
+        assert_eq!(toml_key("a-b_c"), "a-b_c");
+        assert_eq!(agent_server_name("docs.internal"), "docs_internal");
+    }
+}

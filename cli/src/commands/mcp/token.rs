@@ -1,0 +1,218 @@
+//! `fenzi mcp token NAME [--secret VAR] [--delete]`: stores a secret value in the credential store
+//! (DESIGN.md §4), or deletes it.
+//!
+//! NAME is a server or a secret name:
+//! - a `token: true` server: its token, kept as `MCP_<SERVER>`;
+//! - a local server: the one secret it reads, or the one `--secret VAR` picks when it reads
+//!   several;
+//! - otherwise a variable name (`DIGITALOCEAN_API_TOKEN`, `ANTHROPIC_API_KEY`), stored as given.
+//!
+//! The value is read without echo from the terminal when stdin is one (`rpassword`: it restores
+//! the terminal on Ctrl-C and handles backspace, which a hand-rolled termios loop would have to
+//! redo), else as one line from stdin: the line's final `\n` is dropped, and a value holding CR,
+//! LF or NUL (a second line included) is refused. The value goes to the store only: never to a
+//! file, never to the output, which names the secret.
+
+use super::files::{FileArgs, Files};
+use anyhow::{Context, Result, anyhow, bail};
+use fenzi_policy::config::{Config, ServerKind};
+use fenzi_policy::secret_name::{is_valid_secret_name, reserved_reason, server_token_name};
+use fenzi_proxy::credstore::{self, MAX_SECRET_BYTES, SecretValue};
+use std::io::{IsTerminal, Read};
+use std::process::ExitCode;
+use zeroize::Zeroizing;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  fenzi mcp token linear                      the token of `token: true` server linear (MCP_LINEAR)
+  fenzi mcp token droplets                    the secret local server droplets reads
+  fenzi mcp token ANTHROPIC_API_KEY           a secret by its variable name
+  printf '%s\\n' \"$TOKEN\" | fenzi mcp token linear    from stdin (one line)
+  fenzi mcp token linear --delete
+
+Values go to the OS credential store (the kernel keyring, or the Secret Service in a desktop session;
+FENZI_CREDSTORE=keyutils|secret-service picks one), never to a file.")]
+pub struct Args {
+    /// A server name, or a secret's variable name.
+    name: String,
+    /// For a local server that reads several secrets: which one.
+    #[arg(long, value_name = "VAR")]
+    secret: Option<String>,
+    /// Delete the stored value instead.
+    #[arg(long)]
+    delete: bool,
+    #[command(flatten)]
+    files: FileArgs,
+}
+
+/// The secret to store and, when it was named through a server, what it is for.
+struct Target {
+    secret: String,
+    purpose: Option<String>,
+}
+
+impl Target {
+    /// `MCP_LINEAR (the token of server `linear`)`, or just the name.
+    fn label(&self) -> String {
+        match &self.purpose {
+            Some(p) => format!("{} ({p})", self.secret),
+            None => self.secret.clone(),
+        }
+    }
+}
+
+fn resolve(args: &Args, config: Option<&Config>) -> Result<Target> {
+    let server = config.and_then(|c| c.mcp.iter().find(|s| s.name == args.name));
+    if let Some(s) = server {
+        let name = &s.name;
+        return match &s.kind {
+            ServerKind::Remote { token: true, .. } => {
+                if args.secret.is_some() {
+                    bail!("--secret is for local servers; `{name}` takes one token");
+                }
+                Ok(Target {
+                    secret: server_token_name(name),
+                    purpose: Some(format!("the token of server `{name}`")),
+                })
+            }
+            ServerKind::Remote { token: false, .. } => bail!(
+                "server `{name}` does not use a token (its entry has no `token: true`); add it \
+                 with `fenzi mcp add {name} URL ... --token --replace`, or set `token: true`"
+            ),
+            ServerKind::Account { .. } => bail!(
+                "server `{name}` is Claude's account connectors: they come with your Claude \
+                 sign-in, there is no token to store"
+            ),
+            ServerKind::Local { secrets, .. } => {
+                let names: Vec<&str> = secrets.iter().map(|s| s.value.as_str()).collect();
+                let secret = match (&args.secret, names.as_slice()) {
+                    (_, []) => {
+                        bail!("local server `{name}` reads no secret (its entry has no `secrets:`)")
+                    }
+                    (Some(v), _) if names.contains(&v.as_str()) => v.clone(),
+                    (Some(v), _) => bail!(
+                        "local server `{name}` does not read `{v}`; it reads {}",
+                        names.join(", ")
+                    ),
+                    (None, [one]) => one.to_string(),
+                    (None, many) => bail!(
+                        "local server `{name}` reads several secrets ({}); choose one with --secret VAR",
+                        many.join(", ")
+                    ),
+                };
+                Ok(Target {
+                    purpose: Some(format!("the secret of server `{name}`")),
+                    secret,
+                })
+            }
+        };
+    }
+    if args.secret.is_some() {
+        bail!(
+            "there is no server `{}` in this folder's policy; --secret picks one of a local \
+             server's secrets",
+            args.name
+        );
+    }
+    if !is_valid_secret_name(&args.name) {
+        bail!(
+            "there is no server `{}` in this folder's policy, and it is not a secret name \
+             (upper-case letters, digits and `_`, as in DIGITALOCEAN_API_TOKEN)",
+            args.name
+        );
+    }
+    if let Some(why) = reserved_reason(&args.name) {
+        bail!("`{}` cannot be a secret: {why}", args.name);
+    }
+    let used = config.is_some_and(|c| {
+        fenzi_policy::engine::Policy::from_config(c)
+            .secrets()
+            .iter()
+            .any(|b| b.name == args.name)
+    });
+    if !used {
+        eprintln!(
+            "note: no server or `secrets:` entry in this folder's policy uses {}; storing it anyway",
+            args.name
+        );
+    }
+    Ok(Target {
+        secret: args.name.clone(),
+        purpose: None,
+    })
+}
+
+/// Reads the value: from the terminal without echo, or one line of stdin.
+fn read_value(target: &Target) -> Result<SecretValue> {
+    let raw = if std::io::stdin().is_terminal() {
+        let prompt = format!("Value for {}, not shown: ", target.label());
+        Zeroizing::new(rpassword::prompt_password(prompt).context("cannot read from the terminal")?)
+    } else {
+        let mut buf = Zeroizing::new(Vec::with_capacity(256));
+        std::io::stdin()
+            .lock()
+            .take(MAX_SECRET_BYTES as u64 + 2)
+            .read_to_end(&mut buf)
+            .context("cannot read the value from stdin")?;
+        if buf.ends_with(b"\n") {
+            buf.pop();
+        }
+        let bytes = std::mem::take(&mut *buf);
+        match String::from_utf8(bytes) {
+            Ok(s) => Zeroizing::new(s),
+            Err(e) => {
+                drop(Zeroizing::new(e.into_bytes()));
+                bail!(
+                    "the value for {} is not UTF-8 text; nothing was stored",
+                    target.secret
+                );
+            }
+        }
+    };
+    Ok(SecretValue::new(&target.secret, raw)?)
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let files = Files::read(&args.files)?;
+    let config = match files.load() {
+        Ok(c) => c,
+        // A broken policy must not stop storing a secret named directly, but server names need it.
+        Err(e) if is_valid_secret_name(&args.name) && args.secret.is_none() => {
+            eprintln!(
+                "warning: the policy does not load, so `{}` is taken as a secret name:\n{e}",
+                args.name
+            );
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let target = resolve(&args, config.as_ref())?;
+    let store = credstore::open().map_err(|e| anyhow!("{e}"))?;
+
+    if args.delete {
+        if store.delete(&target.secret)? {
+            println!("deleted {} from the {}", target.label(), store.backend());
+        } else {
+            println!(
+                "{} was not stored in the {}",
+                target.secret,
+                store.backend()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let value = read_value(&target)?;
+    store.set(&target.secret, &value)?;
+    drop(value);
+    println!("stored {} in the {}", target.label(), store.backend());
+    if !store.persistent() {
+        eprintln!(
+            "warning: the {} keeps values only while this command runs: nothing was saved \
+             (FENZI_CREDSTORE=memory is for tests)",
+            store.backend()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,149 @@
+//! `fenzi mcp list`: each server, where it comes from (machine, project, machine narrowed by the
+//! project), what it is, its tools, and whether its secrets are stored — "unknown" with the reason
+//! when the store cannot be used.
+
+mod mcp_support;
+
+use mcp_support::fenzi;
+use serde_json::json;
+
+const MACHINE: &str = "\
+version: 1
+mcp:
+  linear:
+    url: https://mcp.linear.app/mcp
+    token: true
+    tools:
+      allow: [list_issues, get_issue]
+  droplets:
+    command: [npx, -y, \"@digitalocean/mcp\"]
+    secrets: [DIGITALOCEAN_API_TOKEN]
+    hosts: [api.digitalocean.com]
+";
+
+const PROJECT: &str = "\
+version: 1
+mcp:
+  linear:
+    url: https://mcp.linear.app/mcp
+    token: true
+    tools:
+      allow: [list_issues]
+      deny: [delete_issue]
+  claude-ai:
+    account: claude
+    tools:
+      allow: [\"*\"]
+secrets:
+  ANTHROPIC_API_KEY:
+    hosts: [api.anthropic.com]
+";
+
+fn folder() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("xdg/fenzi")).unwrap();
+    std::fs::write(tmp.path().join("xdg/fenzi/mcp.yaml"), MACHINE).unwrap();
+    std::fs::write(tmp.path().join("fenzi.yaml"), PROJECT).unwrap();
+    tmp
+}
+
+#[test]
+fn json_lists_sources_tools_and_stored_state() {
+    let tmp = folder();
+    let out = fenzi(tmp.path(), &["mcp", "list", "--json"], None, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let machine = tmp.path().join("xdg/fenzi/mcp.yaml").display().to_string();
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = json!({
+        "store": {"backend": "in-process memory store", "error": null},
+        "servers": [
+            {"name": "linear", "source": "machine", "narrowed_by_project": true,
+             "file": machine, "line": 3, "kind": "remote", "url": "https://mcp.linear.app/mcp",
+             "token": true, "tools": {"allow": ["list_issues"], "deny": ["delete_issue"]},
+             "secrets": [{"name": "MCP_LINEAR", "hosts": ["mcp.linear.app:443"], "stored": false,
+                          "store_error": null}]},
+            {"name": "droplets", "source": "machine", "narrowed_by_project": false,
+             "file": machine, "line": 8, "kind": "local",
+             "command": ["npx", "-y", "@digitalocean/mcp"], "hosts": ["api.digitalocean.com"],
+             "secrets": [{"name": "DIGITALOCEAN_API_TOKEN", "hosts": ["api.digitalocean.com"],
+                          "stored": false, "store_error": null}]},
+            {"name": "claude-ai", "source": "project", "narrowed_by_project": false,
+             "file": "fenzi.yaml", "line": 9, "kind": "account", "account": "claude",
+             "host": "mcp-proxy.anthropic.com", "tools": {"allow": ["*"], "deny": []},
+             "secrets": []}
+        ],
+        "secrets": [
+            {"name": "ANTHROPIC_API_KEY", "hosts": ["api.anthropic.com"], "body": false, "stored": false}
+        ]
+    });
+    assert_eq!(got, want, "{}", serde_json::to_string_pretty(&got).unwrap());
+}
+
+#[test]
+fn text_says_where_each_server_comes_from_and_what_to_store() {
+    let tmp = folder();
+    let out = fenzi(tmp.path(), &["mcp", "list"], None, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for want in [
+        "linear     remote  https://mcp.linear.app/mcp  [machine, narrowed by project]",
+        "tools: allow list_issues; deny delete_issue",
+        "secret MCP_LINEAR -> mcp.linear.app:443: not stored (fenzi mcp token linear)",
+        "droplets   local   npx -y @digitalocean/mcp  [machine]",
+        "claude-ai  account claude (via mcp-proxy.anthropic.com)  [project]",
+        "tools: allow every tool",
+        "ANTHROPIC_API_KEY -> api.anthropic.com: not stored",
+        "credential store: in-process memory store",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in\n{stdout}");
+    }
+}
+
+#[test]
+fn an_unusable_store_makes_each_answer_unknown_with_the_reason() {
+    let tmp = folder();
+    let env = [("FENZI_CREDSTORE", "secret-service")];
+    let out = fenzi(tmp.path(), &["mcp", "list", "--json"], None, &env);
+    assert!(out.status.success());
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["store"]["backend"], serde_json::Value::Null);
+    assert!(
+        got["store"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no D-Bus session bus")
+    );
+    let secret = &got["servers"][0]["secrets"][0];
+    assert_eq!(secret["stored"], serde_json::Value::Null);
+    assert!(
+        secret["store_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("store unavailable: ")
+    );
+
+    let out = fenzi(tmp.path(), &["mcp", "list"], None, &env);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("secret MCP_LINEAR -> mcp.linear.app:443: unknown (store unavailable: the Secret Service cannot be used"), "{stdout}");
+}
+
+#[test]
+fn an_invalid_policy_is_an_error() {
+    let tmp = folder();
+    std::fs::write(tmp.path().join("fenzi.yaml"), "version: 2\n").unwrap();
+    let out = fenzi(tmp.path(), &["mcp", "list"], None, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fenzi.yaml"));
+}
+
+#[test]
+fn no_policy_says_how_to_add_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = fenzi(tmp.path(), &["mcp", "list"], None, &[]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("add one with `fenzi mcp add`"));
+}

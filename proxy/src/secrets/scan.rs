@@ -1,0 +1,601 @@
+//! Finding this session's minted placeholders in a request: the method, the target's authority, path
+//! and query, header names and values (including the user:password inside `Basic` credentials), and
+//! the body, fed in chunks as it arrives. The answer is a list of [`Sighting`]s (secret name and
+//! position) for the decision in `fenzi_policy::secret_use`.
+//!
+//! Every part is scanned after [`spelling::normalize`](super::spelling::normalize), so percent-encoded
+//! and JSON-`\u`-escaped spellings are found too, and ASCII case is ignored (hyper lower-cases header
+//! names, DNS lower-cases host names; a case-folded copy of a 256-bit token is still that token).
+//! Only the exact minted tokens match: the shared prefix alone, or a token from another session,
+//! is ordinary text.
+//!
+//! Matching uses the `aho-corasick` crate: one automaton for all placeholders, a single pass that is
+//! linear in the input whatever the number of secrets, no regex syntax to escape, well kept (it is
+//! the literal engine under `regex`). Overlapping matches are reported, so no placeholder can hide
+//! another.
+//!
+//! A body split at any point is found the same: [`BodyScan`] keeps the last `longest − 1` normalised
+//! bytes of each chunk and searches them joined to the next, and its normaliser holds back at most
+//! an escape's first five bytes. The fuzz target `placeholder_scanner` checks that a streamed scan
+//! finds exactly what [`Scanner::find_in`] finds.
+
+use super::SecretsError;
+use super::placeholders::{MIN_RANDOM_CHARS, PREFIX, SecretSet, is_placeholder_byte};
+use super::spelling::{Normalizer, is_plain, normalize};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use base64::Engine;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use fenzi_policy::secret_use::{Position, Sighting};
+use http::{HeaderMap, Method, Uri};
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// Base64 as `Basic` credentials are written, accepting missing padding.
+pub(crate) const BASIC_B64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// The base64 payload of a `Basic` credential header value, if it is one.
+pub(crate) fn basic_payload(value: &[u8]) -> Option<&[u8]> {
+    let value = value.trim_ascii();
+    let (scheme, rest) = value.split_at_checked(5)?;
+    if !scheme.eq_ignore_ascii_case(b"basic") {
+        return None;
+    }
+    let rest = rest.strip_prefix(b" ")?.trim_ascii();
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// The placeholders of one session, compiled for searching.
+pub struct Scanner {
+    /// Pattern id → secret name.
+    names: Vec<String>,
+    automaton: AhoCorasick,
+    longest: usize,
+}
+
+impl Scanner {
+    /// A scanner for every placeholder of `set`.
+    pub fn new(set: &SecretSet) -> Result<Scanner, SecretsError> {
+        Scanner::from_tokens(set.iter().map(|(name, p, _)| (name, p.as_str())))
+    }
+
+    /// A scanner for given (name, token) pairs; each token must look like a placeholder (the prefix
+    /// and at least 32 placeholder bytes), since the normaliser only decodes placeholder bytes.
+    pub fn from_tokens<'a, I>(tokens: I) -> Result<Scanner, SecretsError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut names = vec![];
+        let mut patterns: Vec<&str> = vec![];
+        for (name, token) in tokens {
+            let well_formed = token.strip_prefix(PREFIX).is_some_and(|rest| {
+                rest.len() >= MIN_RANDOM_CHARS && rest.bytes().all(is_placeholder_byte)
+            });
+            if !well_formed {
+                return Err(SecretsError::BadPlaceholder {
+                    name: name.to_string(),
+                });
+            }
+            names.push(name.to_string());
+            patterns.push(token);
+        }
+        let automaton = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::Standard)
+            .ascii_case_insensitive(true)
+            .build(&patterns)
+            .map_err(|e| SecretsError::Matcher(e.to_string()))?;
+        let longest = patterns.iter().map(|p| p.len()).max().unwrap_or(0);
+        Ok(Scanner {
+            names,
+            automaton,
+            longest,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The secret names of the placeholders in `bytes`, in any recognised spelling, sorted.
+    pub fn find_in(&self, bytes: &[u8]) -> Vec<&str> {
+        let mut ids = BTreeSet::new();
+        self.find_ids(bytes, &mut ids);
+        self.names_of(&ids)
+    }
+
+    fn find_ids(&self, bytes: &[u8], ids: &mut BTreeSet<usize>) {
+        if self.is_empty() || bytes.len() < PREFIX.len() {
+            return;
+        }
+        let text: Cow<[u8]> = if is_plain(bytes) {
+            Cow::Borrowed(bytes)
+        } else {
+            Cow::Owned(normalize(bytes))
+        };
+        self.search_normalized(&text, ids);
+    }
+
+    fn search_normalized(&self, text: &[u8], ids: &mut BTreeSet<usize>) {
+        for m in self.automaton.find_overlapping_iter(text) {
+            ids.insert(m.pattern().as_usize());
+        }
+    }
+
+    fn names_of(&self, ids: &BTreeSet<usize>) -> Vec<&str> {
+        let mut names: Vec<&str> = ids.iter().map(|&i| self.names[i].as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    fn sightings(&self, ids: &BTreeSet<usize>, position: Position, out: &mut Vec<Sighting>) {
+        for name in self.names_of(ids) {
+            out.push(Sighting::new(name, position));
+        }
+    }
+
+    /// Placeholders in a host name or authority (a CONNECT target, SNI): [`Position::Authority`].
+    pub fn scan_authority(&self, authority: &str) -> Vec<Sighting> {
+        let mut ids = BTreeSet::new();
+        self.find_ids(authority.as_bytes(), &mut ids);
+        let mut out = vec![];
+        self.sightings(&ids, Position::Authority, &mut out);
+        out
+    }
+
+    /// Placeholders in a request head: method, the target's authority (absolute form), path and
+    /// query, header names, header values (and the decoded payload of `Basic` credentials).
+    pub fn scan_head(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Vec<Sighting> {
+        let mut out = vec![];
+        if self.is_empty() {
+            return out;
+        }
+        let scan = |bytes: &[u8], position: Position, out: &mut Vec<Sighting>| {
+            let mut ids = BTreeSet::new();
+            self.find_ids(bytes, &mut ids);
+            self.sightings(&ids, position, out);
+        };
+        scan(method.as_str().as_bytes(), Position::Method, &mut out);
+        if let Some(authority) = uri.authority() {
+            scan(authority.as_str().as_bytes(), Position::Authority, &mut out);
+        }
+        scan(uri.path().as_bytes(), Position::Path, &mut out);
+        if let Some(query) = uri.query() {
+            scan(query.as_bytes(), Position::Query, &mut out);
+        }
+        let mut names = BTreeSet::new();
+        let mut values = BTreeSet::new();
+        for (name, value) in headers {
+            self.find_ids(name.as_str().as_bytes(), &mut names);
+            self.find_ids(value.as_bytes(), &mut values);
+            if let Some(payload) = basic_payload(value.as_bytes())
+                && let Ok(decoded) = BASIC_B64.decode(payload)
+            {
+                let decoded = zeroize::Zeroizing::new(decoded);
+                self.find_ids(&decoded, &mut values);
+            }
+        }
+        self.sightings(&names, Position::HeaderName, &mut out);
+        self.sightings(&values, Position::HeaderValue, &mut out);
+        out
+    }
+
+    /// `text` safe to log or audit: each placeholder (exact, any case) becomes
+    /// `[placeholder:NAME]`; if an escaped spelling remains, the whole text is replaced by
+    /// `[redacted: holds the placeholder of NAME]`. Borrowed when there was nothing to hide.
+    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if self.is_empty() || self.find_in(text.as_bytes()).is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let marks: Vec<String> = self
+            .names
+            .iter()
+            .map(|n| format!("[placeholder:{n}]"))
+            .collect();
+        let replaced = self.automaton.replace_all(text, &marks);
+        let left = self.find_in(replaced.as_bytes());
+        if left.is_empty() {
+            Cow::Owned(replaced)
+        } else {
+            Cow::Owned(format!(
+                "[redacted: holds the placeholder of {}]",
+                left.join(", ")
+            ))
+        }
+    }
+
+    /// A streaming scan of a body.
+    pub fn body(&self) -> BodyScan<'_> {
+        BodyScan {
+            scanner: self,
+            normalizer: Normalizer::new(),
+            normalized: vec![],
+            tail: vec![],
+            found: BTreeSet::new(),
+        }
+    }
+
+    /// The placeholders in a whole body: [`Position::Body`] sightings.
+    pub fn scan_body(&self, body: &[u8]) -> Vec<Sighting> {
+        let mut ids = BTreeSet::new();
+        self.find_ids(body, &mut ids);
+        let mut out = vec![];
+        self.sightings(&ids, Position::Body, &mut out);
+        out
+    }
+}
+
+impl fmt::Debug for Scanner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scanner")
+            .field("secrets", &self.names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A body scan under way: [`BodyScan::push`] each chunk as it arrives, then [`BodyScan::finish`].
+pub struct BodyScan<'s> {
+    scanner: &'s Scanner,
+    normalizer: Normalizer,
+    /// Scratch space for one chunk's normal form.
+    normalized: Vec<u8>,
+    /// The last `longest − 1` normalised bytes: a placeholder that ends in the next chunk starts here.
+    tail: Vec<u8>,
+    found: BTreeSet<usize>,
+}
+
+impl BodyScan<'_> {
+    pub fn push(&mut self, chunk: &[u8]) {
+        if self.scanner.is_empty() {
+            return;
+        }
+        let mut normalized = std::mem::take(&mut self.normalized);
+        normalized.clear();
+        if self.normalizer.is_idle() && is_plain(chunk) {
+            self.search(chunk);
+        } else {
+            self.normalizer.push(chunk, &mut normalized);
+            self.search(&normalized);
+        }
+        self.normalized = normalized;
+    }
+
+    /// Searches one stretch of normalised text, joined to the tail of the previous ones.
+    fn search(&mut self, text: &[u8]) {
+        let keep = self.scanner.longest.saturating_sub(1);
+        if !self.tail.is_empty() {
+            // Only a placeholder that starts in the tail and ends in the first `keep` bytes of
+            // `text` is not wholly inside one of the two; search the joint for those.
+            let mut joint = self.tail.clone();
+            joint.extend_from_slice(&text[..text.len().min(keep)]);
+            self.scanner.search_normalized(&joint, &mut self.found);
+        }
+        self.scanner.search_normalized(text, &mut self.found);
+        if text.len() >= keep {
+            self.tail.clear();
+            self.tail.extend_from_slice(&text[text.len() - keep..]);
+        } else {
+            self.tail.extend_from_slice(text);
+            let excess = self.tail.len().saturating_sub(keep);
+            self.tail.drain(..excess);
+        }
+    }
+
+    /// True when some placeholder has been found so far.
+    pub fn found_any(&self) -> bool {
+        !self.found.is_empty()
+    }
+
+    /// Ends the body: [`Position::Body`] sightings, one per secret found.
+    pub fn finish(mut self) -> Vec<Sighting> {
+        let mut rest = vec![];
+        self.normalizer.finish(&mut rest);
+        if !rest.is_empty() {
+            self.search(&rest);
+        }
+        let mut out = vec![];
+        self.scanner
+            .sightings(&self.found, Position::Body, &mut out);
+        out
+    }
+}
+
+impl fmt::Debug for BodyScan<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyScan")
+            .field("found", &self.scanner.names_of(&self.found))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets::spelling::percent_encode;
+    use http::{HeaderName, HeaderValue};
+
+    const A: &str = "fenzi_ph_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_xyzAB";
+    const B: &str = "fenzi_ph_zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz1";
+
+    fn scanner() -> Scanner {
+        Scanner::from_tokens([("A_KEY", A), ("B_KEY", B)]).unwrap()
+    }
+
+    fn sighted(list: &[Sighting]) -> Vec<String> {
+        list.iter()
+            .map(|s| format!("{}@{}", s.secret, s.position))
+            .collect()
+    }
+
+    /// Every spelling of `token` the scanner must see through.
+    fn spellings(token: &str) -> Vec<Vec<u8>> {
+        let bytes = token.as_bytes();
+        let mut out = vec![bytes.to_vec()];
+        // Every byte percent-encoded, upper and lower case.
+        out.push(
+            bytes
+                .iter()
+                .flat_map(|b| format!("%{b:02X}").into_bytes())
+                .collect(),
+        );
+        out.push(
+            bytes
+                .iter()
+                .flat_map(|b| format!("%{b:02x}").into_bytes())
+                .collect(),
+        );
+        // Every byte as a JSON \u escape.
+        out.push(
+            bytes
+                .iter()
+                .flat_map(|b| format!("\\u{:04x}", b).into_bytes())
+                .collect(),
+        );
+        // Mixed: every third byte escaped, alternating styles.
+        out.push(
+            bytes
+                .iter()
+                .enumerate()
+                .flat_map(|(i, b)| match i % 3 {
+                    0 => format!("%{b:02X}").into_bytes(),
+                    1 => format!("\\u00{b:02X}").into_bytes(),
+                    _ => vec![*b],
+                })
+                .collect(),
+        );
+        // Case-folded.
+        out.push(token.to_ascii_lowercase().into_bytes());
+        out
+    }
+
+    #[test]
+    fn finds_every_spelling_and_nothing_that_only_looks_alike() {
+        let s = scanner();
+        for spelled in spellings(A) {
+            let mut text = b"{\"x\":\"".to_vec();
+            text.extend_from_slice(&spelled);
+            text.extend_from_slice(b"\"}");
+            assert_eq!(
+                s.find_in(&text),
+                ["A_KEY"],
+                "{}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+        // Lookalikes: the prefix alone, one character changed, one missing, another session's token.
+        let mut changed = A.to_string().into_bytes();
+        changed[20] = b'!';
+        for text in [
+            PREFIX.to_string(),
+            String::from_utf8(changed).unwrap(),
+            A[..A.len() - 1].to_string(),
+            "fenzi_ph_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_xyzAC".to_string(),
+            format!("{PREFIX}{}", "q".repeat(43)),
+        ] {
+            assert!(s.find_in(text.as_bytes()).is_empty(), "{text}");
+        }
+        // Double encoding is out of scope (documented): one level is decoded, not two.
+        let double: Vec<u8> = A
+            .bytes()
+            .flat_map(|b| format!("%25{b:02X}").into_bytes())
+            .collect();
+        assert!(s.find_in(&double).is_empty());
+        // A value-style percent-encoding of a token is the token itself (its bytes are unreserved).
+        assert_eq!(percent_encode(A.as_bytes(), true), A.as_bytes());
+    }
+
+    #[test]
+    fn both_secrets_and_overlaps_are_reported() {
+        let s = scanner();
+        let text = format!("{B}{A}{B}");
+        assert_eq!(s.find_in(text.as_bytes()), ["A_KEY", "B_KEY"]);
+        // A token nested so that a leftmost match would swallow the other's start.
+        let text = format!("{}{}", &A[..20], A);
+        assert_eq!(s.find_in(text.as_bytes()), ["A_KEY"]);
+    }
+
+    #[test]
+    fn scans_every_part_of_the_head() {
+        let s = scanner();
+        let basic = BASIC_B64.encode(format!("user:{A}"));
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Basic {basic}")).unwrap(),
+        );
+        headers.insert(
+            HeaderName::from_bytes(B.to_ascii_lowercase().as_bytes()).unwrap(),
+            HeaderValue::from_static("1"),
+        );
+        let uri: Uri = format!("/p/{B}?q=%66{}", &A[1..]).parse().unwrap();
+        let got = sighted(&s.scan_head(&Method::GET, &uri, &headers));
+        assert_eq!(
+            got,
+            [
+                "B_KEY@path",
+                "A_KEY@query",
+                "B_KEY@header_name",
+                "A_KEY@header_value"
+            ]
+        );
+
+        // Method and absolute-form authority.
+        let method = Method::from_bytes(A.as_bytes()).unwrap();
+        let uri: Uri = format!("http://{}.example.com/", B.to_ascii_lowercase())
+            .parse()
+            .unwrap();
+        let got = sighted(&s.scan_head(&method, &uri, &HeaderMap::new()));
+        assert_eq!(got, ["A_KEY@method", "B_KEY@authority"]);
+        assert_eq!(
+            sighted(&s.scan_authority(&format!("{}.evil.example:443", A.to_ascii_lowercase()))),
+            ["A_KEY@authority"]
+        );
+    }
+
+    #[test]
+    fn basic_credentials_in_every_form() {
+        let s = scanner();
+        for (scheme, payload) in [
+            ("Basic", format!("{A}:")),
+            ("basic", format!("user:{A}")),
+            ("BASIC", A.to_string()),
+        ] {
+            for padded in [true, false] {
+                let mut encoded = BASIC_B64.encode(&payload);
+                if !padded {
+                    encoded = encoded.trim_end_matches('=').to_string();
+                }
+                let mut headers = HeaderMap::new();
+                headers.insert(
+                    "authorization",
+                    HeaderValue::from_str(&format!("{scheme} {encoded}")).unwrap(),
+                );
+                let got = sighted(&s.scan_head(&Method::GET, &Uri::from_static("/"), &headers));
+                assert_eq!(got, ["A_KEY@header_value"], "{scheme} {payload}");
+            }
+        }
+        // Percent-encoded inside the Basic payload.
+        let payload = format!("u:%66{}", &A[1..]);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-creds",
+            HeaderValue::from_str(&format!("Basic {}", BASIC_B64.encode(payload))).unwrap(),
+        );
+        let got = sighted(&s.scan_head(&Method::GET, &Uri::from_static("/"), &headers));
+        assert_eq!(got, ["A_KEY@header_value"]);
+        // Not Basic: base64 elsewhere is not decoded (documented scope).
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-data",
+            HeaderValue::from_str(&BASIC_B64.encode(A)).unwrap(),
+        );
+        assert!(
+            s.scan_head(&Method::GET, &Uri::from_static("/"), &headers)
+                .is_empty()
+        );
+        assert_eq!(basic_payload(b"Basicx"), None);
+        assert_eq!(basic_payload(b"Basic "), None);
+        assert_eq!(basic_payload(b"  Basic  YQ==  "), Some(&b"YQ=="[..]));
+    }
+
+    /// Streams `body` split at `cuts` and returns the names found.
+    fn streamed(s: &Scanner, body: &[u8], cuts: &[usize]) -> Vec<String> {
+        let mut scan = s.body();
+        let mut at = 0;
+        for &cut in cuts {
+            scan.push(&body[at..cut]);
+            at = cut;
+        }
+        scan.push(&body[at..]);
+        scan.finish().into_iter().map(|s| s.secret).collect()
+    }
+
+    #[test]
+    fn a_placeholder_split_at_every_chunk_boundary_is_found_in_every_spelling() {
+        let s = scanner();
+        for spelled in spellings(A) {
+            let mut body = b"data: {\"k\": \"".to_vec();
+            body.extend_from_slice(&spelled);
+            body.extend_from_slice(b"\"}\n\n");
+            for cut in 0..=body.len() {
+                assert_eq!(streamed(&s, &body, &[cut]), ["A_KEY"], "cut at {cut}");
+            }
+            // Two cuts, a few bytes apart, all through the token.
+            for cut in 0..body.len().saturating_sub(3) {
+                assert_eq!(streamed(&s, &body, &[cut, cut + 3]), ["A_KEY"]);
+            }
+            // One byte at a time.
+            let cuts: Vec<usize> = (1..body.len()).collect();
+            assert_eq!(streamed(&s, &body, &cuts), ["A_KEY"]);
+        }
+    }
+
+    #[test]
+    fn a_placeholder_at_the_end_of_a_mebibyte_body_is_found() {
+        let s = scanner();
+        let mut body = vec![b'x'; 1 << 20];
+        let at = body.len() - A.len();
+        body[at..].copy_from_slice(A.as_bytes());
+        assert_eq!(s.scan_body(&body).len(), 1);
+        // In 16 KiB chunks, and with the token split over the last boundary.
+        let cuts: Vec<usize> = (1..64).map(|i| i * 16384).chain([body.len() - 7]).collect();
+        assert_eq!(streamed(&s, &body, &cuts), ["A_KEY"]);
+        // Without it: nothing.
+        body[at..].fill(b'x');
+        assert!(s.scan_body(&body).is_empty());
+        assert!(streamed(&s, &body, &cuts).is_empty());
+    }
+
+    #[test]
+    fn tokens_that_are_not_placeholders_are_refused_and_debug_is_names_only() {
+        assert!(Scanner::from_tokens([("X", "short")]).is_err());
+        assert!(
+            Scanner::from_tokens([("X", "fenzi_ph_has a space and is long enough ok")]).is_err()
+        );
+        let s = scanner();
+        let text = format!("{s:?}");
+        assert!(
+            text.contains("A_KEY") && !text.contains(&A[PREFIX.len()..]),
+            "{text}"
+        );
+        let mut scan = s.body();
+        scan.push(A.as_bytes());
+        assert!(scan.found_any());
+        let text = format!("{scan:?}");
+        assert!(
+            text.contains("A_KEY") && !text.contains(&A[PREFIX.len()..]),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn redaction_hides_every_spelling() {
+        let s = scanner();
+        assert!(matches!(s.redact("/v1/plain"), Cow::Borrowed("/v1/plain")));
+        assert_eq!(s.redact(&format!("/v1/{A}/x")), "/v1/[placeholder:A_KEY]/x");
+        assert_eq!(
+            s.redact(&format!("{}.evil.example", A.to_ascii_lowercase())),
+            "[placeholder:A_KEY].evil.example"
+        );
+        let escaped = format!("/v1/%66{}", &A[1..]);
+        assert_eq!(
+            s.redact(&escaped),
+            "[redacted: holds the placeholder of A_KEY]"
+        );
+    }
+
+    #[test]
+    fn an_empty_scanner_finds_nothing() {
+        let s = Scanner::from_tokens([]).unwrap();
+        assert!(s.is_empty());
+        assert!(s.find_in(A.as_bytes()).is_empty());
+        let mut scan = s.body();
+        scan.push(A.as_bytes());
+        assert!(scan.finish().is_empty());
+    }
+}
