@@ -141,19 +141,47 @@ fn push_json_escape(out: &mut String, c: char) {
     }
 }
 
-/// Control and invisible formatting characters a reader must see escaped: C0/C1 controls and DEL,
-/// soft hyphen, zero-width characters and direction marks, line/paragraph separators, bidi embeddings,
-/// overrides and isolates, word joiners and invisible operators, variation selectors, the BOM and tag
-/// characters.
+/// Characters a reader must see escaped: controls (Cc), every format character (Cf: soft hyphen,
+/// zero-width and direction marks, bidi embeddings, overrides and isolates, invisible operators,
+/// interlinear annotation, tag characters, ...), the line and paragraph separators, and invisible
+/// characters of other categories (variation selectors, the combining grapheme joiner, Hangul fillers).
 pub fn needs_escape(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{00ad}' | '\u{2028}' | '\u{2029}' | '\u{feff}')
-        || ('\u{200b}'..='\u{200f}').contains(&c)
-        || ('\u{202a}'..='\u{202e}').contains(&c)
-        || ('\u{2060}'..='\u{206f}').contains(&c)
-        || ('\u{fe00}'..='\u{fe0f}').contains(&c)
-        || ('\u{e0000}'..='\u{e007f}').contains(&c)
+        || INVISIBLE
+            .iter()
+            .any(|&(lo, hi)| (lo..=hi).contains(&(c as u32)))
 }
+
+/// Ranges of [`needs_escape`] beyond `char::is_control`: the Unicode 16 `Cf` category, `Zl`, `Zp`,
+/// and invisible characters of other categories.
+const INVISIBLE: &[(u32, u32)] = &[
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x2028, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE007F),
+    (0xE0100, 0xE01EF),
+];
 
 /// The head file's content: the sequence number and hash of the last line written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -468,10 +496,14 @@ mod tests {
 
     #[test]
     fn invisible_characters_outside_the_bmp_escape_as_surrogate_pairs() {
-        let name = "read\u{200b}_wiki\u{e0041}\u{fe0f}";
+        let name = "read\u{200b}_wiki\u{e0041}\u{fe0f}\u{61c}\u{1d173}";
         let line = to_line(&record(1, GENESIS, name));
         assert!(
-            line.contains("\\u200b") && line.contains("\\udb40\\udc41") && line.contains("\\ufe0f"),
+            line.contains("\\u200b")
+                && line.contains("\\udb40\\udc41")
+                && line.contains("\\ufe0f")
+                && line.contains("\\u061c")
+                && line.contains("\\ud834\\udd73"),
             "{line}"
         );
         let back: AuditRecord = serde_json::from_str(&line).unwrap();

@@ -98,6 +98,9 @@ pub struct MessageDecision {
     pub rpc_id: Option<RpcId>,
 }
 
+/// Most messages in one batch. MCP clients stopped batching in 2025-06-18; earlier ones send a few.
+pub const MAX_BATCH: usize = 64;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpDecision {
     /// What the proxy enforces: allowed only if the request is forwarded as a whole.
@@ -218,6 +221,14 @@ impl McpDecision {
         let (batch, mut messages) = match &body {
             Value::Array(items) if items.is_empty() => {
                 return Self::request(bad(methods::RULE_STRICT_JSON_RPC, "empty batch"));
+            }
+            Value::Array(items) if items.len() > MAX_BATCH => {
+                // Each element is audited: an unbounded batch would let one request write an
+                // unbounded number of records.
+                return Self::request(bad(
+                    methods::RULE_STRICT_JSON_RPC,
+                    format!("a batch of {} messages (at most {MAX_BATCH})", items.len()),
+                ));
             }
             Value::Array(items) => (
                 true,

@@ -313,30 +313,6 @@ const RED: &str = "\x1b[31m";
 const YELLOW: &str = "\x1b[33m";
 const RESET: &str = "\x1b[0m";
 
-/// Characters escaped when shown, beyond `audit::needs_escape`: zero-width and other invisible
-/// formatting characters that could hide text.
-fn invisible(c: char) -> bool {
-    audit::needs_escape(c)
-        || matches!(
-            c,
-            '\u{00ad}'
-                | '\u{034f}'
-                | '\u{061c}'
-                | '\u{115f}'
-                | '\u{1160}'
-                | '\u{17b4}'
-                | '\u{17b5}'
-                | '\u{180e}'
-                | '\u{3164}'
-                | '\u{ffa0}'
-        )
-        || ('\u{200b}'..='\u{200f}').contains(&c)
-        || ('\u{2060}'..='\u{206f}').contains(&c)
-        || ('\u{fe00}'..='\u{fe0f}').contains(&c)
-        || ('\u{fff9}'..='\u{fffb}').contains(&c)
-        || ('\u{e0000}'..='\u{e007f}').contains(&c)
-}
-
 /// A field as shown: plain printable ASCII as is; anything else in double quotes, with `"` and `\`
 /// backslash-escaped and control or invisible characters as `\u{..}`. So a space, a look-alike letter or
 /// a hidden character always shows.
@@ -353,7 +329,7 @@ pub fn field(s: &str) -> String {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if invisible(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if audit::needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
@@ -839,7 +815,7 @@ mod tests {
         );
         let line = render(&r, false, false);
         assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
-        assert!(!line.chars().any(invisible), "{line:?}");
+        assert!(!line.chars().any(audit::needs_escape), "{line:?}");
         assert!(
             line.contains(r#""x\u{a}13:33:51 allowed \u{1b}[32m\u{202e}\u{200b}""#),
             "{line}"

@@ -125,15 +125,23 @@ fn is_plain_subpath(rest: &str) -> bool {
             .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
 }
 
-/// All values of header `name` (case-insensitive).
+/// All values of header `name`: case-insensitive, and with `_` and `-` taken as the same character.
+/// Servers behind CGI-style gateways (and some frameworks) read `Mcp_Name` as `Mcp-Name`, so a
+/// header a server may read as `name` is checked as `name`: two spellings count as the header given
+/// twice, never as one checked header and one ignored.
 pub(super) fn header_values<'a>(
     headers: &'a [(&'a str, &'a [u8])],
     name: &'a str,
 ) -> impl Iterator<Item = &'a [u8]> + 'a {
     headers
         .iter()
-        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .filter(move |(n, _)| same_header_name(n, name))
         .map(|(_, v)| *v)
+}
+
+fn same_header_name(a: &str, b: &str) -> bool {
+    let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold(x) == fold(y))
 }
 
 /// A header value without the optional whitespace around it (RFC 9110 §5.5).
