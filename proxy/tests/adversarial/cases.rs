@@ -10,11 +10,7 @@ pub enum Via {
     Proxy,
     /// `CONNECT target`, then TLS with the proxy (SNI `sni`, or none; ALPN h2 when asked), then the
     /// bytes (or, with `h2`, the messages as HTTP/2 requests).
-    Tunnel {
-        target: String,
-        sni: Sni,
-        h2: bool,
-    },
+    Tunnel { target: String, sni: Sni, h2: bool },
     /// `CONNECT target`, then the bytes with no TLS.
     TunnelPlain { target: String },
 }
@@ -44,7 +40,9 @@ pub struct Message {
 
 impl Message {
     fn has_header(&self, name: &str) -> bool {
-        self.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+        self.headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
     }
 
     /// The message as HTTP/1.1 bytes: request line, Host (unless given or `no-host`), a JSON
@@ -65,8 +63,7 @@ impl Message {
             out.extend_from_slice(b"\r\n");
         }
         let framed = self.has_header("content-length") || self.has_header("transfer-encoding");
-        if !self.no_content_length && !framed && (!self.body.is_empty() || self.method == "POST")
-        {
+        if !self.no_content_length && !framed && (!self.body.is_empty() || self.method == "POST") {
             out.extend_from_slice(format!("Content-Length: {}\r\n", self.body.len()).as_bytes());
         }
         out.extend_from_slice(b"\r\n");
@@ -151,7 +148,10 @@ pub fn expand(text: &str) -> Result<String, String> {
         let end = after.find("}}").ok_or("unclosed {{")?;
         let inner = &after[..end];
         let (n, what) = inner.split_once('*').ok_or("{{N*TEXT}} needs a '*'")?;
-        let n: usize = n.trim().parse().map_err(|_| format!("bad repeat count {n:?}"))?;
+        let n: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad repeat count {n:?}"))?;
         out.push_str(&what.repeat(n));
         rest = &after[end + 2..];
     }
@@ -179,7 +179,8 @@ pub fn unescape(text: &str) -> Result<Vec<u8>, String> {
             Some('\\') => out.push(b'\\'),
             Some('x') => {
                 let hex: String = chars.by_ref().take(2).collect();
-                let b = u8::from_str_radix(&hex, 16).map_err(|_| format!("bad \\x escape {hex:?}"))?;
+                let b =
+                    u8::from_str_radix(&hex, 16).map_err(|_| format!("bad \\x escape {hex:?}"))?;
                 out.push(b);
             }
             other => return Err(format!("unknown escape \\{}", other.unwrap_or(' '))),
@@ -204,7 +205,10 @@ fn parse_via(text: &str) -> Result<Via, String> {
     match words.next() {
         Some("proxy") => Ok(Via::Proxy),
         Some(kind @ ("tunnel" | "tunnel-plain")) => {
-            let target = words.next().ok_or("via: tunnel needs a target")?.to_string();
+            let target = words
+                .next()
+                .ok_or("via: tunnel needs a target")?
+                .to_string();
             if kind == "tunnel-plain" {
                 return Ok(Via::TunnelPlain { target });
             }
@@ -237,10 +241,9 @@ fn default_host(target: &str, host: Option<&str>, via: &Via) -> String {
     }
     match via {
         Via::Proxy => "-".to_string(),
-        Via::Tunnel { target, .. } | Via::TunnelPlain { target } => target
-            .strip_suffix(":443")
-            .unwrap_or(target)
-            .to_string(),
+        Via::Tunnel { target, .. } | Via::TunnelPlain { target } => {
+            target.strip_suffix(":443").unwrap_or(target).to_string()
+        }
     }
 }
 
@@ -367,11 +370,10 @@ fn apply(b: &mut Builder, key: &str, value: &str) -> Result<(), String> {
         "host" => b.host = Some(value.to_string()),
         "path" => b.path = value.to_string(),
         "dns" => {
-            let (name, answers) = value
-                .trim()
-                .split_once(' ')
-                .ok_or("dns: NAME ANSWERS")?;
-            b.case.dns.push((name.to_string(), answers.trim().to_string()));
+            let (name, answers) = value.trim().split_once(' ').ok_or("dns: NAME ANSWERS")?;
+            b.case
+                .dns
+                .push((name.to_string(), answers.trim().to_string()));
         }
         "send" => {
             b.flush_messages();
@@ -468,8 +470,11 @@ fn apply(b: &mut Builder, key: &str, value: &str) -> Result<(), String> {
             e.upstream_bytes.push((name.to_string(), n));
         }
         "upstream-contains" => {
-            let (name, text) = value.split_once(' ').ok_or("upstream-contains: NAME TEXT")?;
-            e.upstream_contains.push((name.to_string(), unescape(text)?));
+            let (name, text) = value
+                .split_once(' ')
+                .ok_or("upstream-contains: NAME TEXT")?;
+            e.upstream_contains
+                .push((name.to_string(), unescape(text)?));
         }
         "upstream-lacks" => e.upstream_lacks.push(unescape(value)?),
         "audit" => {
@@ -539,7 +544,10 @@ mod tests {
 
     #[test]
     fn escapes_and_repeats() {
-        assert_eq!(unescape("a\\r\\n\\x00\\\\{{3*b}}").unwrap(), b"a\r\n\0\\bbb");
+        assert_eq!(
+            unescape("a\\r\\n\\x00\\\\{{3*b}}").unwrap(),
+            b"a\r\n\0\\bbb"
+        );
         assert!(unescape("\\q").is_err());
         assert!(unescape("\\xZZ").is_err());
         assert_eq!(expand("{{2*ab}}c").unwrap(), "ababc");

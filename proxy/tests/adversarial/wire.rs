@@ -322,7 +322,12 @@ pub async fn open_tunnel(proxy: std::net::SocketAddr, target: &str) -> Result<Tc
     while !head.ends_with(b"\r\n\r\n") {
         match tokio::time::timeout(DEADLINE, stream.read(&mut byte)).await {
             Ok(Ok(1)) => head.push(byte[0]),
-            _ => return Err(format!("CONNECT answer cut short: {:?}", String::from_utf8_lossy(&head))),
+            _ => {
+                return Err(format!(
+                    "CONNECT answer cut short: {:?}",
+                    String::from_utf8_lossy(&head)
+                ));
+            }
         }
     }
     let text = String::from_utf8_lossy(&head).into_owned();
@@ -417,8 +422,12 @@ pub async fn tls(
     if *sni == Sni::None {
         config.enable_sni = false;
     }
-    let name = ServerName::try_from(name.trim_start_matches('[').trim_end_matches(']').to_string())
-        .map_err(|e| format!("bad TLS name {name:?}: {e}"))?;
+    let name = ServerName::try_from(
+        name.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+    )
+    .map_err(|e| format!("bad TLS name {name:?}: {e}"))?;
     let connect = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream);
     match tokio::time::timeout(DEADLINE, connect).await {
         Ok(Ok(tls)) => Ok(tls),
@@ -448,7 +457,13 @@ where
         for (name, value) in &m.headers {
             builder = builder.header(name.as_str(), value.as_slice());
         }
-        if m.method == "POST" && !m.no_content_type && !m.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+        if m.method == "POST"
+            && !m.no_content_type
+            && !m
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        {
             builder = builder.header("content-type", "application/json");
         }
         let req = match builder.body(Full::new(Bytes::from(m.body.clone()))) {
@@ -487,7 +502,10 @@ mod tests {
     fn responses_and_request_lines_frame_like_http() {
         let buf = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhiHTTP/1.1 403 Forbidden\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nrest";
         let (rs, used) = parse_responses(buf, false);
-        assert_eq!(rs.iter().map(|r| r.status).collect::<Vec<_>>(), [100, 200, 403]);
+        assert_eq!(
+            rs.iter().map(|r| r.status).collect::<Vec<_>>(),
+            [100, 200, 403]
+        );
         assert_eq!(rs[2].body, b"abc");
         assert_eq!(&buf[used..], b"rest");
         let reqs = b"POST /a HTTP/1.1\r\ncontent-length: 3\r\n\r\nabcGET /b HTTP/1.1\r\n\r\nxx";

@@ -214,7 +214,10 @@ fn answer(kind: Answer, method: &http::Method, body: &[u8]) -> Response<Body> {
     }
 }
 
-async fn http_upstream(tls: Option<Arc<ServerConfig>>, kind: Answer) -> (SocketAddr, Arc<Recorder>) {
+async fn http_upstream(
+    tls: Option<Arc<ServerConfig>>,
+    kind: Answer,
+) -> (SocketAddr, Arc<Recorder>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let recorder = Arc::new(Recorder::default());
@@ -533,8 +536,7 @@ impl World {
             drain_timeout: secs(2),
             ..ProxyOptions::default()
         };
-        let proxy =
-            Proxy::with_network(policy, sink.clone(), options, network.clone()).unwrap();
+        let proxy = Proxy::with_network(policy, sink.clone(), options, network.clone()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let proxy_addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
