@@ -7,13 +7,19 @@
 #![no_main]
 
 use fenzi_proxy::secrets::spelling::{json_escape, normalize, percent_encode};
-use fenzi_proxy::secrets::{Scanner, SecretSet, Scrubber};
+use fenzi_proxy::secrets::{Scanner, Scrubber, SecretSet};
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 
 const TOKENS: [(&str, &str); 2] = [
-    ("A_KEY", "fenzi_ph_Ab0-_Zz9AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
-    ("B_KEY", "fenzi_ph_Ab0-_Zz9AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAB"),
+    (
+        "A_KEY",
+        "fenzi_ph_Ab0-_Zz9AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ),
+    (
+        "B_KEY",
+        "fenzi_ph_Ab0-_Zz9AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAB",
+    ),
 ];
 /// Values that start and end with bytes no placeholder has, so a scrubbed output can never form
 /// one across a placeholder's edge.
@@ -29,9 +35,13 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let mut set = SecretSet::new();
         for ((name, token), value) in TOKENS.iter().zip(VALUES) {
-            set.insert_with_placeholder(name, token, value.to_vec()).unwrap();
+            set.insert_with_placeholder(name, token, value.to_vec())
+                .unwrap();
         }
-        Fixture { scanner: Scanner::new(&set).unwrap(), scrubber: Scrubber::new(&set).unwrap() }
+        Fixture {
+            scanner: Scanner::new(&set).unwrap(),
+            scrubber: Scrubber::new(&set).unwrap(),
+        }
     })
 }
 
@@ -39,8 +49,14 @@ fn fixture() -> &'static Fixture {
 fn spell_token(token: &[u8], sel: u8) -> Vec<u8> {
     match sel % 7 {
         0 => token.to_vec(),
-        1 => token.iter().flat_map(|b| format!("%{b:02X}").into_bytes()).collect(),
-        2 => token.iter().flat_map(|b| format!("\\u{b:04x}").into_bytes()).collect(),
+        1 => token
+            .iter()
+            .flat_map(|b| format!("%{b:02X}").into_bytes())
+            .collect(),
+        2 => token
+            .iter()
+            .flat_map(|b| format!("\\u{b:04x}").into_bytes())
+            .collect(),
         3 => token
             .iter()
             .enumerate()
@@ -85,7 +101,9 @@ fn reference(body: &[u8]) -> Vec<&'static str> {
 
 fuzz_target!(|data: &[u8]| {
     let f = fixture();
-    let Some((&ncuts, rest)) = data.split_first() else { return };
+    let Some((&ncuts, rest)) = data.split_first() else {
+        return;
+    };
     let ncuts = (ncuts % 16) as usize;
     if rest.len() < ncuts * 2 {
         return;
@@ -127,7 +145,11 @@ fuzz_target!(|data: &[u8]| {
     scan.push(&body[at..]);
     let streamed: Vec<String> = scan.finish().into_iter().map(|s| s.secret).collect();
     assert_eq!(streamed, one_shot, "streamed scan differs from one-shot");
-    assert_eq!(one_shot, reference(&body), "one-shot scan differs from the reference");
+    assert_eq!(
+        one_shot,
+        reference(&body),
+        "one-shot scan differs from the reference"
+    );
 
     // Scrubber: streamed == one-shot, and no raw value survives.
     let want = f.scrubber.scrub(&body).unwrap_or_else(|| body.clone());
@@ -142,6 +164,9 @@ fuzz_target!(|data: &[u8]| {
     out.extend(st.finish());
     assert_eq!(out, want, "streamed scrub differs from one-shot");
     for v in VALUES {
-        assert!(!out.windows(v.len()).any(|w| w == v), "a raw value survived scrubbing");
+        assert!(
+            !out.windows(v.len()).any(|w| w == v),
+            "a raw value survived scrubbing"
+        );
     }
 });

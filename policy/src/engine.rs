@@ -1,7 +1,9 @@
 //! The compiled policy: the one object the proxy asks. It answers, for a destination, whether and how it
 //! may be reached ([`Policy::route`]), whether a resolved address may be dialled
-//! ([`Policy::check_address`]), and what to do with a request to an MCP server ([`Policy::decide_mcp`]).
-//! It also lists what needs TLS interception and which secrets are bound where.
+//! ([`Policy::check_address`]), over which transport ([`Route::check_transport`],
+//! [`Route::upstream_tls`]: an MCP server's own scheme, never the client's downgrade), and what to do
+//! with a request to an MCP server ([`Policy::decide_mcp`]). It also lists what needs TLS interception
+//! and which secrets are bound where.
 
 use crate::config::{AccountProvider, Config, Origin, ServerKind};
 use crate::decision::{Decision, Reason};
@@ -23,6 +25,34 @@ pub struct McpServer {
     pub rule: ServerRule,
     /// The secret name of its token when `token: true` (`MCP_<SERVER>`).
     pub token_secret: Option<String>,
+}
+
+impl McpServer {
+    /// Whether a request that reached the proxy over TLS (`client_tls`) or in clear text may be
+    /// carried to this server. The transport to an MCP server follows the policy's scheme, not the
+    /// client's: an `https` server is only ever reached over verified TLS, so a request for it that
+    /// arrived in clear text (plain HTTP inside a CONNECT tunnel, or an absolute-form `http://` URL
+    /// naming its host:port) is refused before anything is dialled. `None` means it may go on, over
+    /// [`McpServer::upstream_tls`].
+    pub fn check_transport(&self, client_tls: bool) -> Option<Decision> {
+        if self.tls && !client_tls {
+            return Some(Decision::deny(
+                Reason::BadRequest,
+                format!("mcp.{} transport", self.name),
+                format!(
+                    "{} is an https MCP server; fenzi does not carry its traffic in clear text",
+                    self.name
+                ),
+            ));
+        }
+        None
+    }
+
+    /// Whether the proxy talks TLS to this server: exactly when the policy's url is `https`, whatever
+    /// the client spoke to the proxy.
+    pub fn upstream_tls(&self) -> bool {
+        self.tls
+    }
 }
 
 /// Where a secret came from in the config.
@@ -80,6 +110,24 @@ impl Route<'_> {
         match self {
             Route::Mcp(s) => format!("mcp.{}", s.name),
             Route::Plain { rule, .. } => rule.clone(),
+        }
+    }
+
+    /// See [`McpServer::check_transport`]. A plain host's policy entry names no scheme, so any
+    /// transport the client chose is carried as it is.
+    pub fn check_transport(&self, client_tls: bool) -> Option<Decision> {
+        match self {
+            Route::Mcp(server) => server.check_transport(client_tls),
+            Route::Plain { .. } => None,
+        }
+    }
+
+    /// Whether the connection to the destination uses TLS: the policy's scheme for an MCP server,
+    /// the client's choice (mirrored) for a plain host.
+    pub fn upstream_tls(&self, client_tls: bool) -> bool {
+        match self {
+            Route::Mcp(server) => server.upstream_tls(),
+            Route::Plain { .. } => client_tls,
         }
     }
 }

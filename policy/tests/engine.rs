@@ -169,3 +169,39 @@ fn the_ca_constraints_cover_exactly_the_inspected_hosts() {
         ]
     );
 }
+
+#[test]
+fn an_https_server_is_never_carried_in_clear_text() {
+    const HTTP: &str =
+        "version: 1\nmcp:\n  plain:\n    url: http://plain.test/mcp\n    tools: {allow: [echo]}\n";
+    let p = policy();
+    for (name, port) in [("mcp.deepwiki.com", 443), ("127.0.0.1", 8443)] {
+        let route = p.route(&host(name), port).unwrap();
+        assert_eq!(route.check_transport(true), None, "{name}");
+        let refused = route.check_transport(false).expect("clear text is refused");
+        assert_eq!(refused.reason(), Some(Reason::BadRequest), "{name}");
+        assert!(
+            refused.message.contains("is an https MCP server")
+                && refused.message.contains("clear text"),
+            "{}",
+            refused.message
+        );
+        assert!(
+            route.upstream_tls(false) && route.upstream_tls(true),
+            "{name}"
+        );
+    }
+
+    // An http:// server is plain HTTP upstream, whatever the client spoke to the proxy.
+    let cfg = config::load(None, Some((HTTP, "fenzi.yaml"))).expect("valid policy");
+    let plain = Policy::from_config(&cfg);
+    let route = plain.route(&host("plain.test"), 80).unwrap();
+    assert_eq!(route.check_transport(false), None);
+    assert_eq!(route.check_transport(true), None);
+    assert!(!route.upstream_tls(false) && !route.upstream_tls(true));
+
+    // A plain host names no scheme: the client's choice is mirrored.
+    let route = p.route(&host("github.com"), 443).unwrap();
+    assert_eq!(route.check_transport(false), None);
+    assert!(route.upstream_tls(true) && !route.upstream_tls(false));
+}

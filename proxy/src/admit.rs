@@ -42,6 +42,24 @@ impl Destination {
         }
     }
 
+    /// The refusal of a request that reached the proxy in clear text (`client_tls` false) for a
+    /// destination the policy only reaches over TLS (an `https` MCP server), if it is one.
+    pub fn check_transport(&self, client_tls: bool) -> Option<Decision> {
+        match &self.handling {
+            Handling::Mcp(server) => server.check_transport(client_tls),
+            Handling::Plain => None,
+        }
+    }
+
+    /// Whether the proxy talks TLS to this destination: the policy's scheme for an MCP server, the
+    /// client's choice for a plain host (see `Route::upstream_tls`).
+    pub fn upstream_tls(&self, client_tls: bool) -> bool {
+        match &self.handling {
+            Handling::Mcp(server) => server.upstream_tls(),
+            Handling::Plain => client_tls,
+        }
+    }
+
     /// The audit subject of a request with `method` on `path` (no query) to this destination.
     pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
         Subject {

@@ -3,7 +3,7 @@
 //! an unreachable upstream is a 502) or handed to interception when the route needs inspection.
 
 use crate::admit::{Admission, admit};
-use crate::audit_sink::Subject;
+use crate::audit_sink::{Subject, logged_authority};
 use crate::forward::bad_request;
 use crate::intercept;
 use crate::respond::{self, Body};
@@ -29,10 +29,12 @@ pub(crate) async fn connect(
         .authority()
         .map(|a| a.as_str().to_string())
         .unwrap_or_default();
+    // Until the target parses, the record names only what may be logged (no userinfo, no raw text).
+    let (logged_host, logged_port) = logged_authority(&target, DEFAULT_CONNECT_PORT);
     let mut subject = Subject {
         method: "CONNECT".to_string(),
-        host: target.chars().take(300).collect(),
-        port: 0,
+        host: logged_host,
+        port: logged_port,
         path: None,
         server: None,
     };

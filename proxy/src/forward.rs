@@ -7,12 +7,12 @@
 //! Also the handler for absolute-form `http://` requests to the proxy.
 
 use crate::admit::{Admission, Destination, Handling, admit};
-use crate::audit_sink::Subject;
+use crate::audit_sink::{Subject, logged_authority};
 use crate::mcp_enforce;
 use crate::respond::{self, Body, BoxError};
 use crate::server::Shared;
 use crate::upstream::Upstream;
-use fenzi_policy::host::Host;
+use fenzi_policy::host::split_authority;
 use fenzi_policy::{Decision, Reason};
 use http::header::{CONNECTION, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri, Version};
@@ -122,14 +122,27 @@ pub(crate) async fn bad_request(shared: &Shared, subject: &Subject, why: &str) -
     respond::denied(&decision)
 }
 
+/// The port a URL with `scheme` names when it gives none.
+pub(crate) fn default_port(scheme: Option<&str>) -> u16 {
+    match scheme {
+        Some(s) if s.eq_ignore_ascii_case("https") => 443,
+        _ => 80,
+    }
+}
+
 /// An absolute-form `http://` request to the proxy.
 pub(crate) async fn plain_http(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let uri = req.uri().clone();
+    // Until the URL's authority parses, the record names only what may be logged.
+    let (logged_host, logged_port) = match uri.authority() {
+        Some(authority) => logged_authority(authority.as_str(), default_port(uri.scheme_str())),
+        None => ("-".to_string(), 0),
+    };
     let mut subject = Subject {
-        method,
-        host: uri.host().unwrap_or("-").chars().take(300).collect(),
-        port: uri.port_u16().unwrap_or(80),
+        method: method.clone(),
+        host: logged_host,
+        port: logged_port,
         path: Some(uri.path().to_string()),
         server: None,
     };
@@ -144,12 +157,12 @@ pub(crate) async fn plain_http(shared: Arc<Shared>, req: Request<Incoming>) -> R
         let why = "credentials in the request URL are not forwarded; send them in a header";
         return bad_request(&shared, &subject, why).await;
     }
-    let host = match Host::parse(authority.host()) {
-        Ok(host) => host,
+    let (host, port) = match split_authority(authority.as_str()) {
+        Ok((host, port)) => (host, port.unwrap_or(80)),
         Err(e) => return bad_request(&shared, &subject, &e.to_string()).await,
     };
-    let port = subject.port;
     subject.host = host.to_string();
+    subject.port = port;
 
     let dest: Arc<Destination> = match admit(&shared, &host, port).await {
         Admission::Admitted(dest) => Arc::from(dest),
@@ -166,6 +179,14 @@ pub(crate) async fn plain_http(shared: Arc<Shared>, req: Request<Incoming>) -> R
             return respond::failure(&error);
         }
     };
+    // An http:// URL reached the proxy in clear text: an https MCP server is not reached that way.
+    if let Some(refused) = dest.check_transport(false) {
+        let subject = dest.subject(&method, Some(uri.path()));
+        if !shared.record(subject.decided(&refused)).await {
+            return respond::audit_unavailable();
+        }
+        return respond::denied(&refused);
+    }
     let host_value = match HeaderValue::from_str(authority.as_str()) {
         Ok(value) => value,
         Err(_) => {

@@ -1,17 +1,22 @@
 //! An intercepted tunnel: the proxy terminates the client's TLS with a leaf for the CONNECT host (or,
 //! when the client speaks plain HTTP inside the tunnel, reads it as is), serves HTTP/1.1 or h2 (by ALPN)
 //! on the decrypted stream, and hands every request to [`crate::forward::exchange`] once it has checked
-//! that the CONNECT target, the TLS server name and the Host (or `:authority`) agree by name. Upstream
-//! mirrors the client: TLS (verified) when the client used TLS.
+//! that the CONNECT target, the TLS server name and the Host (or `:authority`) agree by name. The
+//! upstream transport follows the policy for an MCP server (an `https` server is reached over verified
+//! TLS only, so plain HTTP inside its tunnel is refused, never sent on in clear text) and mirrors the
+//! client for a plain host. A request hyper refuses as malformed HTTP/1.1 is recorded through
+//! [`crate::server::malformed`].
 
 use crate::admit::Destination;
 use crate::audit_sink::Subject;
 use crate::error::ProxyError;
 use crate::forward::{bad_request, exchange};
 use crate::io::Prefixed;
-use crate::respond::Body;
+use crate::respond::{self, Body};
+use crate::server::malformed::{HeadProbe, Probed, record_refused};
 use crate::server::{ConnGuard, Shared};
 use crate::upstream::Upstream;
+use fenzi_policy::Decision;
 use fenzi_policy::host::{Host, split_authority};
 use http::header::HOST;
 use http::{HeaderValue, Method, Request, Response};
@@ -50,7 +55,7 @@ pub(crate) async fn serve(
     let io = Prefixed::new(first.to_vec(), io);
     if first[0] != TLS_HANDSHAKE {
         let tunnel = Tunnel::new(shared, dest, false, None);
-        return tunnel.serve_http(TokioIo::new(io), false, guard).await;
+        return tunnel.serve_http(io, false, guard).await;
     }
 
     let start = match timeout(
@@ -79,7 +84,7 @@ pub(crate) async fn serve(
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
     let tunnel = Tunnel::new(shared, dest, true, sni_problem);
-    tunnel.serve_http(TokioIo::new(stream), h2, guard).await
+    tunnel.serve_http(stream, h2, guard).await
 }
 
 async fn failed(shared: &Shared, subject: &Subject, error: ProxyError) {
@@ -110,8 +115,11 @@ struct Tunnel {
     shared: Arc<Shared>,
     dest: Arc<Destination>,
     upstream: Upstream,
+    /// Whether the client speaks TLS inside the tunnel.
     tls: bool,
     sni_problem: Option<String>,
+    /// The refusal of every request when the client speaks plain HTTP to an https MCP server.
+    transport_problem: Option<Decision>,
 }
 
 impl Tunnel {
@@ -123,6 +131,7 @@ impl Tunnel {
     ) -> Arc<Tunnel> {
         Arc::new(Tunnel {
             upstream: Upstream::new(dest.clone(), tls),
+            transport_problem: dest.check_transport(tls),
             shared,
             dest,
             tls,
@@ -130,17 +139,21 @@ impl Tunnel {
         })
     }
 
-    async fn serve_http<T>(self: Arc<Self>, io: TokioIo<T>, h2: bool, mut guard: ConnGuard)
+    async fn serve_http<T>(self: Arc<Self>, io: T, h2: bool, mut guard: ConnGuard)
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let idle = self.shared.options.idle_timeout;
+        let probe = HeadProbe::new();
         let tunnel = self.clone();
+        let dispatched = probe.clone();
         let service = service_fn(move |req| {
+            dispatched.dispatched();
             let tunnel = tunnel.clone();
             async move { Ok::<_, Infallible>(tunnel.handle(req).await) }
         });
         if h2 {
+            let io = TokioIo::new(io);
             let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             builder
                 .timer(TokioTimer::new())
@@ -158,13 +171,26 @@ impl Tunnel {
                 .timer(TokioTimer::new())
                 .header_read_timeout(idle)
                 .keep_alive(true);
+            let io = TokioIo::new(Probed::new(io, probe.clone()));
             let conn = builder.serve_connection(io, service);
             tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                _ = guard.stopping() => conn.as_mut().graceful_shutdown(),
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                _ = guard.stopping() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            match result {
+                Err(e) if e.is_parse() => {
+                    let line = probe.refused();
+                    let method = line.method.as_deref().unwrap_or("-");
+                    let subject = self.dest.subject(method, line.target.path());
+                    record_refused(&self.shared, &subject, &e).await;
+                }
+                Err(e) => tracing::debug!(host = %self.dest.host, "tunnel connection ended: {e}"),
+                Ok(()) => {}
             }
-            let _ = conn.await;
         }
     }
 
@@ -172,6 +198,12 @@ impl Tunnel {
         let subject = self
             .dest
             .subject(req.method().as_str(), Some(req.uri().path()));
+        if let Some(refused) = &self.transport_problem {
+            if !self.shared.record(subject.decided(refused)).await {
+                return respond::audit_unavailable();
+            }
+            return respond::denied(refused);
+        }
         if let Some(problem) = &self.sni_problem {
             return bad_request(&self.shared, &subject, problem).await;
         }

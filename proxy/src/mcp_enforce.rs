@@ -4,13 +4,14 @@
 //! exact buffered body released for forwarding. A denial answers with the policy's JSON-RPC error body,
 //! so the client reports it as that call's error and its session keeps working.
 
-use crate::audit_sink::Subject;
+use crate::audit_sink::{Subject, recorded_decision};
 use crate::error::ProxyError;
 use crate::respond::{self, Body};
 use crate::server::Shared;
 use bytes::Bytes;
+use fenzi_policy::Decision;
 use fenzi_policy::engine::McpServer;
-use fenzi_policy::mcp::{RequestView, denial_body};
+use fenzi_policy::mcp::{McpDecision, RequestView, denial_body};
 use http::Response;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
@@ -84,11 +85,21 @@ pub(crate) async fn inspect(
     if decision.overall.is_allowed() {
         Ok(bytes)
     } else {
-        let status = decision
-            .overall
+        let status = answered(&decision)
             .reason()
             .map_or(403, |reason| reason.http_status());
         Err(respond::json(status, denial_body(&decision, &view)))
+    }
+}
+
+/// The decision a refused request's HTTP status follows, so that the status, the body and the record
+/// agree: for a single message, the one its record carries (a message the policy denies keeps
+/// `policy_denied` even when the request is also malformed, e.g. its `Mcp-*` headers disagree); for a
+/// batch or a request without messages, the decision about the request as a whole.
+fn answered(decision: &McpDecision) -> &Decision {
+    match (decision.batch, decision.messages.as_slice()) {
+        (false, [only]) => recorded_decision(only, &decision.overall),
+        _ => &decision.overall,
     }
 }
 

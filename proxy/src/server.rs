@@ -2,14 +2,15 @@
 //! options; [`Proxy::serve`] accepts client connections (at most `max_connections` at once), serves
 //! HTTP/1.1 on each (keep-alive; pipelined requests one at a time) and sends every request to its phase:
 //! CONNECT to [`crate::connect`], absolute-form `http://` to [`crate::forward`], anything else (a
-//! request for the proxy itself) is `bad_request`. Shutdown stops accepting, lets in-flight connections
+//! request for the proxy itself) is `bad_request`; a request hyper refuses as malformed is recorded
+//! through [`malformed`]. Shutdown stops accepting, lets in-flight connections
 //! finish within `drain_timeout`, and returns; the caller then flushes the audit log.
 
-use crate::audit_sink::{AuditSink, Subject};
+use crate::audit_sink::{AuditSink, INVALID_TARGET, Subject, logged_authority};
 use crate::audit_writer::AuditEntry;
 use crate::connect::connect;
 use crate::error::ProxyError;
-use crate::forward::{bad_request, plain_http};
+use crate::forward::{bad_request, default_port, plain_http};
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::respond::Body;
@@ -25,6 +26,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+pub(crate) mod malformed;
+
+use malformed::{HeadProbe, Probed, RequestLine, Target};
 
 /// What every connection shares.
 pub(crate) struct Shared {
@@ -193,9 +198,12 @@ pub fn listener_from_std(listener: std::net::TcpListener) -> std::io::Result<Tcp
 async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, guard: ConnGuard) {
     let _ = stream.set_nodelay(true);
     let mut stopping = guard.clone();
+    let probe = HeadProbe::new();
     let service = {
         let shared = shared.clone();
+        let probe = probe.clone();
         service_fn(move |req| {
+            probe.dispatched();
             let shared = shared.clone();
             let guard = guard.clone();
             async move { Ok::<_, Infallible>(route(shared, guard, req).await) }
@@ -207,7 +215,7 @@ async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, 
         .header_read_timeout(shared.options.header_read_timeout)
         .keep_alive(true);
     let conn = builder
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(TokioIo::new(Probed::new(stream, probe.clone())), service)
         .with_upgrades();
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -219,6 +227,30 @@ async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, 
     };
     if let Err(e) = result {
         tracing::debug!(%peer, "client connection ended: {e}");
+        if e.is_parse() {
+            let subject = refused_subject(probe.refused());
+            malformed::record_refused(&shared, &subject, &e).await;
+        }
+    }
+}
+
+/// The audit subject of a request on the proxy port that hyper refused: what its request line names,
+/// as far as it may be logged (see [`logged_authority`]), else `-`.
+fn refused_subject(line: RequestLine) -> Subject {
+    let (host, port) = match &line.target {
+        Target::Absolute {
+            scheme, authority, ..
+        } => logged_authority(authority, default_port(Some(scheme))),
+        Target::Authority(authority) => logged_authority(authority, 443),
+        Target::Invalid => (INVALID_TARGET.to_string(), 0),
+        Target::Path(_) | Target::Unknown => ("-".to_string(), 0),
+    };
+    Subject {
+        path: line.target.path().map(str::to_string),
+        method: line.method.unwrap_or_else(|| "-".to_string()),
+        host,
+        port,
+        server: None,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Connections to one admitted destination: dial only its checked addresses (each with a timeout), TLS
 //! toward it verified against the webpki roots and `--upstream-ca` (a failure is an error, never a
 //! downgrade), HTTP/1.1 on top, and a small pool so the requests of one tunnel reuse connections.
+//! Whether TLS is used is the destination's to say, not the caller's: an `https` MCP server is always
+//! reached over TLS, whatever the client spoke to the proxy.
 
 use crate::admit::Destination;
 use crate::error::ProxyError;
@@ -54,10 +56,11 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub fn new(dest: Arc<Destination>, tls: bool) -> Upstream {
+    /// Connections to `dest` for requests that reached the proxy over TLS (`client_tls`) or not.
+    pub fn new(dest: Arc<Destination>, client_tls: bool) -> Upstream {
         Upstream {
+            tls: dest.upstream_tls(client_tls),
             dest,
-            tls,
             idle: Mutex::new(Vec::new()),
         }
     }

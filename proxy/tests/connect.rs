@@ -135,9 +135,9 @@ async fn unreachable_upstream_is_502_and_malformed_targets_400() {
             "failed CONNECT down.test:7000 -> upstream_error"
         ]
     );
-    assert!(
-        summaries[2].starts_with("denied CONNECT a..b:443:0"),
+    // A target that does not parse is not copied into the log.
+    assert_eq!(
+        summaries[2], "denied CONNECT <invalid target>:0 -> bad_request",
         "{summaries:?}"
     );
-    assert!(summaries[2].ends_with("-> bad_request"), "{summaries:?}");
 }

@@ -625,3 +625,77 @@ async fn plain_http_mcp_servers_are_enforced_with_or_without_a_tunnel() {
         "{summaries:?}"
     );
 }
+
+/// The transport to an MCP server follows the policy's scheme: a client speaking plain HTTP inside
+/// the tunnel to an https server, or sending it an http:// URL, is refused and nothing is dialled.
+#[tokio::test]
+async fn an_https_server_is_never_reached_in_clear_text() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
+    assert_eq!(status, 200);
+    let mut tunnel = h1(stream).await;
+    for id in [1, 2] {
+        let (status, body) = text(
+            tunnel
+                .send_request(tools_call(&s.target, "/mcp", id, "echo"))
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(json(&body)["error"], "bad_request");
+        assert!(body.contains("is an https MCP server"), "{body}");
+    }
+    let mut client = h1(tokio::net::TcpStream::connect(s.proxy.addr).await.unwrap()).await;
+    let url = format!("http://{}/mcp", s.target);
+    let (status, body) = text(
+        client
+            .send_request(tools_call(&s.target, &url, 3, "echo"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+
+    assert_eq!(s.upstream.connection_count(), 0);
+    let denied = format!("denied POST {} /mcp -> bad_request", s.target);
+    assert_eq!(
+        s.proxy.summaries(),
+        [
+            format!("allowed CONNECT {}", s.target),
+            denied.clone(),
+            denied.clone(),
+            denied
+        ]
+    );
+}
+
+/// A request hyper refuses inside a tunnel is recorded once, against the tunnel's destination.
+#[tokio::test]
+async fn malformed_requests_in_a_tunnel_are_recorded() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
+    assert_eq!(status, 200);
+    let tls = tls_over(stream, &s.proxy_ca(), "127.0.0.1", &[b"http/1.1"])
+        .await
+        .expect("TLS with the proxy");
+    let mut tls = tls;
+    let request = "POST /mcp?k=v HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n";
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let (status, _) = read_head(&mut tls).await;
+    assert_eq!(status, 400);
+    for _ in 0..200 {
+        if s.proxy.entries().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let entries = s.proxy.entries();
+    assert_eq!(
+        s.proxy.summaries()[1..],
+        [format!("denied POST {} /mcp -> bad_request", s.target)]
+    );
+    assert_eq!(entries[1].source.as_deref(), Some("client"));
+    assert_eq!(entries[1].server.as_deref(), Some("local"));
+    assert_eq!(s.upstream.connection_count(), 0);
+}

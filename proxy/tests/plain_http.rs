@@ -266,3 +266,66 @@ async fn keep_alive_and_pipelined_requests_are_answered_in_order() {
     assert_eq!(read_response(&mut stream).await, (200, "/c".to_string()));
     assert_eq!(proxy.entries().len(), 5);
 }
+
+/// Polls the sink until it holds `n` entries (the record of a request hyper refused is written once
+/// the connection has ended, after hyper's answer).
+async fn wait_for_entries(proxy: &TestProxy, n: usize) {
+    for _ in 0..200 {
+        if proxy.entries().len() >= n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("expected {n} entries, got {:?}", proxy.summaries());
+}
+
+#[tokio::test]
+async fn requests_hyper_refuses_are_recorded_once_as_the_clients_bad_request() {
+    let (proxy, upstream, network) = setup(Arc::new(|_, _| respond(200, "text/plain", ""))).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let malformed = "GET http://user:pw@web.test/x?key=sesame HTTP/1.1\r\nHost: web.test\r\n\
+                     Content-Length: 1\r\nContent-Length: 2\r\n\r\n";
+    stream.write_all(malformed.as_bytes()).await.unwrap();
+    let (status, _) = read_head(&mut stream).await;
+    assert_eq!(status, 400, "hyper's own answer");
+    wait_for_entries(&proxy, 1).await;
+    let entries = proxy.entries();
+    assert_eq!(
+        proxy.summaries(),
+        ["denied GET web.test:80 /x -> bad_request"]
+    );
+    assert_eq!(entries[0].source.as_deref(), Some("client"));
+    assert!(upstream.received_text().is_empty());
+    assert!(network.dialled().is_empty(), "{:?}", network.dialled());
+
+    // After a request that was served, the refused one names nothing it cannot be sure of.
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let two = "GET http://web.test/ok HTTP/1.1\r\nHost: web.test\r\n\r\n\
+               GET http://web.test/bad HTTP/1.1\r\nHost: web.test\r\nX: a\0b\r\n\r\n";
+    stream.write_all(two.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut stream).await.0, 200);
+    assert_eq!(read_head(&mut stream).await.0, 400);
+    wait_for_entries(&proxy, 3).await;
+    assert_eq!(
+        proxy.summaries()[1..],
+        ["allowed GET web.test:80 /ok", "denied - -:0 -> bad_request"]
+    );
+}
+
+#[tokio::test]
+async fn credentials_and_unparsed_hosts_in_urls_are_not_logged() {
+    let (proxy, _upstream, network) = setup(Arc::new(|_, _| respond(200, "text/plain", ""))).await;
+    let mut client = h1(TcpStream::connect(proxy.addr).await.unwrap()).await;
+    for uri in ["http://agent:hunter2@web.test/", "http://web.test:99999/"] {
+        let (status, body) = text(client.send_request(get(uri)).await.unwrap()).await;
+        assert_eq!(status, 400, "{uri}: {body}");
+    }
+    assert_eq!(
+        proxy.summaries(),
+        [
+            "denied GET web.test:80 / -> bad_request",
+            "denied GET <invalid target>:0 / -> bad_request"
+        ]
+    );
+    assert!(network.dialled().is_empty());
+}

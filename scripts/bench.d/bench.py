@@ -144,6 +144,23 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def context_switches(pid: int) -> int | None:
+    """Voluntary + involuntary context switches of all of `pid`'s threads so far."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                            total += int(line.split()[1])
+            except OSError:
+                pass  # a thread that just ended
+    except OSError:
+        return None
+    return total
+
+
 def reset_hwm(pid: int) -> bool:
     """Resets VmHWM to the current RSS (Linux: `5` into clear_refs). False when not allowed."""
     try:
@@ -163,6 +180,7 @@ class PeakRss:
         self.peak: int | None = None
         self.start: int | None = None
         self.cpu: float | None = None
+        self.switches: int | None = None
         self._stop = threading.Event()
         self._samples: list[int] = []
 
@@ -172,6 +190,7 @@ class PeakRss:
         self.start = status_kib(self.pid, "VmRSS")
         self._hwm = reset_hwm(self.pid)
         self._cpu0 = cpu_seconds(self.pid)
+        self._cs0 = context_switches(self.pid)
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -190,6 +209,9 @@ class PeakRss:
         cpu1 = cpu_seconds(self.pid)
         if cpu1 is not None and self._cpu0 is not None:
             self.cpu = cpu1 - self._cpu0
+        cs1 = context_switches(self.pid)
+        if cs1 is not None and self._cs0 is not None:
+            self.switches = cs1 - self._cs0
         self._thread.join()
         peaks = list(self._samples)
         if self._hwm:
@@ -315,13 +337,21 @@ class Bench:
             "      allow: [echo]\n")
 
         self.fenzi = self.start_fenzi("fenzi", "fenzi.yaml")
+        # Other builds (or settings) of fenzi, measured side by side with the main one.
+        self.alts = []
+        for spec in self.args.compare:
+            label, path = spec.split("=", 1)
+            env = [kv.split("=", 1)[1] for kv in self.args.compare_env if kv.startswith(label + "=")]
+            self.alts.append((label, self.start_fenzi(f"fenzi-{label}", "fenzi.yaml", binary=path,
+                                                      extra_env=env)))
         time.sleep(0.5)
         self.results["idle"]["fenzi_start_rss_kib"] = status_kib(self.fenzi[0].pid, "VmRSS")
         self.tiny = self.start_tinyproxy("tinyproxy")
         self.mitm = self.start_mitm("mitmproxy")
         self.secret = self.start_fenzi_secret()
 
-    def start_fenzi(self, name: str, config: str, env: dict | None = None):
+    def start_fenzi(self, name: str, config: str, env: dict | None = None, binary: str | None = None,
+                    extra_env: list[str] = ()):
         audit = self.args.audit_dir / f"{name}.jsonl"
         for stale in (audit, audit.with_name(audit.name + ".head")):
             stale.unlink(missing_ok=True)
@@ -329,8 +359,8 @@ class Bench:
         shutil.rmtree(ca_dir, ignore_errors=True)
         env = dict(env or os.environ, XDG_CONFIG_HOME=str(self.work / "xdg-config"),
                    XDG_STATE_HOME=str(self.work / "xdg-state"))
-        env.update(kv.split("=", 1) for kv in self.args.fenzi_env)
-        p = self.procs.start(name, [self.args.fenzi, "proxy", "--config", str(self.work / config),
+        env.update(kv.split("=", 1) for kv in list(self.args.fenzi_env) + list(extra_env))
+        p = self.procs.start(name, [binary or self.args.fenzi, "proxy", "--config", str(self.work / config),
                                     "--no-machine", "--listen", "127.0.0.1:0", "--audit", str(audit),
                                     "--ca-dir", str(ca_dir), "--upstream-ca", str(self.upstream_ca),
                                     "--drain-timeout", "1s"], env)
@@ -394,8 +424,23 @@ class Bench:
 
     # --- scenarios ---------------------------------------------------------------------------------
 
+    def with_alts(self, contenders: list[dict]) -> list[dict]:
+        """Adds a `fenzi:LABEL` contender after `fenzi` for every --compare build."""
+        out = []
+        for c in contenders:
+            out.append(c)
+            if c["label"] != "fenzi" or c.get("proc") != "fenzi":
+                continue
+            for label, (p, port, ca, _audit) in self.alts:
+                oha = dict(c["oha"], proxy=port)
+                if oha.get("cacert") == self.fenzi[2]:
+                    oha["cacert"] = ca
+                out.append({"label": f"fenzi:{label}", "proc": f"fenzi-{label}", "oha": oha})
+        return out
+
     def run_contenders(self, scenario: str, title: str, contenders: list[dict]) -> None:
         """Runs each contender `rounds` times, alternating order; one warm-up second each first."""
+        contenders = self.with_alts(contenders)
         log(f"{scenario}: {title}")
         entry = {"title": title, "contenders": {c["label"]: {"rounds": []} for c in contenders}}
         self.results["scenarios"][scenario] = entry
@@ -412,9 +457,12 @@ class Bench:
                 res["proxy_cpu_s"] = rss.cpu
                 # CPU the proxy spent per answered request (all its threads, user + system).
                 res["proxy_cpu_us_per_req"] = (rss.cpu * 1e6 / res["ok"]) if rss.cpu is not None and res["ok"] else None
+                # Thread context switches in the proxy per answered request (wake-ups and hand-offs).
+                res["proxy_switches_per_req"] = (rss.switches / res["ok"]) if rss.switches is not None and res["ok"] else None
                 entry["contenders"][c["label"]]["rounds"].append(res)
                 log(f"  round {r + 1} {c['label']:<10} {res['rps']:>9.0f} req/s  p50 {fmt(res['p50_ms'])} ms"
                     f"  p99 {fmt(res['p99_ms'])} ms  rss {mib(rss.peak)}  cpu/req {fmt(res['proxy_cpu_us_per_req'], 1)} us"
+                    f"  switches/req {fmt(res['proxy_switches_per_req'], 1)}"
                     f"  errors {res['errors']}")
         for c in contenders:
             agg = entry["contenders"][c["label"]]
@@ -426,6 +474,7 @@ class Bench:
             agg["peak_rss_kib"] = max(peaks) if peaks else None
             agg["errors"] = sum(x["errors"] for x in rounds)
             agg["proxy_cpu_us_per_req"] = median([x["proxy_cpu_us_per_req"] for x in rounds])
+            agg["proxy_switches_per_req"] = median([x["proxy_switches_per_req"] for x in rounds])
         if self.args.perf:
             for c in contenders:
                 if c.get("proc", "").startswith("fenzi"):
@@ -445,16 +494,18 @@ class Bench:
             perf.wait()
         report = self.work / f"perf-{scenario}.txt"
         with open(report, "w") as f:
-            f.write(f"fenzi under {scenario} ({c['label']}), {self.args.seconds} s, {self.args.connections} "
-                    "connections; perf record -e cpu-clock -F 1999 --call-graph dwarf\n\n")
+            conns = c["oha"].get("connections") or self.args.connections
+            f.write(f"fenzi under {scenario} ({c['label']}), {self.args.seconds} s, {conns} connection(s); "
+                    "perf record -e cpu-clock -F 1999 --call-graph dwarf\n\n")
             f.flush()
             subprocess.run([sys.executable, str(HERE / "perf_summary.py"), str(data), "--folded",
                             str(self.work / f"perf-{scenario}.folded")], stdout=f, stderr=subprocess.STDOUT)
             f.write("\nhottest symbols (self time):\n")
             f.flush()
-            subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--stdio", "-q",
-                            "--sort", "dso,symbol", "-g", "none", "--percent-limit", "0.7"],
-                           stdout=f, stderr=subprocess.DEVNULL)
+            top = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--stdio", "-q",
+                                  "-F", "overhead,dso,sym", "-g", "none", "--percent-limit", "0.7"],
+                                 capture_output=True, text=True)
+            f.write("\n".join(line.rstrip()[:160] for line in top.stdout.splitlines() if line.strip()) + "\n")
         self.perf_files.append(str(report))
         log(f"  profile: {report}")
 
@@ -567,25 +618,36 @@ class Bench:
             }
 
     def scenario_idle_tunnels(self) -> None:
+        """Each tunnel is an HTTPS connection that did one request and now sits idle: pass-through
+        (TLS end to end with the upstream) or intercepted (TLS with the proxy, one tools/call)."""
         n = self.args.tunnels
-        title = f"{n} idle tunnels held open (fresh proxy each)"
+        title = f"{n} idle HTTPS connections through the proxy, one request each (fresh proxy each)"
         log(f"idle_tunnels: {title}")
         entry = {"title": title, "contenders": {}}
         self.results["scenarios"]["idle_tunnels"] = entry
         tls_port, mcp_port = self.port["tls"], self.port["mcp"]
+        def fenzi_cases(kind, target, intercepted):
+            yield ("fenzi", kind, lambda: self.start_fenzi("fenzi-idle", "fenzi.yaml"), target, intercepted)
+            for spec in self.args.compare:
+                label, path = spec.split("=", 1)
+                env = [kv.split("=", 1)[1] for kv in self.args.compare_env if kv.startswith(label + "=")]
+                yield (f"fenzi:{label}", kind,
+                       lambda path=path, env=env: self.start_fenzi("fenzi-idle", "fenzi.yaml", binary=path,
+                                                                   extra_env=env), target, intercepted)
+
         cases = [
-            ("fenzi", "pass-through", lambda: self.start_fenzi("fenzi-idle", "fenzi.yaml"), tls_port, False),
+            *fenzi_cases("pass-through", tls_port, False),
             ("tinyproxy", "pass-through", lambda: self.start_tinyproxy("tinyproxy-idle"), tls_port, False),
-            ("fenzi", "intercepted", lambda: self.start_fenzi("fenzi-idle", "fenzi.yaml"), mcp_port, True),
+            *fenzi_cases("intercepted", mcp_port, True),
             ("mitmproxy", "intercepted", lambda: self.start_mitm("mitmproxy-idle"), mcp_port, True),
         ]
-        for label, kind, start, target, tls in cases:
+        for label, kind, start, target, intercepted in cases:
             started = start()
             proc, port = started[0], started[1]
-            ca = started[2] if tls else None
+            ca = started[2] if intercepted else self.upstream_ca
             time.sleep(0.5)
             before = status_kib(proc.pid, "VmRSS")
-            socks, err = open_tunnels(port, target, n, ca, self.body if tls else None)
+            socks, err = open_tunnels(port, target, n, ca, self.body if intercepted else None)
             time.sleep(1.0)
             after = status_kib(proc.pid, "VmRSS")
             hwm = status_kib(proc.pid, "VmHWM")
@@ -639,13 +701,17 @@ class Bench:
         return self.results
 
 
-def open_tunnels(proxy_port: int, target_port: int, n: int, ca: Path | None, body: Path | None):
-    """Opens `n` CONNECT tunnels to 127.0.0.1:`target_port` and leaves them idle. With `ca`, each
-    tunnel also completes TLS and one tools/call (an MCP session between calls)."""
-    ctx = None
-    if ca is not None:
-        ctx = ssl.create_default_context(cafile=str(ca))
-    payload = body.read_bytes() if body else b""
+def open_tunnels(proxy_port: int, target_port: int, n: int, ca: Path, body: Path | None):
+    """Opens `n` CONNECT tunnels to 127.0.0.1:`target_port`, completes TLS inside each (trusting
+    `ca`) and sends one request: POST /mcp with `body`, or GET / without. Returns the open sockets."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if body is not None:
+        payload = body.read_bytes()
+        request = (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                   b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n"
+                   % (target_port, len(payload)) + payload)
+    else:
+        request = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % target_port
     socks = []
     try:
         for _ in range(n):
@@ -656,22 +722,19 @@ def open_tunnels(proxy_port: int, target_port: int, n: int, ca: Path | None, bod
             if not re.match(rb"HTTP/1\.[01] 200", head):
                 s.close()
                 return socks, f"CONNECT answered {head[:60]!r}"
-            if ctx is not None:
-                s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
-                s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-                          b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n"
-                          % (target_port, len(payload)) + payload)
-                head = read_head(s)
-                m = re.search(rb"(?i)content-length:\s*(\d+)", head)
-                left = int(m.group(1)) - len(head.split(b"\r\n\r\n", 1)[1]) if m else 0
-                while left > 0:
-                    chunk = s.recv(left)
-                    if not chunk:
-                        break
-                    left -= len(chunk)
-                if not head.startswith(b"HTTP/1.1 200"):
-                    s.close()
-                    return socks, f"tools/call answered {head[:60]!r}"
+            s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
+            s.sendall(request)
+            head = read_head(s)
+            m = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            left = int(m.group(1)) - len(head.split(b"\r\n\r\n", 1)[1]) if m else 0
+            while left > 0:
+                chunk = s.recv(left)
+                if not chunk:
+                    break
+                left -= len(chunk)
+            if not head.startswith(b"HTTP/1.1 200"):
+                s.close()
+                return socks, f"the request in the tunnel was answered {head[:60]!r}"
             socks.append(s)
     except OSError as e:
         return socks, f"after {len(socks)} tunnels: {e}"
@@ -709,9 +772,10 @@ def targets(res: dict) -> list[dict]:
     f, m = get("mcp_tools_call", "fenzi", "rps"), get("mcp_tools_call", "mitmproxy", "rps")
     v = f / m if f and m else None
     add("intercepted tools/call throughput vs mitmproxy", v, ">= 10x", v is not None and v >= 10, "x")
-    f, d = get("mcp_tools_call", "fenzi", "p50_ms"), get("mcp_tools_call", "direct", "p50_ms")
-    v = f / d if f and d else None
-    add("intercepted tools/call p50 vs direct", v, "<= 2x", v is not None and v <= 2, "x")
+    for scn, what in [("mcp_tools_call", "16 connections"), ("mcp_tools_call_c1", "1 connection")]:
+        f, d = get(scn, "fenzi", "p50_ms"), get(scn, "direct", "p50_ms")
+        v = f / d if f and d else None
+        add(f"intercepted tools/call p50 vs direct, {what}", v, "<= 2x", v is not None and v <= 2, "x")
     for scn, label in [("connect_tunnel", "CONNECT pass-through"), ("plain_http", "plain HTTP")]:
         f, t = get(scn, "fenzi", "rps"), get(scn, "tinyproxy", "rps")
         v = f / t if f and t else None
@@ -750,7 +814,7 @@ def table(res: dict) -> str:
                  f"{s['rounds']} alternating rounds (req/s is their mean, p50/p99 their median), "
                  f"audit log on {s['audit_log_fs']} ({s['audit_log']})")
     hdr = f"{'scenario':<20} {'contender':<24} {'req/s':>9} {'x direct':>8} {'p50 ms':>8} {'p99 ms':>8} " \
-          f"{'peak RSS':>10} {'CPU/req':>8} {'errors':>6}  req/s of each round / notes"
+          f"{'peak RSS':>10} {'CPU/req':>8} {'cs/req':>6} {'errors':>6}  req/s of each round / notes"
     lines += ["", hdr, "-" * len(hdr)]
     for name, sc in res["scenarios"].items():
         if "skipped" in sc:
@@ -760,20 +824,21 @@ def table(res: dict) -> str:
             if name == "download":
                 note = f"{fmt(c['mib_per_s'], 0)} MiB/s; RSS growth {mib(c['rss_growth_kib'])}"
                 lines.append(f"{name:<20} {who:<24} {'':>9} {'':>8} {'':>8} {'':>8} "
-                             f"{mib(c['peak_rss_kib']):>10} {'':>8} {c['errors']:>6}  {note}")
+                             f"{mib(c['peak_rss_kib']):>10} {'':>8} {'':>6} {c['errors']:>6}  {note}")
             elif name == "idle_tunnels":
                 note = (f"{c['tunnels']} tunnels: {mib(c['rss_before_kib'])} -> {mib(c['rss_after_kib'])}, "
                         f"{fmt(c['kib_per_tunnel'], 1)} KiB per tunnel")
                 lines.append(f"{name:<20} {who:<24} {'':>9} {'':>8} {'':>8} {'':>8} "
-                             f"{mib(c['peak_rss_kib']):>10} {'':>8} {c['errors']:>6}  {note}")
+                             f"{mib(c['peak_rss_kib']):>10} {'':>8} {'':>6} {c['errors']:>6}  {note}")
             else:
                 rounds = "/".join(f"{r['rps']:.0f}" for r in c["rounds"])
                 direct = sc["contenders"].get("direct", {}).get("rps")
                 ratio = f"{c['rps'] / direct:.2f}" if direct else "-"
                 cpu = c.get("proxy_cpu_us_per_req")
                 cpu = "-" if cpu is None else f"{cpu:.0f} us"
+                cs = fmt(c.get("proxy_switches_per_req"), 1)
                 lines.append(f"{name:<20} {who:<24} {c['rps']:>9.0f} {ratio:>8} {fmt(c['p50_ms']):>8} "
-                             f"{fmt(c['p99_ms']):>8} {mib(c['peak_rss_kib']):>10} {cpu:>8} {c['errors']:>6}  {rounds}")
+                             f"{fmt(c['p99_ms']):>8} {mib(c['peak_rss_kib']):>10} {cpu:>8} {cs:>6} {c['errors']:>6}  {rounds}")
             kinds = [k for r in c.get("rounds", [c]) for k in (r.get("error_kinds") or {})]
             if kinds:
                 lines.append(f"{'':<20} {'':<24} errors seen: {'; '.join(sorted(set(kinds)))[:200]}")
@@ -784,7 +849,7 @@ def table(res: dict) -> str:
     lines += ["", "targets (issue 6):"]
     for t in res["targets"]:
         state = "n/a " if t["met"] is None else ("MET " if t["met"] else "MISS")
-        lines.append(f"  {state} {t['target']:<48} {fmt(t['value'])} {t['unit']:<4} (target {t['threshold']})")
+        lines.append(f"  {state} {t['target']:<56} {fmt(t['value']):>6} {t['unit']:<4} (target {t['threshold']})")
     for n in res["notes"]:
         lines.append(f"note: {n}")
     return "\n".join(lines)
@@ -852,6 +917,10 @@ def main() -> int:
                         "mcp_new_connection,download,idle_tunnels")
     p.add_argument("--fenzi-env", action="append", default=[], metavar="NAME=VALUE",
                    help="extra environment for the fenzi processes only (e.g. TOKIO_WORKER_THREADS=1)")
+    p.add_argument("--compare", action="append", default=[], metavar="LABEL=PATH",
+                   help="another fenzi binary to measure beside the main one (contender fenzi:LABEL)")
+    p.add_argument("--compare-env", action="append", default=[], metavar="LABEL=NAME=VALUE",
+                   help="extra environment for the --compare build LABEL")
     p.add_argument("--perf", action="store_true", help="profile fenzi (perf record) in each scenario")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()

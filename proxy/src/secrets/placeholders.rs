@@ -28,7 +28,7 @@ use zeroize::Zeroizing;
 pub const PREFIX: &str = "fenzi_ph_";
 /// Random bytes per placeholder (256 bits).
 const RANDOM_BYTES: usize = 32;
-/// Characters after the prefix in a minted placeholder (base64url of [`RANDOM_BYTES`], no padding).
+/// Characters after the prefix in a minted placeholder (base64url of 32 random bytes, no padding).
 pub const RANDOM_CHARS: usize = 43;
 /// The length of every minted placeholder.
 pub const PLACEHOLDER_LEN: usize = PREFIX.len() + RANDOM_CHARS;

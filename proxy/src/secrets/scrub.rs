@@ -98,7 +98,7 @@ impl Scrubber {
         }
         Ok(Scrubber {
             inner: Arc::new(Inner {
-                patterns: Patterns::new(patterns)?,
+                patterns: Patterns::new(patterns, false)?,
                 with,
                 names,
             }),

@@ -86,7 +86,7 @@ impl Substituter {
         Ok(Substituter {
             names,
             values,
-            placeholders: Patterns::new(patterns)?,
+            placeholders: Patterns::new(patterns, true)?,
         })
     }
 
