@@ -6,10 +6,13 @@
 //! Ctrl-C reaches the command (it shares the terminal's process group); fenzi itself keeps running
 //! until the command has ended, so the command never loses its network first.
 
+mod agent;
+
+use crate::commands::mcp::render::Agent;
 use crate::config_files::PolicyArgs;
 use crate::output;
 use crate::session::{self, ProxyFlags};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use fenzi_policy::config::{Config, ServerKind};
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::Proxy;
@@ -25,6 +28,8 @@ use std::time::Duration;
 Examples:
   fenzi run -- bash                       a shell whose only way out is the proxy
   fenzi run -- curl https://github.com    one command
+  fenzi run --agent claude                Claude Code with the policy's MCP servers
+  fenzi run --agent codex -- exec \"fix the tests\"
   fenzi run --no-isolation -- npm test    proxy variables only, no sandbox (not a security boundary)
 
 Inside, HTTP(S)_PROXY points at the proxy, the session CA is trusted through SSL_CERT_FILE,
@@ -37,6 +42,10 @@ pub struct Args {
     /// The audit log [default: $XDG_STATE_HOME/fenzi/audit/<session>.jsonl].
     #[arg(long, value_name = "FILE")]
     audit: Option<PathBuf>,
+    /// Start this agent with the policy's MCP servers in its own config format; words after `--` are
+    /// extra arguments for it.
+    #[arg(long, value_enum, value_name = "AGENT")]
+    agent: Option<Agent>,
     /// Run without the sandbox: the command only gets the proxy variables and can bypass the proxy.
     #[arg(long)]
     no_isolation: bool,
@@ -77,33 +86,72 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
     let bundle_path = session::write_file(&session_dir, "ca-bundle.pem", bundle.as_bytes())?;
 
-    let (program, program_args) = command_line(&args.command)?;
-    let spec = SandboxSpec::new(program).args(program_args);
-    let env = sandbox_env::sandbox_env(
-        &sandbox_env::EnvInputs {
-            proxy_url: &spec.proxy_url(),
-            ca_cert_path: &ca_path,
-            ca_bundle_path: &bundle_path,
-            placeholders: &[],
-            secret_names: &secret_names(&policy),
-        },
-        std::env::vars_os(),
-    );
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let spec = spec.envs(env).cwd(cwd);
-
-    if args.no_isolation {
-        bail!(
-            "--no-isolation is not available yet: fenzi run only starts commands inside the sandbox"
-        );
+    let launch = match args.agent {
+        Some(agent) => agent::launch(agent, &config, &session_dir, &args.command)?,
+        None => command_line(&args.command),
+    };
+    for note in &launch.notes {
+        eprintln!("fenzi run: {note}");
     }
-    print_status(&config, &policy, &session, &audit_path, &child_proxy_addr());
-    let Session {
-        listener,
-        mut child,
-    } = Session::start(spec).map_err(|e| {
-        anyhow::anyhow!("{e}\nfenzi run does not start a command it cannot isolate")
-    })?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let inputs = |proxy_url: &str| -> Vec<(OsString, OsString)> {
+        let mut env = sandbox_env::sandbox_env(
+            &sandbox_env::EnvInputs {
+                proxy_url,
+                ca_cert_path: &ca_path,
+                ca_bundle_path: &bundle_path,
+                placeholders: &[],
+                secret_names: &secret_names(&policy),
+            },
+            std::env::vars_os(),
+        );
+        env.extend(launch.env.iter().cloned());
+        env
+    };
+
+    let (listener, child) = if args.no_isolation {
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").context("cannot listen on 127.0.0.1")?;
+        let addr = listener.local_addr()?;
+        eprintln!(
+            "fenzi run: WARNING: --no-isolation: the command runs WITHOUT the sandbox. It is only asked to use \
+             the proxy (HTTP(S)_PROXY); any program can ignore that and reach the network directly, read the \
+             kernel keyring and talk to local daemons. This is not a security boundary."
+        );
+        print_status(
+            &config,
+            &policy,
+            &session,
+            &audit_path,
+            &format!("{addr} (NO ISOLATION)"),
+        );
+        let child = std::process::Command::new(&launch.program)
+            .args(&launch.args)
+            .env_clear()
+            .envs(inputs(&format!("http://{addr}")))
+            .current_dir(&cwd)
+            .spawn()
+            .with_context(|| format!("cannot start {}", launch.program.to_string_lossy()))?;
+        (listener, Child::Plain(child))
+    } else {
+        let spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
+        let env = inputs(&spec.proxy_url());
+        let spec = spec.envs(env).cwd(cwd);
+        print_status(
+            &config,
+            &policy,
+            &session,
+            &audit_path,
+            &format!(
+                "{} inside the sandbox (user, network, PID, mount namespaces; seccomp)",
+                spec.proxy_addr()
+            ),
+        );
+        let Session { listener, child } = Session::start(spec).map_err(|e| {
+            anyhow::anyhow!("{e}\nfenzi run does not start a command it cannot isolate")
+        })?;
+        (listener, Child::Sandboxed(child))
+    };
 
     let result = runtime.block_on(async move {
         listener.set_nonblocking(true)?;
@@ -119,9 +167,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     .await
             }
         });
-        let handle = child.handle();
-        let waiting = tokio::task::spawn_blocking(move || child.wait());
-        let status = forward_signals_until(waiting, handle).await?;
+        let status = child.wait_forwarding_signals().await?;
         let _ = stop_tx.send(());
         serving.await.context("the proxy task failed")??;
         proxy
@@ -131,36 +177,62 @@ pub fn run(args: Args) -> Result<ExitCode> {
         anyhow::Ok(status)
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // The CA certificate and agent configs were for this session only.
+    let _ = std::fs::remove_dir_all(&session_dir);
     let status = result?;
     let code = sandbox::exit_code(status);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
-/// Waits for the command. SIGINT is left to the command (the terminal sends it there too); SIGTERM and
-/// SIGHUP sent to fenzi are passed on so the command can end cleanly.
-async fn forward_signals_until(
-    waiting: tokio::task::JoinHandle<Result<std::process::ExitStatus, sandbox::SandboxError>>,
-    handle: sandbox::SandboxHandle,
-) -> Result<std::process::ExitStatus> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
-    tokio::pin!(waiting);
-    loop {
-        tokio::select! {
-            done = &mut waiting => {
-                return done.context("waiting for the command failed")?.context("waiting for the command failed");
-            }
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => { let _ = handle.terminate(); }
-            _ = hangup.recv() => { let _ = handle.terminate(); }
-        }
-    }
+/// The command: in the sandbox, or (with `--no-isolation`) a plain child process.
+enum Child {
+    Sandboxed(sandbox::SandboxChild),
+    Plain(std::process::Child),
 }
 
-fn child_proxy_addr() -> String {
-    format!("127.0.0.1:{}", sandbox::DEFAULT_PROXY_PORT)
+impl Child {
+    /// Waits for the command. SIGINT is left to the command (the terminal sends it there too);
+    /// SIGTERM and SIGHUP sent to fenzi are passed on so the command can end cleanly.
+    async fn wait_forwarding_signals(self) -> Result<std::process::ExitStatus> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+        let (stop, waiting): (Box<dyn Fn() + Send>, _) = match self {
+            Child::Sandboxed(mut child) => {
+                let handle = child.handle();
+                (
+                    Box::new(move || {
+                        let _ = handle.terminate();
+                    }),
+                    tokio::task::spawn_blocking(move || child.wait().map_err(anyhow::Error::from)),
+                )
+            }
+            Child::Plain(mut child) => {
+                let pid = rustix::process::Pid::from_raw(child.id() as i32);
+                (
+                    Box::new(move || {
+                        if let Some(pid) = pid {
+                            let _ =
+                                rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                        }
+                    }),
+                    tokio::task::spawn_blocking(move || child.wait().map_err(anyhow::Error::from)),
+                )
+            }
+        };
+        tokio::pin!(waiting);
+        loop {
+            tokio::select! {
+                done = &mut waiting => {
+                    return done.context("waiting for the command failed")?;
+                }
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => stop(),
+                _ = hangup.recv() => stop(),
+            }
+        }
+    }
 }
 
 /// `$XDG_RUNTIME_DIR/fenzi/<session>` (or the temporary directory), private to the user. It holds the
@@ -184,15 +256,22 @@ fn system_roots() -> String {
         .unwrap_or_default()
 }
 
-fn command_line(command: &[OsString]) -> Result<(OsString, Vec<OsString>)> {
-    match command.split_first() {
-        Some((program, rest)) => Ok((program.clone(), rest.to_vec())),
-        None => {
-            let shell = std::env::var_os("SHELL")
+/// A plain command (no `--agent`): the words after `--`, or the user's shell.
+fn command_line(command: &[OsString]) -> agent::Launch {
+    let (program, args) = match command.split_first() {
+        Some((program, rest)) => (program.clone(), rest.to_vec()),
+        None => (
+            std::env::var_os("SHELL")
                 .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "/bin/sh".into());
-            Ok((shell, vec![]))
-        }
+                .unwrap_or_else(|| "/bin/sh".into()),
+            vec![],
+        ),
+    };
+    agent::Launch {
+        program,
+        args,
+        env: vec![],
+        notes: vec![],
     }
 }
 
@@ -209,10 +288,7 @@ fn print_status(config: &Config, policy: &Policy, session: &str, audit: &Path, p
             format!("{label:>7}")
         }
     };
-    eprintln!(
-        "{} {proxy_addr} inside the sandbox (user, network, PID, mount namespaces; seccomp)",
-        paint("proxy")
-    );
+    eprintln!("{} {proxy_addr}", paint("proxy"));
     let servers: Vec<String> = config
         .mcp
         .iter()

@@ -1,0 +1,151 @@
+//! How `fenzi run --agent X` starts an agent with the policy's MCP servers, in the agent's own
+//! format, without touching the user's files: the rendered configuration goes into the session
+//! directory and is handed over by a flag or a variable each agent reads.
+//!
+//! | agent | program | how it gets the servers |
+//! |---|---|---|
+//! | Claude Code | `claude` | `--mcp-config FILE` (+ `--strict-mcp-config` unless `account: claude`) |
+//! | Codex | `codex` | `-c mcp_servers={...}` (Codex has no file flag) |
+//! | OpenCode | `opencode` | `OPENCODE_CONFIG=FILE` |
+//! | Grok | `grok` | `GROK_CONFIG_PATH=FILE` |
+//!
+//! Secrets are written as `${NAME}`-style references to variables that the sandbox sets to the
+//! session's placeholders, so the files hold no placeholder either.
+
+use crate::commands::mcp::render::{self, Agent, Placeholders};
+use crate::session;
+use anyhow::Result;
+use fenzi_policy::config::Config;
+use std::ffi::OsString;
+use std::path::Path;
+
+/// What to start: the program, its arguments, extra environment, and what the agent was not given.
+pub struct Launch {
+    pub program: OsString,
+    pub args: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+    pub notes: Vec<String>,
+}
+
+/// The launch of `agent` with `extra` arguments after fenzi's own.
+pub fn launch(
+    agent: Agent,
+    config: &Config,
+    session_dir: &Path,
+    extra: &[OsString],
+) -> Result<Launch> {
+    let none = Placeholders::new();
+    let rendered = render::render(agent, &config.mcp, &none);
+    let notes = rendered
+        .skipped
+        .iter()
+        .map(|s| format!("{} not given to {}: {}", s.server, agent.label(), s.reason))
+        .collect();
+    let mut args: Vec<OsString> = vec![];
+    let mut env = vec![];
+    let program = match agent {
+        Agent::Claude => {
+            let file =
+                session::write_file(session_dir, "claude-mcp.json", rendered.text.as_bytes())?;
+            args.push("--mcp-config".into());
+            args.push(file.into_os_string());
+            if !rendered.claude_account {
+                // Only the policy's servers: not the user's own or a project's `.mcp.json`.
+                args.push("--strict-mcp-config".into());
+            }
+            "claude"
+        }
+        Agent::Codex => {
+            args.push("-c".into());
+            args.push(render::codex_override(&config.mcp, &none).into());
+            "codex"
+        }
+        Agent::Opencode => {
+            let file = session::write_file(session_dir, "opencode.json", rendered.text.as_bytes())?;
+            env.push(("OPENCODE_CONFIG".into(), file.into_os_string()));
+            "opencode"
+        }
+        Agent::Grok => {
+            let file = session::write_file(session_dir, "grok.toml", rendered.text.as_bytes())?;
+            env.push(("GROK_CONFIG_PATH".into(), file.into_os_string()));
+            "grok"
+        }
+    };
+    args.extend(extra.iter().cloned());
+    Ok(Launch {
+        program: program.into(),
+        args,
+        env,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/policies/demo.yaml"
+        ))
+        .unwrap();
+        fenzi_policy::config::load(None, Some((&text, "demo.yaml"))).unwrap()
+    }
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("fenzi-agent-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn claude_gets_a_config_file_and_keeps_its_account_connectors() {
+        let d = dir("claude");
+        let l = launch(Agent::Claude, &config(), &d, &["-p".into(), "hi".into()]).unwrap();
+        assert_eq!(l.program, "claude");
+        let file = d.join("claude-mcp.json");
+        assert_eq!(
+            l.args,
+            vec![
+                OsString::from("--mcp-config"),
+                file.clone().into(),
+                "-p".into(),
+                "hi".into()
+            ]
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(
+            json["mcpServers"]["linear"]["headers"]["Authorization"],
+            "Bearer ${MCP_LINEAR}"
+        );
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn other_agents_skip_the_account_entry_and_use_their_own_channel() {
+        let d = dir("others");
+        let o = launch(Agent::Opencode, &config(), &d, &[]).unwrap();
+        assert_eq!(
+            o.env,
+            vec![(
+                OsString::from("OPENCODE_CONFIG"),
+                d.join("opencode.json").into()
+            )]
+        );
+        assert!(
+            o.notes
+                .iter()
+                .any(|n| n.starts_with("claude-ai not given to OpenCode")),
+            "{:?}",
+            o.notes
+        );
+        let g = launch(Agent::Grok, &config(), &d, &[]).unwrap();
+        assert_eq!(g.env[0].0, "GROK_CONFIG_PATH");
+        let c = launch(Agent::Codex, &config(), &d, &[]).unwrap();
+        assert_eq!(c.args[0], "-c");
+        assert!(c.args[1].to_string_lossy().starts_with("mcp_servers={"));
+        std::fs::remove_dir_all(d).ok();
+    }
+}
