@@ -1,0 +1,229 @@
+//! `fenzi run` end to end: the real binary starts a command in the sandbox with the proxy in-process.
+//! A plain HTTP server on the host's loopback plays the allowed destination; curl inside the sandbox
+//! reaches it only through the proxy, and nothing at all without it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A tiny HTTP server on 127.0.0.1 that answers `200 hello` and counts requests.
+fn http_server() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    (port, hits)
+}
+
+struct Env {
+    dir: PathBuf,
+}
+
+impl Env {
+    fn new(name: &str, policy: &str) -> Env {
+        let dir =
+            std::env::temp_dir().join(format!("fenzi-run-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("xdg")).unwrap();
+        std::fs::write(dir.join("fenzi.yaml"), policy).unwrap();
+        Env { dir }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_fenzi"))
+            .arg("run")
+            .args(args)
+            .current_dir(&self.dir)
+            .env("XDG_CONFIG_HOME", self.dir.join("xdg"))
+            .env("XDG_STATE_HOME", self.dir.join("state"))
+            .env("XDG_RUNTIME_DIR", self.dir.join("runtime"))
+            .env("FENZI_CREDSTORE", "memory")
+            .env("NO_COLOR", "1")
+            .env(
+                "FENZI_SECRET_SHOULD_NOT_LEAK",
+                "this-value-must-stay-outside",
+            )
+            .env("HTTPS_PROXY", "http://192.0.2.1:9")
+            .output()
+            .expect("fenzi runs")
+    }
+
+    fn audit_log(&self) -> String {
+        let dir = self.dir.join("state/fenzi/audit");
+        let mut text = String::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                std::fs::File::open(path)
+                    .unwrap()
+                    .read_to_string(&mut text)
+                    .unwrap();
+            }
+        }
+        text
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn sandbox_available() -> bool {
+    let ok = Command::new("unshare")
+        .args(["--user", "--net", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("FENZI_REQUIRE_SANDBOX").is_none(),
+            "user namespaces are unavailable but FENZI_REQUIRE_SANDBOX is set"
+        );
+        eprintln!("SKIPPED: user namespaces are unavailable on this machine");
+    }
+    ok
+}
+
+fn text(o: &[u8]) -> String {
+    String::from_utf8_lossy(o).into_owned()
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn the_only_way_out_is_the_proxy() {
+    if !sandbox_available() || !have("curl") {
+        return;
+    }
+    let (port, hits) = http_server();
+    let env = Env::new(
+        "way-out",
+        &format!("version: 1\nhosts:\n  - \"127.0.0.1:{port}\"\n  - \"localhost:{port}\"\n"),
+    );
+    let script = format!(
+        "curl -s -o /dev/null -w 'allowed=%{{http_code}}\\n' http://127.0.0.1:{port}/a; \
+         curl -s -o /dev/null -w 'named=%{{http_code}}\\n' http://localhost:{port}/b; \
+         curl -s -o /dev/null -w 'unlisted=%{{http_code}}\\n' http://example.org/; \
+         curl --noproxy '*' -s -m 3 -o /dev/null http://127.0.0.1:{port}/direct; echo direct=$?; \
+         echo uid=$(id -u); echo https_proxy=$HTTPS_PROXY; \
+         env | grep -c FENZI_SECRET_ || true; \
+         exit 7"
+    );
+    let out = env.run(&["--", "sh", "-c", &script]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the command's exit code\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("allowed=200"), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("named=403"),
+        "a name resolving to loopback is refused\n{stdout}"
+    );
+    assert!(stdout.contains("unlisted=403"), "{stdout}");
+    assert!(
+        !stdout.contains("direct=0"),
+        "a direct connection must fail\n{stdout}"
+    );
+    assert!(stdout.contains("uid=1000"), "{stdout}");
+    assert!(
+        stdout.contains("https_proxy=http://127.0.0.1:3128"),
+        "the caller's proxy is replaced\n{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "0"),
+        "no FENZI_SECRET_ variable inside\n{stdout}"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the server saw exactly the allowed request"
+    );
+    for line in ["proxy", "mcp", "secrets", "audit"] {
+        assert!(
+            stderr.lines().any(|l| l.trim_start().starts_with(line)),
+            "status line {line}\n{stderr}"
+        );
+    }
+    let log = env.audit_log();
+    assert!(
+        log.contains("\"decision\":\"allowed\"") && log.contains("\"path\":\"/a\""),
+        "{log}"
+    );
+    assert!(log.contains("\"reason\":\"private_address\""), "{log}");
+    assert!(log.contains("\"reason\":\"host_not_allowed\""), "{log}");
+    assert!(
+        !log.contains("/direct"),
+        "the direct attempt never reached the proxy\n{log}"
+    );
+    assert!(
+        !log.contains("this-value-must-stay-outside")
+            && !stdout.contains("this-value-must-stay-outside")
+    );
+}
+
+#[test]
+fn an_invalid_policy_starts_nothing() {
+    let env = Env::new("invalid", "version: 1\nhosts: [\"*\"]\n");
+    let marker = env.dir.join("started");
+    let out = env.run(&["--", "touch", marker.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("fenzi.yaml:2:"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!Path::new(&marker).exists());
+}
+
+#[test]
+fn no_isolation_says_so_loudly_and_still_uses_the_proxy() {
+    if !have("curl") {
+        return;
+    }
+    let (port, _) = http_server();
+    let env = Env::new(
+        "no-isolation",
+        &format!("version: 1\nhosts: [\"127.0.0.1:{port}\"]\n"),
+    );
+    let out = env.run(&[
+        "--no-isolation",
+        "--",
+        "sh",
+        "-c",
+        &format!("curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/x"),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "200");
+    assert!(
+        text(&out.stderr).contains("WARNING: --no-isolation"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(env.audit_log().contains("\"path\":\"/x\""));
+}
