@@ -89,7 +89,7 @@ fn refuses_values_that_could_split_a_header() {
 #[test]
 fn resolves_names_to_secrets() {
     let tmp = folder();
-    let run = |args: &[&str]| fenzi(tmp.path(), args, Some(b"v\n"), &[]);
+    let run = |args: &[&str]| fenzi(tmp.path(), args, Some(b"v-12345678\n"), &[]);
     let ok = |args: &[&str], want: &str| {
         let out = run(args);
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
@@ -160,7 +160,7 @@ fn an_unusable_store_says_what_is_missing() {
     let out = fenzi(
         tmp.path(),
         &["mcp", "token", "linear"],
-        Some(b"v\n"),
+        Some(b"v-12345678\n"),
         &[("FENZI_CREDSTORE", "secret-service")],
     );
     let stderr = text(&out.stderr);
@@ -173,7 +173,7 @@ fn an_unusable_store_says_what_is_missing() {
     let out = fenzi(
         tmp.path(),
         &["mcp", "token", "linear"],
-        Some(b"v\n"),
+        Some(b"v-12345678\n"),
         &[("FENZI_CREDSTORE", "file")],
     );
     assert!(text(&out.stderr).contains("FENZI_CREDSTORE=file is not a credential store"));

@@ -227,3 +227,53 @@ fn no_isolation_says_so_loudly_and_still_uses_the_proxy() {
     );
     assert!(env.audit_log().contains("\"path\":\"/x\""));
 }
+
+#[test]
+fn the_sandbox_holds_a_placeholder_that_works_nowhere_else() {
+    if !sandbox_available() || !have("curl") {
+        return;
+    }
+    let (port, hits) = http_server();
+    let env = Env::new(
+        "secret",
+        &format!(
+            "version: 1\nhosts: [\"127.0.0.1:{port}\"]\nsecrets:\n  DEMO_TOKEN:\n    hosts: [api.example.com]\n"
+        ),
+    );
+    let real = "real-demo-token-0123456789";
+    let script = format!(
+        "case \"$DEMO_TOKEN\" in fenzi_ph_*) echo placeholder=yes;; *) echo placeholder=no;; esac; \
+         env | grep -c {real} || true; \
+         curl -s -w ' %{{http_code}}' -H \"Authorization: Bearer $DEMO_TOKEN\" http://127.0.0.1:{port}/leak"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(["run", "--", "sh", "-c", &script])
+        .current_dir(&env.dir)
+        .env("XDG_CONFIG_HOME", env.dir.join("xdg"))
+        .env("XDG_STATE_HOME", env.dir.join("state"))
+        .env("XDG_RUNTIME_DIR", env.dir.join("runtime"))
+        .env("FENZI_CREDSTORE", "memory")
+        .env("NO_COLOR", "1")
+        .env("FENZI_SECRET_DEMO_TOKEN", real)
+        .output()
+        .expect("fenzi runs");
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(stdout.contains("placeholder=yes"), "{stdout}\n{stderr}");
+    assert!(
+        stdout.lines().any(|l| l == "0"),
+        "the real value is not in the sandbox\n{stdout}"
+    );
+    assert!(
+        stdout.contains("credential_endpoint_mismatch") && stdout.ends_with(" 403"),
+        "{stdout}"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the server received nothing"
+    );
+    let log = env.audit_log();
+    assert!(log.contains("\"secrets\":[\"DEMO_TOKEN\"]"), "{log}");
+    assert!(!log.contains(real) && !log.contains("fenzi_ph_") && !stderr.contains(real));
+}

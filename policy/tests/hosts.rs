@@ -319,12 +319,13 @@ fn ip_table() {
         }
         // Display and label agree.
         if let Some(range) = internal_range(addr)
-            && range.to_string() != range.label() {
-                failures.push(format!(
-                    "{}: Display of {range:?} differs from its label",
-                    row.at
-                ));
-            }
+            && range.to_string() != range.label()
+        {
+            failures.push(format!(
+                "{}: Display of {range:?} differs from its label",
+                row.at
+            ));
+        }
     }
     assert!(
         internal >= 100 && public >= 30,

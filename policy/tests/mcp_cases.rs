@@ -343,12 +343,13 @@ fn check(case: &Case, decision: &McpDecision, denial: &[u8]) -> Vec<String> {
         problems.push("case has no `expect:`".into());
     }
     if let Some(rule) = &case.rule
-        && &decision.overall.rule != rule {
-            problems.push(format!(
-                "rule: expected {rule:?}, got {:?}",
-                decision.overall.rule
-            ));
-        }
+        && &decision.overall.rule != rule
+    {
+        problems.push(format!(
+            "rule: expected {rule:?}, got {:?}",
+            decision.overall.rule
+        ));
+    }
     for needle in &case.message_contains {
         if !decision.overall.message.contains(needle.as_str()) {
             problems.push(format!(
@@ -358,16 +359,18 @@ fn check(case: &Case, decision: &McpDecision, denial: &[u8]) -> Vec<String> {
         }
     }
     if let Some(batch) = case.batch
-        && decision.batch != batch {
-            problems.push(format!("batch: expected {batch}, got {}", decision.batch));
-        }
+        && decision.batch != batch
+    {
+        problems.push(format!("batch: expected {batch}, got {}", decision.batch));
+    }
     if let Some(count) = case.message_count
-        && decision.messages.len() != count {
-            problems.push(format!(
-                "messages: expected {count}, got {}",
-                decision.messages.len()
-            ));
-        }
+        && decision.messages.len() != count
+    {
+        problems.push(format!(
+            "messages: expected {count}, got {}",
+            decision.messages.len()
+        ));
+    }
     for (index, expect) in &case.messages {
         let Some(got) = index.checked_sub(1).and_then(|i| decision.messages.get(i)) else {
             problems.push(format!(
@@ -412,11 +415,12 @@ fn check(case: &Case, decision: &McpDecision, denial: &[u8]) -> Vec<String> {
     }
     let denial_text = String::from_utf8_lossy(denial);
     if let Some(expected) = &case.denial_body
-        && denial_text != expected.as_str() {
-            problems.push(format!(
-                "denial body:\n      expected {expected}\n      got      {denial_text}"
-            ));
-        }
+        && denial_text != expected.as_str()
+    {
+        problems.push(format!(
+            "denial body:\n      expected {expected}\n      got      {denial_text}"
+        ));
+    }
     for needle in &case.denial_contains {
         if !denial_text.contains(needle.as_str()) {
             problems.push(format!(

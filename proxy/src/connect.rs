@@ -1,10 +1,11 @@
-//! CONNECT: the target is canonicalised and admitted (route, resolve, check every address), the decision
+//! CONNECT: a target holding one of the session's placeholders is refused before it is parsed or
+//! resolved (`credential_endpoint_mismatch`); otherwise the target is canonicalised and admitted (route, resolve, check every address), the decision
 //! is recorded, and then the tunnel is either passed through byte for byte (dialled before the 200, so
 //! an unreachable upstream is a 502) or handed to interception when the route needs inspection.
 
 use crate::admit::{Admission, admit};
 use crate::audit_sink::{Subject, logged_authority};
-use crate::forward::bad_request;
+use crate::forward::{authority_refusal, bad_request, refuse_authority};
 use crate::intercept;
 use crate::respond::{self, Body};
 use crate::server::{ConnGuard, Shared};
@@ -38,6 +39,10 @@ pub(crate) async fn connect(
         path: None,
         server: None,
     };
+    // Before anything else: a placeholder in the target is never resolved, parsed or dialled.
+    if let Some((refused, names)) = authority_refusal(&shared, &target, "the CONNECT target") {
+        return refuse_authority(&shared, &subject, &refused, names).await;
+    }
     if target.contains('@') {
         return bad_request(
             &shared,

@@ -60,6 +60,12 @@ pub enum ProxyError {
     Audit(String),
     #[error("TLS setup failed: {0}")]
     TlsSetup(String),
+    /// The upstream's response cannot be checked for secret values (an encoded body).
+    #[error("{0}")]
+    Unscrubbable(#[from] crate::secrets::Unscrubbable),
+    /// The session's secrets could not be set up, or a value could not be placed in a request.
+    #[error("{0}")]
+    Secrets(#[from] crate::secrets::SecretsError),
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -77,11 +83,12 @@ impl ProxyError {
             | UpstreamTls { .. }
             | UpstreamTlsTimeout { .. }
             | UpstreamHttp(_)
-            | UpstreamTimeout(_) => ErrorSource::Upstream,
+            | UpstreamTimeout(_)
+            | Unscrubbable(_) => ErrorSource::Upstream,
             ClientTls(_) | ClientTlsTimeout(_) | ClientBody(_) | ClientBodyTimeout(_) => {
                 ErrorSource::Client
             }
-            Audit(_) | TlsSetup(_) | Io(_) => ErrorSource::Proxy,
+            Audit(_) | TlsSetup(_) | Secrets(_) | Io(_) => ErrorSource::Proxy,
         }
     }
 

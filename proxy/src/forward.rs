@@ -1,21 +1,29 @@
 //! Forwarding one request to an admitted destination, shared by plain-HTTP proxy requests and requests
 //! inside intercepted tunnels (pingora's phases in order): hop-by-hop headers removed, the request body
-//! phase (MCP enforcement, or one allowed record for a plain host), the upstream phase (origin-form,
-//! the checked Host, a pooled connection), and the response phase (hop-by-hop removed, body streamed,
-//! never buffered). Redirects are answers like any other: passed back, never followed.
+//! phase (buffered when anything must be decided about it), the secrets phase (placeholders refused
+//! off their hosts, substituted on them), MCP enforcement (or one allowed record for a plain host),
+//! the upstream phase (origin-form, the checked Host, a pooled connection), and the response phase
+//! (hop-by-hop removed, secret values scrubbed, body streamed, never buffered). Redirects are answers
+//! like any other: passed back, never followed.
 //!
 //! Also the handler for absolute-form `http://` requests to the proxy.
 
 use crate::admit::{Admission, Destination, Handling, admit};
 use crate::audit_sink::{Subject, logged_authority};
+use crate::error::ProxyError;
 use crate::mcp_enforce;
 use crate::respond::{self, Body, BoxError};
+use crate::secrets::scrub;
 use crate::server::Shared;
 use crate::upstream::Upstream;
+use bytes::Bytes;
 use fenzi_policy::host::split_authority;
 use fenzi_policy::{Decision, Reason};
-use http::header::{CONNECTION, HOST};
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri, Version};
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST};
+use http::request::Parts;
+use http::{
+    HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version,
+};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::sync::Arc;
@@ -53,6 +61,13 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Decides, records and forwards one request to `dest`; `host` is the checked Host value to send.
+///
+/// The phases, in order: the head is made forwardable (hop-by-hop headers out, the checked Host
+/// in; with secrets in the session, `Accept-Encoding: identity` so the response can be scrubbed);
+/// the body is buffered whenever anything must be decided about it (an MCP server, or a session
+/// with secrets), else it streams; [`decide`] runs the secrets and MCP decisions and writes the
+/// records; the request goes upstream; the response comes back with hop-by-hop headers removed
+/// and, with secrets in the session, every value in it replaced by its placeholder as it streams.
 pub(crate) async fn exchange(
     shared: &Shared,
     dest: &Destination,
@@ -62,26 +77,33 @@ pub(crate) async fn exchange(
 ) -> Response<Body> {
     let (mut parts, body) = req.into_parts();
     let client_version = parts.version;
-    // The classifier sees exactly the headers that will be forwarded.
+    // The decisions see exactly the headers that will be forwarded.
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(HOST, host);
+    let secrets = &shared.secrets;
+    if !secrets.is_empty() {
+        scrub::request_identity(&mut parts.headers);
+    }
     let subject = dest.subject(parts.method.as_str(), Some(parts.uri.path()));
 
-    let body: Body = match &dest.handling {
-        Handling::Mcp(server) => {
-            match mcp_enforce::inspect(shared, server, &subject, &parts, body).await {
-                Ok(bytes) => respond::full(bytes),
-                Err(answer) => return answer,
-            }
+    let body: Body = if secrets.is_empty() && matches!(dest.handling, Handling::Plain) {
+        // Nothing to decide about the body: one record for the route, then it streams.
+        if !shared.record(subject.decided(&dest.decision)).await {
+            return respond::audit_unavailable();
         }
-        Handling::Plain => {
-            if !shared.record(subject.decided(&dest.decision)).await {
-                return respond::audit_unavailable();
-            }
-            body.map_err(BoxError::from).boxed_unsync()
+        body.map_err(BoxError::from).boxed_unsync()
+    } else {
+        let bytes = match mcp_enforce::read_body(shared, &subject, &parts, body).await {
+            Ok(bytes) => bytes,
+            Err(answer) => return answer,
+        };
+        match decide(shared, dest, upstream.secure(), &subject, &mut parts, bytes).await {
+            Ok(bytes) => respond::full(bytes),
+            Err(answer) => return answer,
         }
     };
 
+    let is_head = parts.method == Method::HEAD;
     let origin_form = parts
         .uri
         .path_and_query()
@@ -93,24 +115,200 @@ pub(crate) async fn exchange(
     };
     parts.version = Version::HTTP_11;
 
-    match upstream
+    let response = match upstream
         .send(shared, Request::from_parts(parts, body))
         .await
     {
-        Ok(response) => {
-            let (mut head, body) = response.into_parts();
-            strip_hop_by_hop(&mut head.headers);
-            head.version = client_version;
-            Response::from_parts(head, body.map_err(BoxError::from).boxed_unsync())
-        }
-        Err(error) => {
-            tracing::warn!(host = %dest.host, port = dest.port, "upstream failed: {error}");
-            if !shared.record(subject.failed(&error)).await {
-                return respond::audit_unavailable();
+        Ok(response) => response,
+        Err(error) => return upstream_failed(shared, dest, &subject, error).await,
+    };
+    let (mut head, body) = response.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    head.version = client_version;
+    if secrets.is_empty() {
+        return Response::from_parts(head, body.map_err(BoxError::from).boxed_unsync());
+    }
+    // A HEAD or 304 response has no body to scrub; its length describes another response.
+    let length = (is_head || head.status == StatusCode::NOT_MODIFIED)
+        .then(|| head.headers.get(CONTENT_LENGTH).cloned())
+        .flatten();
+    if let Err(refused) = secrets.scrubber().check_response_head(&mut head.headers) {
+        return upstream_failed(shared, dest, &subject, refused.into()).await;
+    }
+    if let Some(length) = length {
+        head.headers.insert(CONTENT_LENGTH, length);
+    }
+    Response::from_parts(head, secrets.scrubber().body(body).boxed_unsync())
+}
+
+/// Records an allowed request's failure upstream and answers it (502, or 400 for the client's).
+async fn upstream_failed(
+    shared: &Shared,
+    dest: &Destination,
+    subject: &Subject,
+    error: ProxyError,
+) -> Response<Body> {
+    tracing::warn!(host = %dest.host, port = dest.port, "upstream failed: {error}");
+    if !shared.record(subject.failed(&error)).await {
+        return respond::audit_unavailable();
+    }
+    respond::failure(&error)
+}
+
+/// The decisions about a buffered request, each recorded before anything is forwarded (DESIGN.md
+/// §3-§5, and the integration guide in [`crate::secrets`]):
+///
+/// 1. Secrets: where this session's placeholders appear and where the request goes. A placeholder
+///    sent to a host it is not bound to, or in clear text (`secure` false), refuses the whole
+///    request: one `credential_endpoint_mismatch` record naming the secrets, 403, nothing sent.
+/// 2. MCP: the classifier's decision, one record per message; a denial is answered as usual.
+/// 3. The granted substitutions are carried out (header values, query, body where allowed, the
+///    bearer of a `token: true` server, `Content-Length`), and the records are written naming the
+///    secrets used.
+///
+/// `Ok` is the body to forward (`parts` updated); `Err` the answer to send instead.
+async fn decide(
+    shared: &Shared,
+    dest: &Destination,
+    secure: bool,
+    subject: &Subject,
+    parts: &mut Parts,
+    body: Bytes,
+) -> Result<Bytes, Response<Body>> {
+    let secrets = &shared.secrets;
+    let use_ = secrets.check_request(&dest.host, dest.port, secure, parts, &body);
+    if !use_.is_allowed() {
+        return Err(refuse(
+            shared,
+            dest,
+            subject,
+            &use_.decision,
+            &use_.secrets,
+            parts,
+            &body,
+        )
+        .await);
+    }
+    let entries = match &dest.handling {
+        Handling::Mcp(server) => {
+            let decision = mcp_enforce::classify(shared, server, parts, &body);
+            let entries = mcp_enforce::entries(subject, &decision);
+            if !decision.overall.is_allowed() {
+                // Refused: nothing was substituted, so the records name no secret.
+                for entry in entries {
+                    if !shared.record(entry).await {
+                        return Err(respond::audit_unavailable());
+                    }
+                }
+                return Err(mcp_enforce::refusal(&decision, parts, &body));
             }
-            respond::failure(&error)
+            entries
+        }
+        Handling::Plain => vec![subject.decided(&dest.decision)],
+    };
+
+    let body = match secrets.apply(&use_, parts, body.clone()) {
+        Ok(new) => new,
+        Err(e) => {
+            let refused = Decision::deny(Reason::BadRequest, "secrets", e.to_string());
+            return Err(refuse(shared, dest, subject, &refused, &use_.secrets, parts, &body).await);
+        }
+    };
+    // A value written into an MCP body must not change what the classifier allowed.
+    if let Handling::Mcp(server) = &dest.handling
+        && use_.substitute.iter().any(|g| g.body)
+        && !mcp_enforce::classify(shared, server, parts, &body)
+            .overall
+            .is_allowed()
+    {
+        let refused = Decision::deny(
+            Reason::PolicyDenied,
+            "secrets in bodies",
+            "the request is no longer allowed once the secret values are written into its body",
+        );
+        let mut entry = subject.decided(&refused);
+        entry.secrets = use_.secrets.clone();
+        if !shared.record(entry).await {
+            return Err(respond::audit_unavailable());
+        }
+        return Err(respond::denied(&refused));
+    }
+    for mut entry in entries {
+        entry.secrets = use_.secrets.clone();
+        if !shared.record(entry).await {
+            return Err(respond::audit_unavailable());
         }
     }
+    Ok(body)
+}
+
+/// Records one refusal of a buffered request naming `secrets`, and answers it: on an MCP server
+/// with a JSON-RPC error for each of its requests, elsewhere with the plain denial body.
+async fn refuse(
+    shared: &Shared,
+    dest: &Destination,
+    subject: &Subject,
+    refused: &Decision,
+    secrets: &[String],
+    parts: &Parts,
+    body: &[u8],
+) -> Response<Body> {
+    let mut entry = subject.decided(refused);
+    entry.secrets = secrets.to_vec();
+    if !shared.record(entry).await {
+        return respond::audit_unavailable();
+    }
+    match &dest.handling {
+        Handling::Mcp(server) => mcp_enforce::refusal_for(shared, server, refused, parts, body),
+        Handling::Plain => respond::denied(refused),
+    }
+}
+
+/// The refusal of a destination whose name holds one of this session's placeholders (a CONNECT
+/// target, an absolute URL's authority, the TLS server name), with the secrets' names; `None` when
+/// it holds none. Checked before the name is resolved, so a placeholder never reaches DNS.
+pub(crate) fn authority_refusal(
+    shared: &Shared,
+    authority: &str,
+    what: &str,
+) -> Option<(Decision, Vec<String>)> {
+    let sightings = shared.secrets.scanner().scan_authority(authority);
+    if sightings.is_empty() {
+        return None;
+    }
+    let mut names: Vec<String> = sightings.into_iter().map(|s| s.secret).collect();
+    names.sort();
+    names.dedup();
+    let decision = Decision::deny(
+        Reason::CredentialEndpointMismatch,
+        "secrets are never host names",
+        format!(
+            "{what} holds the placeholder of {} {}; a placeholder is only replaced in header \
+             values, the query string or a body sent to its own host",
+            if names.len() == 1 {
+                "secret"
+            } else {
+                "secrets"
+            },
+            names.join(", ")
+        ),
+    );
+    Some((decision, names))
+}
+
+/// Records and answers a destination refused by [`authority_refusal`].
+pub(crate) async fn refuse_authority(
+    shared: &Shared,
+    subject: &Subject,
+    refused: &Decision,
+    secrets: Vec<String>,
+) -> Response<Body> {
+    let mut entry = subject.decided(refused);
+    entry.secrets = secrets;
+    if !shared.record(entry).await {
+        return respond::audit_unavailable();
+    }
+    respond::denied(refused)
 }
 
 /// Records and answers a request refused as malformed before it reached any destination.
@@ -153,6 +351,11 @@ pub(crate) async fn plain_http(shared: Arc<Shared>, req: Request<Incoming>) -> R
     let Some(authority) = uri.authority() else {
         return bad_request(&shared, &subject, "the request URL has no host").await;
     };
+    if let Some((refused, names)) =
+        authority_refusal(&shared, authority.as_str(), "the request URL's host")
+    {
+        return refuse_authority(&shared, &subject, &refused, names).await;
+    }
     if authority.as_str().contains('@') {
         let why = "credentials in the request URL are not forwarded; send them in a header";
         return bad_request(&shared, &subject, why).await;

@@ -4,13 +4,14 @@
 //! that the CONNECT target, the TLS server name and the Host (or `:authority`) agree by name. The
 //! upstream transport follows the policy for an MCP server (an `https` server is reached over verified
 //! TLS only, so plain HTTP inside its tunnel is refused, never sent on in clear text) and mirrors the
-//! client for a plain host. A request hyper refuses as malformed HTTP/1.1 is recorded through
-//! [`crate::server::malformed`].
+//! client for a plain host. A TLS server name holding one of the session's placeholders is refused
+//! (`credential_endpoint_mismatch`, recorded with the secret's name) and the handshake abandoned. A
+//! request hyper refuses as malformed HTTP/1.1 is recorded through [`crate::server::malformed`].
 
 use crate::admit::Destination;
 use crate::audit_sink::Subject;
 use crate::error::ProxyError;
-use crate::forward::{bad_request, exchange};
+use crate::forward::{authority_refusal, bad_request, exchange};
 use crate::io::Prefixed;
 use crate::respond::{self, Body};
 use crate::server::malformed::{HeadProbe, Probed, record_refused};
@@ -68,7 +69,18 @@ pub(crate) async fn serve(
         Ok(Err(e)) => return failed(&shared, &subject, ProxyError::ClientTls(e)).await,
         Err(_) => return failed(&shared, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
     };
-    let sni_problem = sni_mismatch(&dest.host, start.client_hello().server_name());
+    let sni = start.client_hello().server_name().map(str::to_string);
+    // A placeholder sent as the TLS server name: refused, recorded with the secret's name, and the
+    // handshake abandoned (nothing was dialled for this tunnel yet).
+    if let Some(name) = &sni
+        && let Some((refused, names)) = authority_refusal(&shared, name, "the TLS server name")
+    {
+        let mut entry = subject.decided(&refused);
+        entry.secrets = names;
+        let _ = shared.record(entry).await;
+        return;
+    }
+    let sni_problem = sni_mismatch(&dest.host, sni.as_deref());
     // The leaf is always the CONNECT host's, whatever name the client asked for.
     let config = match shared.ca.server_config(&dest.host) {
         Ok(config) => config,

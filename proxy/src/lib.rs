@@ -2,15 +2,19 @@
 //! out: a forward proxy (plain HTTP and CONNECT) that admits destinations by policy, resolves each name
 //! once and dials only addresses it checked, passes uninspected tunnels through byte for byte, and
 //! intercepts TLS for hosts that need inspection so every request to an MCP server is classified
-//! before a byte goes upstream. Every decision is written to the audit log before anything is
-//! forwarded; when it cannot be written, nothing is.
+//! before a byte goes upstream. It swaps the session's placeholders for real secret values only on
+//! the hosts each secret is bound to, refuses a placeholder sent anywhere else, and swaps values
+//! echoed back into responses for their placeholders. Every decision is written to the audit log
+//! before anything is forwarded; when it cannot be written, nothing is.
 //!
-//! Modules, in the order a request meets them: [`server`] (accept, connection cap, shutdown),
-//! `connect` (CONNECT), `forward` (plain HTTP and the shared request phases), `admit` (route, resolve,
+//! Modules, in the order a request meets them: [`server`] (accept, connection cap, shutdown, audit
+//! redaction), `connect` (CONNECT, placeholders in the target), `forward` (plain HTTP and the shared
+//! request phases: body, secrets, MCP, upstream, response scrubbing), `admit` (route, resolve,
 //! address checks), `intercept` (TLS termination and the Host/SNI checks), `mcp_enforce` (body
-//! buffering and classification), `upstream` (dialling, upstream TLS, pooling), `tunnel`
-//! (pass-through copy), [`tls`] (session CA, leaves, upstream trust), [`audit_sink`] and
-//! [`audit_writer`] (the log), [`error`], [`options`], [`net`].
+//! buffering and classification), [`secrets`] (placeholders, scanning, substitution, scrubbing),
+//! `upstream` (dialling, upstream TLS, pooling), `tunnel` (pass-through copy), [`tls`] (session CA,
+//! leaves, upstream trust), [`audit_sink`] and [`audit_writer`] (the log), [`credstore`] (where
+//! values live), [`error`], [`options`], [`net`].
 
 pub mod audit_sink;
 pub mod audit_writer;
@@ -35,7 +39,7 @@ pub use error::{ErrorSource, ProxyError};
 pub use net::{Network, SystemNetwork};
 pub use options::ProxyOptions;
 pub use respond::{Body, BoxError};
-pub use server::{Proxy, listener_from_std};
+pub use server::{Proxy, ProxyBuilder, listener_from_std};
 pub use tls::SessionCa;
 
 /// A new random session id: 16 lower-case hex digits.
@@ -45,6 +49,6 @@ pub fn new_session_id() -> Result<String, ProxyError> {
         .map_err(|e| ProxyError::Io(std::io::Error::other(format!("no randomness: {e}"))))?;
     Ok(hex::encode(bytes))
 }
-pub mod sandbox;
 pub mod credstore;
+pub mod sandbox;
 pub mod secrets;

@@ -1,10 +1,13 @@
-//! MCP enforcement, the request-body phase for an MCP server's host:port: the body is buffered up to the
-//! policy's limit (413 beyond it, and nothing forwarded), the policy classifies the request, one audit
-//! record is written per JSON-RPC message (or one for a request without messages), and only then is the
-//! exact buffered body released for forwarding. A denial answers with the policy's JSON-RPC error body,
-//! so the client reports it as that call's error and its session keeps working.
+//! The request-body phase of an inspected request: the body is buffered up to the policy's limit
+//! (413 beyond it, and nothing forwarded) so that every decision about it is made before a byte goes
+//! upstream; and, on an MCP server's host:port, the policy classifies the buffered request, one
+//! audit record is written per JSON-RPC message (or one for a request without messages), and a
+//! denial answers with the policy's JSON-RPC error body, so the client reports it as that call's
+//! error and its session keeps working. The caller (`forward::exchange`) orders the phases and
+//! writes the records.
 
 use crate::audit_sink::{Subject, recorded_decision};
+use crate::audit_writer::AuditEntry;
 use crate::error::ProxyError;
 use crate::respond::{self, Body};
 use crate::server::Shared;
@@ -19,10 +22,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use tokio::time::timeout;
 
-/// Reads and decides one request. `Ok` is the body to forward; `Err` is the answer to send instead.
-pub(crate) async fn inspect(
+/// Reads a request body whole, up to the policy's limit. `Err` is the answer to send instead
+/// (already recorded): 413 beyond the limit, 400 when the client failed to send it.
+pub(crate) async fn read_body(
     shared: &Shared,
-    server: &McpServer,
     subject: &Subject,
     parts: &Parts,
     body: Incoming,
@@ -37,21 +40,20 @@ pub(crate) async fn inspect(
         return Err(too_large(shared, subject).await);
     }
     let wait = shared.options.body_read_timeout;
-    let bytes = match timeout(wait, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
+    match timeout(wait, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return Err(too_large(shared, subject).await);
+            Err(too_large(shared, subject).await)
         }
         Ok(Err(e)) => {
-            return Err(
-                client_failed(shared, subject, ProxyError::ClientBody(e.to_string())).await,
-            );
+            Err(client_failed(shared, subject, ProxyError::ClientBody(e.to_string())).await)
         }
-        Err(_) => {
-            return Err(client_failed(shared, subject, ProxyError::ClientBodyTimeout(wait)).await);
-        }
-    };
+        Err(_) => Err(client_failed(shared, subject, ProxyError::ClientBodyTimeout(wait)).await),
+    }
+}
 
+/// Runs `f` on the policy's view of a buffered request.
+fn with_view<T>(parts: &Parts, body: &[u8], f: impl FnOnce(&RequestView<'_>) -> T) -> T {
     let headers: Vec<(&str, &[u8])> = parts
         .headers
         .iter()
@@ -65,10 +67,24 @@ pub(crate) async fn inspect(
             .map(|pq| pq.as_str())
             .unwrap_or("/"),
         headers: &headers,
-        body: &bytes,
+        body,
     };
-    let decision = shared.policy.decide_mcp(server, &view);
-    let entries = if decision.messages.is_empty() {
+    f(&view)
+}
+
+/// The policy's decision about a buffered request to `server`.
+pub(crate) fn classify(
+    shared: &Shared,
+    server: &McpServer,
+    parts: &Parts,
+    body: &[u8],
+) -> McpDecision {
+    with_view(parts, body, |view| shared.policy.decide_mcp(server, view))
+}
+
+/// The audit entries of a decision: one per JSON-RPC message, or one for a request without any.
+pub(crate) fn entries(subject: &Subject, decision: &McpDecision) -> Vec<AuditEntry> {
+    if decision.messages.is_empty() {
         vec![subject.decided(&decision.overall)]
     } else {
         decision
@@ -76,20 +92,41 @@ pub(crate) async fn inspect(
             .iter()
             .map(|m| subject.message(m, &decision.overall))
             .collect()
-    };
-    for entry in entries {
-        if !shared.record(entry).await {
-            return Err(respond::audit_unavailable());
-        }
     }
-    if decision.overall.is_allowed() {
-        Ok(bytes)
-    } else {
-        let status = answered(&decision)
-            .reason()
-            .map_or(403, |reason| reason.http_status());
-        Err(respond::json(status, denial_body(&decision, &view)))
+}
+
+/// The answer to a request the classifier refused: the policy's JSON-RPC error body, with the
+/// status of the decision its record carries.
+pub(crate) fn refusal(decision: &McpDecision, parts: &Parts, body: &[u8]) -> Response<Body> {
+    let status = answered(decision)
+        .reason()
+        .map_or(403, |reason| reason.http_status());
+    respond::json(
+        status,
+        with_view(parts, body, |view| denial_body(decision, view)),
+    )
+}
+
+/// The answer on an MCP endpoint to a request refused before classification (a placeholder sent to
+/// a host it is not bound to): each JSON-RPC request in it gets an error with `refused`'s reason,
+/// so the client reports the call as failed and its session keeps working.
+pub(crate) fn refusal_for(
+    shared: &Shared,
+    server: &McpServer,
+    refused: &Decision,
+    parts: &Parts,
+    body: &[u8],
+) -> Response<Body> {
+    let mut decision = classify(shared, server, parts, body);
+    decision.overall = refused.clone();
+    for m in &mut decision.messages {
+        m.decision = refused.clone();
     }
+    let status = refused.reason().map_or(403, |reason| reason.http_status());
+    respond::json(
+        status,
+        with_view(parts, body, |view| denial_body(&decision, view)),
+    )
 }
 
 /// The decision a refused request's HTTP status follows, so that the status, the body and the record

@@ -1,10 +1,14 @@
-//! The proxy itself: [`Proxy`] holds the compiled policy, the audit sink, the session CA and the
-//! options; [`Proxy::serve`] accepts client connections (at most `max_connections` at once), serves
+//! The proxy itself: [`Proxy`] holds the compiled policy, the audit sink, the session CA, the
+//! session's secrets and the options (built with [`Proxy::builder`]); [`Proxy::serve`] accepts client connections (at most `max_connections` at once), serves
 //! HTTP/1.1 on each (keep-alive; pipelined requests one at a time) and sends every request to its phase:
 //! CONNECT to [`crate::connect`], absolute-form `http://` to [`crate::forward`], anything else (a
 //! request for the proxy itself) is `bad_request`; a request hyper refuses as malformed is recorded
 //! through [`malformed`]. Shutdown stops accepting, lets in-flight connections
 //! finish within `drain_timeout`, and returns; the caller then flushes the audit log.
+//!
+//! Every audit record goes through [`Shared::record`], which replaces any of the session's
+//! placeholders in its text fields by `[placeholder:NAME]` first: whatever path, host or tool name a
+//! client sends, the log names secrets only.
 
 use crate::audit_sink::{AuditSink, INVALID_TARGET, Subject, logged_authority};
 use crate::audit_writer::AuditEntry;
@@ -14,12 +18,14 @@ use crate::forward::{bad_request, default_port, plain_http};
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::respond::Body;
+use crate::secrets::{SecretSet, SessionSecrets};
 use crate::tls::{SessionCa, upstream};
 use fenzi_policy::engine::Policy;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -39,12 +45,15 @@ pub(crate) struct Shared {
     pub upstream_tls: Arc<rustls::ClientConfig>,
     pub options: ProxyOptions,
     pub network: Arc<dyn Network>,
+    /// The session's placeholders and values (empty: no secrets, every request passes unchanged).
+    pub secrets: SessionSecrets,
 }
 
 impl Shared {
     /// Records one decision. `false` when it could not be written: the caller answers 503 and forwards
     /// nothing.
     pub async fn record(&self, entry: AuditEntry) -> bool {
+        let entry = self.redacted(entry);
         match self.audit.record(entry).await {
             Ok(_) => true,
             Err(e) => {
@@ -52,6 +61,42 @@ impl Shared {
                 false
             }
         }
+    }
+
+    /// `entry` with every placeholder of this session in its text fields replaced by
+    /// `[placeholder:NAME]` (see `Scanner::redact`): text taken from a request may hold one. A
+    /// real value is turned into its placeholder first, and so into the same mark; no request
+    /// path puts one there, this makes sure none ever reaches the log.
+    fn redacted(&self, mut entry: AuditEntry) -> AuditEntry {
+        if self.secrets.is_empty() {
+            return entry;
+        }
+        let (scanner, scrubber) = (self.secrets.scanner(), self.secrets.scrubber());
+        let redact = |text: &mut String| {
+            if let Some(scrubbed) = scrubber.scrub(text.as_bytes()) {
+                *text = String::from_utf8_lossy(&scrubbed).into_owned();
+            }
+            if let Cow::Owned(safe) = scanner.redact(text) {
+                *text = safe;
+            }
+        };
+        redact(&mut entry.method);
+        redact(&mut entry.host);
+        for field in [
+            &mut entry.path,
+            &mut entry.server,
+            &mut entry.rpc,
+            &mut entry.tool,
+            &mut entry.rpc_id,
+            &mut entry.rule,
+            &mut entry.source,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            redact(field);
+        }
+        entry
     }
 }
 
@@ -80,28 +125,53 @@ impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxy")
             .field("options", &self.shared.options)
+            .field("secrets", &self.shared.secrets)
             .finish_non_exhaustive()
     }
 }
 
-impl Proxy {
-    /// A proxy for `policy`, recording to `audit`, with a fresh session CA constrained to the policy's
-    /// inspected hosts.
-    pub fn new(
-        policy: Policy,
-        audit: Arc<dyn AuditSink>,
-        options: ProxyOptions,
-    ) -> Result<Proxy, ProxyError> {
-        Proxy::with_network(policy, audit, options, Arc::new(SystemNetwork))
+/// Builds a [`Proxy`]: the policy and the audit sink are required; options, the network seam and
+/// the session's secrets have defaults (default options, the system resolver and sockets, no
+/// secrets).
+pub struct ProxyBuilder {
+    policy: Policy,
+    audit: Arc<dyn AuditSink>,
+    options: ProxyOptions,
+    network: Arc<dyn Network>,
+    secrets: SecretSet,
+}
+
+impl ProxyBuilder {
+    pub fn options(mut self, options: ProxyOptions) -> ProxyBuilder {
+        self.options = options;
+        self
     }
 
-    /// As [`Proxy::new`], resolving and dialling through `network`.
-    pub fn with_network(
-        policy: Policy,
-        audit: Arc<dyn AuditSink>,
-        options: ProxyOptions,
-        network: Arc<dyn Network>,
-    ) -> Result<Proxy, ProxyError> {
+    /// Resolve and dial through `network` (tests route names to loopback servers).
+    pub fn network(mut self, network: Arc<dyn Network>) -> ProxyBuilder {
+        self.network = network;
+        self
+    }
+
+    /// The session's secrets: each value and its minted placeholder. Every name must be one the
+    /// policy binds (`policy.secrets()`); a secret the policy lists without a value here simply
+    /// has no placeholder, and nothing is substituted for it.
+    pub fn secrets(mut self, secrets: SecretSet) -> ProxyBuilder {
+        self.secrets = secrets;
+        self
+    }
+
+    /// A fresh session CA constrained to the policy's inspected hosts, the upstream TLS trust, and
+    /// the compiled secrets.
+    pub fn build(self) -> Result<Proxy, ProxyError> {
+        let ProxyBuilder {
+            policy,
+            audit,
+            options,
+            network,
+            secrets,
+        } = self;
+        let secrets = SessionSecrets::new(policy.secrets(), secrets)?;
         let ca = SessionCa::new(&policy.inspected_patterns(), options.ca_validity)
             .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
         let upstream_tls = upstream::client_config(&options.upstream_roots)
@@ -114,8 +184,68 @@ impl Proxy {
                 upstream_tls,
                 options,
                 network,
+                secrets,
             }),
         })
+    }
+}
+
+impl Proxy {
+    /// Starts building a proxy for `policy`, recording to `audit`.
+    pub fn builder(policy: Policy, audit: Arc<dyn AuditSink>) -> ProxyBuilder {
+        ProxyBuilder {
+            policy,
+            audit,
+            options: ProxyOptions::default(),
+            network: Arc::new(SystemNetwork),
+            secrets: SecretSet::new(),
+        }
+    }
+
+    /// A proxy for `policy`, recording to `audit`, with a fresh session CA constrained to the policy's
+    /// inspected hosts, and no secrets.
+    pub fn new(
+        policy: Policy,
+        audit: Arc<dyn AuditSink>,
+        options: ProxyOptions,
+    ) -> Result<Proxy, ProxyError> {
+        Proxy::builder(policy, audit).options(options).build()
+    }
+
+    /// As [`Proxy::new`], with the session's secrets (see [`ProxyBuilder::secrets`]).
+    pub fn with_secrets(
+        policy: Policy,
+        audit: Arc<dyn AuditSink>,
+        options: ProxyOptions,
+        secrets: SecretSet,
+    ) -> Result<Proxy, ProxyError> {
+        Proxy::builder(policy, audit)
+            .options(options)
+            .secrets(secrets)
+            .build()
+    }
+
+    /// As [`Proxy::new`], resolving and dialling through `network`.
+    pub fn with_network(
+        policy: Policy,
+        audit: Arc<dyn AuditSink>,
+        options: ProxyOptions,
+        network: Arc<dyn Network>,
+    ) -> Result<Proxy, ProxyError> {
+        Proxy::builder(policy, audit)
+            .options(options)
+            .network(network)
+            .build()
+    }
+
+    /// The names of the secrets this session substitutes (never values or placeholders).
+    pub fn secret_names(&self) -> Vec<String> {
+        self.shared
+            .secrets
+            .set()
+            .names()
+            .map(str::to_string)
+            .collect()
     }
 
     /// The session CA certificate (PEM) clients must trust for intercepted hosts.

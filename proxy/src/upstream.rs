@@ -51,6 +51,9 @@ fn server_name(host: &Host) -> Result<ServerName<'static>, ProxyError> {
 /// plain-HTTP request).
 pub(crate) struct Upstream {
     dest: Arc<Destination>,
+    /// Whether the requests reached the proxy inside TLS.
+    client_tls: bool,
+    /// Whether the proxy talks TLS to the destination.
     tls: bool,
     idle: Mutex<Vec<SendRequest<Body>>>,
 }
@@ -60,9 +63,16 @@ impl Upstream {
     pub fn new(dest: Arc<Destination>, client_tls: bool) -> Upstream {
         Upstream {
             tls: dest.upstream_tls(client_tls),
+            client_tls,
             dest,
             idle: Mutex::new(Vec::new()),
         }
+    }
+
+    /// True when a request is in TLS on both hops (client to proxy, proxy to upstream): the only
+    /// requests a secret value may be written into.
+    pub fn secure(&self) -> bool {
+        self.client_tls && self.tls
     }
 
     /// Sends `req` (origin-form, Host set) and returns the response head; the body streams.

@@ -58,6 +58,11 @@ async fn audit_integrity() {
     suite("audit.cases").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_exfiltration() {
+    suite("secrets.cases").await;
+}
+
 /// Every category file has a test above, and every case file here is a category.
 #[test]
 fn every_case_file_has_a_suite() {
@@ -79,6 +84,7 @@ fn every_case_file_has_a_suite() {
             "jsonrpc_shape.cases",
             "mcp_semantics.cases",
             "paths.cases",
+            "secrets.cases",
         ]
     );
 }

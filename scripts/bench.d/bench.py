@@ -4,12 +4,15 @@
 Every scenario runs its contenders side by side in one run, alternating (round 1 in order, round 2
 reversed, ...), for a fixed time each, so ratios hold on a noisy machine. Load comes from oha; the
 upstream is `bench_upstream` (a hyper server); the proxies are `fenzi proxy` (release build, audit log
-on), tinyproxy (Debian) and mitmdump (PyPI). Each contender's numbers: requests/s, p50, p99 (oha), and
-the proxy's peak RSS during the run (VmHWM after resetting it through /proc/PID/clear_refs, and
-VmRSS sampled every 50 ms). Nothing here asserts: it prints a table, writes JSON, and says which targets
-of issue 6 were met.
+on), tinyproxy (Debian) and mitmdump (PyPI). Each contender's numbers: requests/s, p50, p99 (oha); the
+proxy's peak RSS during the run (VmHWM after resetting it through /proc/PID/clear_refs, and VmRSS
+sampled every 50 ms); and the proxy's CPU time and thread context switches per answered request (from
+/proc). Nothing here asserts: it prints a table, writes JSON, and says which targets of issue 6 were met.
 
-Only stdlib. Run `bench.py --help` for the options.
+The secret scenario runs only once `fenzi proxy` writes `placeholders.env`: the upstream answers 401 to
+anything but the real token, so its req/s also proves the placeholder was swapped. `--compare` measures
+other fenzi builds (or settings, with `--compare-env`) side by side with the main one; `--perf` adds a
+profile of fenzi per scenario (perf_summary.py). Only stdlib. Run `bench.py --help` for the options.
 """
 
 from __future__ import annotations
@@ -416,7 +419,7 @@ class Bench:
             time.sleep(0.05)
         if not placeholder:
             self.secret_skip = (f"fenzi proxy wrote no {SECRET_NAME}= line in {placeholders.name} "
-                                "(secret substitution not built yet)")
+                                "(this build does not mint placeholders for `fenzi proxy`)")
             self.procs.stop(p)
             return None
         self.secret_skip = None
@@ -856,11 +859,14 @@ def table(res: dict) -> str:
 
 
 def fs_type(path: Path) -> str:
-    try:
-        out = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True)
-        return out.stdout.strip() or "?"
-    except OSError:
-        return "?"
+    for argv in (["findmnt", "-n", "-o", "FSTYPE", "-T", str(path)], ["stat", "-f", "-c", "%T", str(path)]):
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            continue
+        if out:
+            return out
+    return "?"
 
 
 def machine_info(args) -> dict:

@@ -4,6 +4,11 @@
 #     here) and as client (through the proxy via HTTPS_PROXY, trusting only the proxy's session CA),
 #     in the 2025-11-25 (initialize) and 2026-07-28 (single-exchange) protocol modes, and `auto`
 #     (probes server/discover, then 2026-07-28);
+#   - secrets: a second SDK server that requires `Authorization: Bearer <real token>` (policy
+#     `token: true`), the proxy holding the real token only in its own environment
+#     (FENZI_SECRET_MCP_SECURED), and the SDK client holding only the placeholder from
+#     --ca-dir/placeholders.env; the token never appears in the client's environment or output, the
+#     audit log, `fenzi log` or the proxy's output;
 #   - curl for a plain host, a CONNECT tunnel left untouched, an unlisted host and a name that
 #     resolves to loopback;
 #   - `fenzi log` showing each decision, `--verify` passing, and failing once a record is edited or the
@@ -102,12 +107,19 @@ CERTS="$WORK/certs"
 start mcp-server "$PY" "$E2E/mcp_server.py" --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" \
     --calls "$WORK/tool-calls" || { fail "MCP server start"; exit 1; }
 MCP_PORT=$PORT
+# The token the secured server requires: random per run, known to the server and to the proxy's
+# environment only (never exported to this script's other children).
+SECURED_TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))')
+start secured-server env E2E_REQUIRED_TOKEN="$SECURED_TOKEN" "$PY" "$E2E/mcp_server.py" \
+    --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$WORK/secured-calls" \
+    --require-bearer-env E2E_REQUIRED_TOKEN || { fail "secured MCP server start"; exit 1; }
+SECURED_PORT=$PORT
 start http-server "$PY" "$E2E/http_server.py" || { fail "plain HTTP server start"; exit 1; }
 HTTP_PORT=$PORT
 start tls-server "$PY" "$E2E/http_server.py" --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" \
     || { fail "TLS server start"; exit 1; }
 TLS_PORT=$PORT
-pass "peers: MCP server :$MCP_PORT, HTTP :$HTTP_PORT, HTTPS :$TLS_PORT on 127.0.0.1"
+pass "peers: MCP server :$MCP_PORT, secured MCP server :$SECURED_PORT, HTTP :$HTTP_PORT, HTTPS :$TLS_PORT on 127.0.0.1"
 
 # The policy. IP literals the policy names may be reached although they are loopback (DESIGN §3);
 # `localhost` is listed too, to prove a NAME resolving to loopback is still refused.
@@ -123,10 +135,19 @@ mcp:
     tools:
       allow: [echo, add]
       deny: [delete_everything]
+  secured:
+    url: https://127.0.0.1:$SECURED_PORT/mcp
+    token: true
+    tools:
+      allow: [echo, add, whoami]
+      deny: [delete_everything]
 EOF
 
 AUDIT="$WORK/audit.jsonl"
-if start proxy "$FENZI" proxy --config "$WORK/fenzi.yaml" --listen 127.0.0.1:0 --audit "$AUDIT" \
+# The real token reaches the proxy through its own environment only (headless use, DESIGN §4);
+# FENZI_CREDSTORE=memory keeps the user's keyring out of the test.
+if start proxy env FENZI_CREDSTORE=memory FENZI_SECRET_MCP_SECURED="$SECURED_TOKEN" \
+    "$FENZI" proxy --config "$WORK/fenzi.yaml" --listen 127.0.0.1:0 --audit "$AUDIT" \
     --ca-dir "$WORK/ca" --upstream-ca "$CERTS/test-ca.pem"; then
     PROXY_PORT=$PORT
     pass "fenzi proxy: first line \`listening on 127.0.0.1:$PROXY_PORT\`"
@@ -162,6 +183,59 @@ fi
 expect "the MCP server never saw delete_everything" bash -c "! grep -qx delete_everything '$WORK/tool-calls'"
 expect "the MCP server ran the allowed calls (echo, add in each mode)" \
     test "$(grep -cxE 'echo|add' "$WORK/tool-calls" 2>/dev/null)" = 6
+
+# ---------------------------------------------------------------------------------------------------
+# Secrets: a `token: true` server that requires the real token; the client holds only the placeholder.
+
+PLACEHOLDERS="$WORK/ca/placeholders.env"
+PLACEHOLDER=$(sed -n 's/^MCP_SECURED=//p' "$PLACEHOLDERS" 2>/dev/null)
+if [[ "$PLACEHOLDER" =~ ^[A-Za-z0-9_-]{32,}$ ]] && [ "$(wc -l <"$PLACEHOLDERS")" -eq 1 ] \
+    && [ "$(stat -c %a "$PLACEHOLDERS")" = 600 ] && [[ "$PLACEHOLDER" != *"$SECURED_TOKEN"* ]]; then
+    pass "fenzi proxy wrote --ca-dir/placeholders.env (mode 600): MCP_SECURED=<placeholder>"
+else
+    fail "placeholders.env: mode $(stat -c %a "$PLACEHOLDERS" 2>&1), $(wc -l <"$PLACEHOLDERS" 2>&1) lines"
+fi
+if grep -q "secrets: 1 loaded (MCP_SECURED from FENZI_SECRET_MCP_SECURED)" "$WORK/proxy.err"; then
+    pass "fenzi proxy names the secret it loaded and where from"
+else
+    fail "fenzi proxy's secrets line: $(grep secrets "$WORK/proxy.err")"
+fi
+
+# Straight to the server (no proxy): the placeholder alone, or nothing, is refused.
+direct_status() {
+    curl -sS --max-time 20 --cacert "$CERTS/test-ca.pem" -o /dev/null -w '%{http_code}' -X POST \
+        -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
+        "$@" --data '{"jsonrpc":"2.0","id":1,"method":"ping"}' "https://127.0.0.1:$SECURED_PORT/mcp"
+}
+expect "the secured server refuses the placeholder sent straight to it (401)" \
+    test "$(direct_status -H "Authorization: Bearer $PLACEHOLDER")" = 401
+expect "the secured server refuses a request without a token (401)" test "$(direct_status)" = 401
+
+HTTPS_PROXY=$PROXY SSL_CERT_FILE="$WORK/ca/ca.pem" timeout 180 \
+    "$PY" "$E2E/mcp_client.py" --url "https://127.0.0.1:$SECURED_PORT/mcp" \
+    --mode legacy --mode 2026-07-28 --placeholders "$PLACEHOLDERS" --secret MCP_SECURED \
+    --dump-env "$WORK/secured-client-env.json" >"$WORK/secured-client.out" 2>"$WORK/secured-client.err"
+CLIENT_RC=$?
+while IFS= read -r line; do
+    case "$line" in
+        PASS\ *) pass "[token server] ${line#PASS }" ;;
+        FAIL\ *) fail "[token server] ${line#FAIL }" ;;
+    esac
+done <"$WORK/secured-client.out"
+if [ "$CLIENT_RC" -ne 0 ] && ! grep -q '^FAIL' "$WORK/secured-client.out"; then
+    fail "secured mcp client exited $CLIENT_RC (stderr follows)"
+    tail -n 20 "$WORK/secured-client.err" | sed 's/^/    /'
+fi
+expect "the secured server ran the allowed calls (echo, whoami, add in each mode)" \
+    test "$(grep -cxE 'echo|add|whoami' "$WORK/secured-calls" 2>/dev/null)" = 6
+expect "the secured server never saw delete_everything" \
+    bash -c "! grep -qx delete_everything '$WORK/secured-calls'"
+expect "the secured server refused only the two direct requests (every proxied one had the real token)" \
+    test "$(grep -cx unauthorized "$WORK/secured-calls" 2>/dev/null)" = 2
+expect "the client never had the real token (environment, arguments, output)" \
+    bash -c "! grep -qF -- '$SECURED_TOKEN' '$WORK/secured-client-env.json' '$WORK/secured-client.out' '$WORK/secured-client.err'"
+expect "the client's environment held no FENZI_SECRET_ variable" \
+    bash -c "! grep -q FENZI_SECRET_ '$WORK/secured-client-env.json'"
 
 # ---------------------------------------------------------------------------------------------------
 # curl
@@ -259,9 +333,32 @@ expect_line "the unlisted host (plain)" "denied  GET blocked\.invalid:80/secret 
 expect_line "the unlisted host (CONNECT)" "denied  CONNECT blocked\.invalid:443  host_not_allowed$"
 expect_line "the loopback name" "denied  GET localhost:$HTTP_PORT/private-probe  private_address$"
 
+S="127\.0\.0\.1:$SECURED_PORT"
+expect_line "the token server's whoami calls naming the secret used" \
+    "allowed POST $S/mcp tools/call whoami +secrets:MCP_SECURED$" 2
+expect_line "the token server's denied calls (no secret used)" \
+    "denied  POST $S/mcp tools/call delete_everything  policy_denied$" 2
+
 "$FENZI" log --file "$AUDIT" --denied >"$WORK/log-denied.txt"
-expect "fenzi log --denied shows only denials (6)" \
-    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 6 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
+expect "fenzi log --denied shows only denials (8)" \
+    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 8 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
+"$FENZI" log --file "$AUDIT" --json >"$WORK/log-all-json.txt"
+expect "every allowed request (not CONNECT) to the token server names MCP_SECURED in the audit log" \
+    "$PY" -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+mine = [r for r in recs if r.get("server") == "secured" and r["decision"] == "allowed"
+        and r["method"] != "CONNECT"]
+sys.exit(not (len(mine) >= 10 and all(r["secrets"] == ["MCP_SECURED"] for r in mine)))
+' "$AUDIT"
+for where in "$AUDIT" "$WORK/log.txt" "$WORK/log-all-json.txt" "$WORK/log-denied.txt" \
+    "$WORK/proxy.out" "$WORK/proxy.err"; do
+    if grep -qF -- "$SECURED_TOKEN" "$where" || grep -qF -- "$PLACEHOLDER" "$where"; then
+        fail "the real token or its placeholder appears in $(basename "$where")"
+    else
+        pass "no token and no placeholder in $(basename "$where")"
+    fi
+done
 "$FENZI" log --file "$AUDIT" --server e2e --tool 'delete_*' --json >"$WORK/log-json.txt"
 expect "fenzi log --server --tool --json prints the stored lines of the 3 denied calls" \
     "$PY" -c '

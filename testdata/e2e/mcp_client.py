@@ -2,6 +2,7 @@
 """The end-to-end MCP client: the official Python SDK's `Client` (`mcp` on PyPI) over Streamable HTTP.
 
     mcp_client.py --url https://127.0.0.1:PORT/mcp [--mode legacy|2026-07-28|auto]... [--direct]
+                  [--placeholders FILE --secret NAME] [--dump-env FILE]
 
 For each protocol mode it connects, lists tools, calls `echo` (allowed) and checks the result, calls
 `delete_everything` and checks the outcome, then calls `add` to prove the session still works.
@@ -14,14 +15,28 @@ Modes: `legacy` is the initialize handshake (the SDK negotiates 2025-11-25); `20
 modern single-exchange protocol; `auto` probes `server/discover` first. The proxy and trust come from
 the environment, as for any client: HTTPS_PROXY and SSL_CERT_FILE. Prints PASS/FAIL per check; exits 1
 on any failure.
+
+With --placeholders FILE --secret NAME the client is set up the way fenzi sets up an agent for a
+`token: true` server: it reads NAME's placeholder from FILE (fenzi's `placeholders.env`) and sends
+`Authorization: Bearer <placeholder>` on every request, through the SDK's own transport options
+(an httpx client with default headers). It then also calls `whoami` and checks that the
+Authorization the server reports comes back as the placeholder it sent: fenzi swapped in the real
+token on the way up and swapped it back out of the answer. --dump-env writes the client's
+environment and arguments to FILE so the test can prove the real token was never among them.
 """
 
 import argparse
 import sys
 import time
 
+import json
+import os
+from contextlib import AsyncExitStack
+
 import anyio
 from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent
 
@@ -47,10 +62,30 @@ def check(cond: bool, what: str) -> None:
         raise Failure(what)
 
 
-async def run_mode(url: str, mode: str, direct: bool) -> list[str]:
+def read_placeholder(path: str, name: str) -> str:
+    """NAME's placeholder from a `placeholders.env` (NAME=placeholder lines)."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            key, sep, value = line.rstrip("\n").partition("=")
+            if sep and key == name:
+                return value
+    raise Failure(f"{path} has no line for {name}")
+
+
+async def run_mode(url: str, mode: str, direct: bool, bearer: str | None) -> list[str]:
     done: list[str] = []
     with anyio.fail_after(STEP_TIMEOUT * 4):
-        async with Client(url, mode=mode, read_timeout_seconds=STEP_TIMEOUT) as client:
+        async with AsyncExitStack() as stack:
+            server = url
+            if bearer is not None:
+                # The SDK's transport options: an httpx client whose every request carries the header.
+                http = await stack.enter_async_context(
+                    create_mcp_http_client(headers={"Authorization": f"Bearer {bearer}"})
+                )
+                server = streamable_http_client(url, http_client=http)
+            client = await stack.enter_async_context(
+                Client(server, mode=mode, read_timeout_seconds=STEP_TIMEOUT)
+            )
             version = client.protocol_version
             check(
                 version == EXPECTED_VERSION[mode],
@@ -66,6 +101,16 @@ async def run_mode(url: str, mode: str, direct: bool) -> list[str]:
             got = text_of(await client.call_tool("echo", {"text": greeting}))
             check(got == greeting, f"echo returned {got!r}")
             done.append("allowed call: echo")
+
+            if bearer is not None:
+                seen = text_of(await client.call_tool("whoami", {}))
+                check(
+                    seen == f"Bearer {bearer}",
+                    # Never print what came back: it might be the real token.
+                    "the server's echo of its Authorization did not come back as the placeholder"
+                    f" (got {len(seen)} characters)",
+                )
+                done.append("whoami: the echoed token came back as the placeholder")
 
             started = time.monotonic()
             try:
@@ -101,9 +146,16 @@ def leaves(exc: BaseException) -> list[BaseException]:
 
 async def main_async(args: argparse.Namespace) -> int:
     failed = 0
+    if args.dump_env:
+        with open(args.dump_env, "w", encoding="utf-8") as f:
+            json.dump({"environ": dict(os.environ), "argv": sys.argv}, f)
+    bearer = None
+    if args.placeholders:
+        bearer = read_placeholder(args.placeholders, args.secret)
+        print(f"PASS mcp client holds the placeholder of {args.secret} from {args.placeholders}", flush=True)
     for mode in args.mode or ["legacy", "2026-07-28"]:
         try:
-            for step in await run_mode(args.url, mode, args.direct):
+            for step in await run_mode(args.url, mode, args.direct, bearer):
                 print(f"PASS mcp [{mode}] {step}", flush=True)
         except BaseException as exc:  # noqa: BLE001 - report every failure, then go on to the next mode
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -120,7 +172,12 @@ def main() -> int:
     p.add_argument("--url", required=True)
     p.add_argument("--mode", action="append", choices=sorted(EXPECTED_VERSION), help="repeatable")
     p.add_argument("--direct", action="store_true", help="no proxy: delete_everything must succeed")
+    p.add_argument("--placeholders", metavar="FILE", help="fenzi's placeholders.env")
+    p.add_argument("--secret", metavar="NAME", help="send this secret's placeholder as the bearer token")
+    p.add_argument("--dump-env", metavar="FILE", help="write the environment and arguments here")
     args = p.parse_args()
+    if bool(args.placeholders) != bool(args.secret):
+        p.error("--placeholders and --secret go together")
     return anyio.run(main_async, args)
 
 

@@ -2,20 +2,28 @@
 """A real MCP server for the end-to-end tests, built with the official Python SDK (`mcp` on PyPI).
 
     mcp_server.py --cert server.pem --key server-key.pem [--port 0] [--calls FILE]
+                  [--require-bearer-env VAR]
 
 Serves the SDK's own Streamable HTTP transport at https://127.0.0.1:PORT/mcp (uvicorn, TLS), and
-prints `listening on 127.0.0.1:PORT` once the socket is bound. Tools: `echo`, `add`, and
-`delete_everything`, which a policy should never let through: every tool call is appended to
---calls (one name per line), so the test can prove a denied call never reached the server.
+prints `listening on 127.0.0.1:PORT` once the socket is bound. Tools: `echo`, `add`, `whoami`
+(returns the Authorization header the server received), and `delete_everything`, which a policy
+should never let through: every tool call is appended to --calls (one name per line), so the test
+can prove a denied call never reached the server.
+
+With --require-bearer-env VAR the server is a `token: true` server: every HTTP request must carry
+`Authorization: Bearer <the value of VAR>` (read from the environment, never from the command
+line), else it is answered 401 and `unauthorized` is appended to --calls.
 """
 
 import argparse
 import asyncio
+import hmac
+import os
 import socket
 import sys
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 
 def build(calls_file: str | None) -> MCPServer:
@@ -39,6 +47,12 @@ def build(calls_file: str | None) -> MCPServer:
         return a + b
 
     @server.tool()
+    def whoami(ctx: Context) -> str:
+        """Returns the Authorization header this request arrived with."""
+        note("whoami")
+        return (ctx.headers or {}).get("authorization", "")
+
+    @server.tool()
     def delete_everything() -> str:
         """Pretends to delete everything. A policy must deny this."""
         note("delete_everything")
@@ -47,8 +61,45 @@ def build(calls_file: str | None) -> MCPServer:
     return server
 
 
+class RequireBearer:
+    """ASGI middleware: 401 for any HTTP request without exactly `Authorization: Bearer <token>`."""
+
+    def __init__(self, app, token: str, calls_file: str | None) -> None:
+        self.app = app
+        self.expected = b"Bearer " + token.encode()
+        self.calls_file = calls_file
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            got = b""
+            for name, value in scope.get("headers", []):
+                if name.lower() == b"authorization":
+                    got = value
+            if not hmac.compare_digest(got, self.expected):
+                if self.calls_file:
+                    with open(self.calls_file, "a", encoding="utf-8") as f:
+                        f.write("unauthorized\n")
+                body = b'{"error":"unauthorized","message":"a valid bearer token is required"}'
+                await send({
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                })
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 async def serve(args: argparse.Namespace) -> None:
     app = build(args.calls).streamable_http_app(host="127.0.0.1")
+    if args.require_bearer_env:
+        token = os.environ.get(args.require_bearer_env, "")
+        if not token:
+            sys.exit(f"--require-bearer-env: {args.require_bearer_env} is not set")
+        app = RequireBearer(app, token, args.calls)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
@@ -72,6 +123,8 @@ def main() -> int:
     p.add_argument("--key", required=True, help="PEM private key")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     p.add_argument("--calls", help="append each tool called to this file")
+    p.add_argument("--require-bearer-env", metavar="VAR",
+                   help="require Authorization: Bearer <value of VAR> on every request")
     args = p.parse_args()
     asyncio.run(serve(args))
     return 0

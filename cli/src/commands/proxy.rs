@@ -1,17 +1,20 @@
 //! `fenzi proxy`: the standalone egress proxy (CI, containers, a sidecar). It loads and validates the
-//! policy (exit 2 with every problem when it is not valid), opens the audit log, makes the session CA
-//! and writes its certificate to `--ca-dir/ca.pem`, binds `--listen`, prints exactly
-//! `listening on HOST:PORT` as its first stdout line, and serves until SIGINT or SIGTERM. Then it stops
-//! accepting, lets in-flight requests finish within the drain time, flushes the log and exits 0.
+//! policy (exit 2 with every problem when it is not valid), gathers the value of every secret the
+//! policy lists (`FENZI_SECRET_<NAME>` in its own environment first, else the credential store; a
+//! secret without a value is named on stderr and simply not substituted; an invalid value stops it,
+//! exit 2), mints their placeholders and writes them to `--ca-dir/placeholders.env`, opens the audit
+//! log, makes the session CA and writes its certificate to `--ca-dir/ca.pem`, binds `--listen`,
+//! prints exactly `listening on HOST:PORT` as its first stdout line, and serves until SIGINT or
+//! SIGTERM. Then it stops accepting, lets in-flight requests finish within the drain time, flushes the
+//! log and exits 0. Values and placeholders are never printed: names only.
 
 use crate::config_files::PolicyArgs;
 use crate::session::{self, ProxyFlags};
 use anyhow::{Context, Result};
 use fenzi_policy::engine::Policy;
-use fenzi_proxy::audit_writer::AuditWriter;
-use fenzi_proxy::{Proxy, ProxyOptions};
+use fenzi_proxy::Proxy;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +26,9 @@ Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
+Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
+environment, else from the credential store (`fenzi mcp token`); clients get the placeholders from
+DIR/placeholders.env (NAME=placeholder lines).
 Durations take a unit: 500ms, 30s, 5m, 1h (a bare number is seconds).")]
 pub struct Args {
     #[command(flatten)]
@@ -33,7 +39,8 @@ pub struct Args {
     /// The audit log [default: $XDG_STATE_HOME/fenzi/audit/<session>.jsonl].
     #[arg(long, value_name = "FILE")]
     audit: Option<PathBuf>,
-    /// Directory for the session CA certificate (ca.pem) [default: a new temporary directory].
+    /// Directory for the session CA certificate (ca.pem) and the secret placeholders
+    /// (placeholders.env) [default: a new temporary directory].
     #[arg(long, value_name = "DIR")]
     ca_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -51,6 +58,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
+    // Before the runtime: the credential store's calls block.
+    let secrets = session::load_secrets(&policy)?;
 
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
@@ -63,31 +72,40 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(serve(
-        &args.listen,
-        policy,
-        writer,
-        options,
-        &ca_dir,
-        &session,
-        &audit_path,
-    ));
+    let placeholders = secrets.write_placeholders(&ca_dir)?;
+    let status = secrets.summary();
+    let missing = secrets.missing_line();
+    let proxy = {
+        let _runtime = runtime.enter();
+        Proxy::builder(policy, Arc::new(writer))
+            .options(options)
+            .secrets(secrets.set)
+            .build()
+            .context("cannot start the proxy")?
+    };
+    session::write_ca(&ca_dir, proxy.ca_pem())?;
+    // Printed once listening (stdout's first line comes first).
+    let notes: Vec<String> = [
+        format!(
+            "session {session}, audit log {}, CA certificate {}",
+            audit_path.display(),
+            ca_dir.join("ca.pem").display()
+        ),
+        format!(
+            "secrets: {status}; placeholders in {}",
+            placeholders.display()
+        ),
+    ]
+    .into_iter()
+    .chain(missing)
+    .collect();
+    let result = runtime.block_on(serve(&args.listen, proxy, &notes));
     // Connections cut after the drain time may leave a resolver thread behind; do not wait on it.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
-async fn serve(
-    listen: &str,
-    policy: Policy,
-    writer: AuditWriter,
-    options: ProxyOptions,
-    ca_dir: &Path,
-    session: &str,
-    audit_path: &Path,
-) -> Result<ExitCode> {
-    let proxy = Proxy::new(policy, Arc::new(writer), options).context("cannot start the proxy")?;
-    session::write_ca(ca_dir, proxy.ca_pem())?;
+async fn serve(listen: &str, proxy: Proxy, notes: &[String]) -> Result<ExitCode> {
     // Handlers first: a signal right after the listening line must shut down cleanly, not kill.
     let shutdown = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -99,11 +117,9 @@ async fn serve(
         writeln!(out, "listening on {addr}")?;
         out.flush()?;
     }
-    eprintln!(
-        "fenzi proxy: session {session}, audit log {}, CA certificate {}",
-        audit_path.display(),
-        ca_dir.join("ca.pem").display()
-    );
+    for note in notes {
+        eprintln!("fenzi proxy: {note}");
+    }
     let cut = proxy.serve(listener, shutdown).await?;
     proxy
         .flush_audit()

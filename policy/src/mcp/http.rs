@@ -140,7 +140,13 @@ pub(super) fn header_values<'a>(
 }
 
 fn same_header_name(a: &str, b: &str) -> bool {
-    let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
+    let fold = |c: u8| {
+        if c == b'_' {
+            b'-'
+        } else {
+            c.to_ascii_lowercase()
+        }
+    };
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold(x) == fold(y))
 }
 

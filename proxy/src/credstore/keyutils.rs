@@ -115,7 +115,9 @@ impl CredentialStore for KernelKeyring {
             return Ok(None);
         };
         match key.read_to_vec() {
-            Ok(bytes) => SecretValue::from_bytes(name, bytes).map(Some),
+            Ok(bytes) => SecretValue::from_bytes(name, bytes)
+                .map(Some)
+                .map_err(StoreError::from),
             Err(e) if is_absent(&e) => Ok(None),
             Err(e) => Err(unavailable(e)),
         }

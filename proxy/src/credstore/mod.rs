@@ -5,9 +5,9 @@
 //! [`MemoryStore`] for tests. Never a file.
 //!
 //! Every entry is service `fenzi`, account = the secret name (`MCP_LINEAR`,
-//! `DIGITALOCEAN_API_TOKEN`). Names are checked (`[A-Z_][A-Z0-9_]*`); values are [`SecretValue`]s,
-//! checked when made (no CR, LF, NUL; not empty) and never printed. Errors name the secret and
-//! the store, never the value.
+//! `DIGITALOCEAN_API_TOKEN`). Names are checked (`[A-Z_][A-Z0-9_]*`); values are [`SecretValue`]s
+//! (the one value type fenzi has), checked when made (UTF-8, 8 bytes to 16 KiB, no control
+//! characters but TAB) and never printed. Errors name the secret and the store, never the value.
 //!
 //! [`open`] picks the store from `FENZI_CREDSTORE`:
 //! - unset or `auto`: the Secret Service when a D-Bus session bus is there and the service
@@ -27,7 +27,7 @@ mod value;
 pub use keyutils::KernelKeyring;
 pub use memory::MemoryStore;
 pub use secret_service::SecretService;
-pub use value::{MAX_SECRET_BYTES, SecretValue};
+pub use value::{InvalidValue, MAX_SECRET_BYTES, MIN_SECRET_BYTES, SecretValue};
 
 /// The keyring service name every fenzi entry uses.
 pub const SERVICE: &str = "fenzi";
@@ -43,8 +43,8 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
     /// False when values do not outlive this process ([`MemoryStore`]).
     fn persistent(&self) -> bool;
 
-    /// The value stored under `name`, if any. A stored value that is not valid (CR, LF, NUL,
-    /// not UTF-8, empty) is an error, never returned.
+    /// The value stored under `name`, if any. A stored value that is not valid (see
+    /// [`SecretValue`]) is an error, never returned.
     fn get(&self, name: &str) -> Result<Option<SecretValue>, StoreError>;
 
     /// Stores `value` under `name`, replacing any earlier value.
@@ -69,8 +69,8 @@ pub enum StoreError {
     )]
     InvalidName { name: String },
 
-    #[error("the value for {name} {problem}; nothing was stored or used")]
-    InvalidValue { name: String, problem: &'static str },
+    #[error("{0}; nothing was stored or used")]
+    InvalidValue(#[from] InvalidValue),
 
     #[error("the {backend} cannot be used: {reason}\n  fix: {fix}")]
     Unavailable {
@@ -237,7 +237,7 @@ mod tests {
         assert!(!store.delete(name).unwrap());
         for bad in ["lower", "A-B", "", "A@fenzi", "A\nB"] {
             assert!(matches!(
-                store.set(bad, &value("x")),
+                store.set(bad, &value("xxxxxxxx")),
                 Err(StoreError::InvalidName { .. })
             ));
             assert!(matches!(

@@ -86,7 +86,9 @@ impl CredentialStore for SecretService {
 
     fn get(&self, name: &str) -> Result<Option<SecretValue>, StoreError> {
         match self.entry(name)?.get_secret() {
-            Ok(bytes) => SecretValue::from_bytes(name, bytes).map(Some),
+            Ok(bytes) => SecretValue::from_bytes(name, bytes)
+                .map(Some)
+                .map_err(StoreError::from),
             Err(keyring_core::Error::NoEntry) => Ok(None),
             Err(e) => Err(map_keyring_error(BACKEND, Some(name), e)),
         }

@@ -17,16 +17,9 @@ pub enum SecretsError {
         "secret {0} has a value but the policy binds it to no host; remove it or bind it in fenzi.yaml"
     )]
     Unbound(String),
-    #[error(
-        "secret {name}: the value contains {what}, which cannot be carried in an HTTP header; \
-         store the value again without it"
-    )]
-    ForbiddenByte { name: String, what: &'static str },
-    #[error(
-        "secret {name}: the value is shorter than {min} bytes; a value that short would also match \
-         ordinary text, so the proxy could not reliably keep it out of responses"
-    )]
-    TooShort { name: String, min: usize },
+    /// A value that cannot be a secret (see [`crate::credstore::SecretValue`]).
+    #[error("{0}")]
+    InvalidValue(#[from] crate::credstore::InvalidValue),
     #[error(
         "secret {name}: the given token is not a placeholder (it must be `fenzi_ph_` followed by at \
          least 32 characters from A-Z a-z 0-9 _ -)"

@@ -27,8 +27,10 @@
 //!
 //! **CONNECT phase** (before `admit`, so a placeholder used as a DNS label is never resolved):
 //! `secrets.scanner().scan_authority(target)` and, once TLS is accepted, the same on the SNI. Any
-//! sighting → `secrets.decide(&host, port, false, false, &sightings)` is a denial: record it, answer
-//! 403. Audit `host` and tracing fields go through [`Scanner::redact`].
+//! sighting is a denial (`credential_endpoint_mismatch`; the proxy words it as "a placeholder is
+//! never a host name" rather than through `decide`, whose clear-text message would mislead): record
+//! it naming the secrets, answer 403 (for SNI: abandon the handshake). Audit `host` and tracing
+//! fields go through [`Scanner::redact`]. The same holds for an absolute-form URL's host.
 //!
 //! **Request phase** (`forward::exchange`, for every request the proxy sees in clear text: plain
 //! HTTP and intercepted tunnels; after hop-by-hop headers are stripped and the route is admitted;
@@ -55,6 +57,13 @@
 //! wrap the body: `secrets.scrubber().body(body).boxed_unsync()`. Every response from an inspected
 //! connection is scrubbed, not only the bound host's: a value must not reach the sandbox by any
 //! path.
+//!
+//! **Where this is wired**: `ProxyBuilder::secrets` (the set, compiled in `server::Shared`),
+//! `connect` and `forward::plain_http` (the CONNECT target and an absolute URL's host),
+//! `intercept` (SNI), `forward::exchange` and `forward::decide` (the request and response phases),
+//! and `Shared::record`, which passes every audit record's text fields through
+//! [`Scanner::redact`] (after turning any value into its placeholder). `fenzi proxy` and `fenzi
+//! run` gather the values with the CLI's `session::load_secrets`.
 
 pub mod placeholders;
 pub mod scan;

@@ -10,10 +10,12 @@
 //! looks only for the exact tokens minted in this session. Text that merely looks like a
 //! placeholder (the prefix and any other characters) passes untouched.
 //!
-//! Values are held in memory that is zeroed when dropped. No type here prints a value or a
+//! Values are [`SecretValue`]s, the credential store's own type, checked by the same rules wherever
+//! they come from, and held in memory that is zeroed when dropped. No type here prints a value or a
 //! placeholder: `Debug` shows secret names only, and there is no `Display`.
 
 use super::SecretsError;
+pub use crate::credstore::SecretValue;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use fenzi_policy::secret_name::is_valid_secret_name;
@@ -34,9 +36,8 @@ pub const RANDOM_CHARS: usize = 43;
 pub const PLACEHOLDER_LEN: usize = PREFIX.len() + RANDOM_CHARS;
 /// The shortest random part a placeholder given to [`SecretSet::insert_with_placeholder`] may have.
 pub const MIN_RANDOM_CHARS: usize = 32;
-/// The shortest value accepted. Scrubbing replaces every occurrence of a value in responses; a value
-/// shorter than this would match ordinary text (and mangle it), and would be guessable besides.
-pub const MIN_VALUE_LEN: usize = 8;
+/// The shortest value accepted (see [`crate::credstore::MIN_SECRET_BYTES`]).
+pub const MIN_VALUE_LEN: usize = crate::credstore::MIN_SECRET_BYTES;
 /// The environment prefix for headless use: `FENZI_SECRET_<NAME>`.
 pub const ENV_PREFIX: &str = "FENZI_SECRET_";
 
@@ -81,53 +82,6 @@ impl fmt::Debug for Placeholder {
     }
 }
 
-/// A real secret value: any bytes except control characters (TAB allowed), at least
-/// [`MIN_VALUE_LEN`] long. Zeroed on drop.
-#[derive(Clone)]
-pub struct SecretValue(Zeroizing<Vec<u8>>);
-
-impl SecretValue {
-    /// Checks `bytes` as the value of secret `name`. Errors name the secret, never the value.
-    pub fn new(name: &str, bytes: Vec<u8>) -> Result<SecretValue, SecretsError> {
-        let bytes = Zeroizing::new(bytes);
-        // CR, LF and NUL are what the design names (header injection, truncation); the other
-        // control characters can never be carried in a header value either, so a value holding one
-        // is refused now rather than failing on some request later.
-        if let Some(&b) = bytes
-            .iter()
-            .find(|&&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-        {
-            let what = match b {
-                b'\r' => "a carriage return (CR)",
-                b'\n' => "a line feed (LF)",
-                0 => "a NUL byte",
-                _ => "a control character",
-            };
-            return Err(SecretsError::ForbiddenByte {
-                name: name.to_string(),
-                what,
-            });
-        }
-        if bytes.len() < MIN_VALUE_LEN {
-            return Err(SecretsError::TooShort {
-                name: name.to_string(),
-                min: MIN_VALUE_LEN,
-            });
-        }
-        Ok(SecretValue(bytes))
-    }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for SecretValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SecretValue(..)")
-    }
-}
-
 struct Entry {
     placeholder: Placeholder,
     value: SecretValue,
@@ -156,9 +110,18 @@ impl SecretSet {
         Ok(set)
     }
 
-    /// Adds secret `name` with a freshly minted placeholder.
+    /// Adds secret `name` with a freshly minted placeholder; `value` is checked as a
+    /// [`SecretValue`].
     pub fn insert(&mut self, name: &str, value: Vec<u8>) -> Result<(), SecretsError> {
-        let value = self.checked(name, value)?;
+        self.check_name(name)?;
+        let value = SecretValue::from_bytes(name, value)?;
+        self.insert_value(name, value)
+    }
+
+    /// Adds secret `name`, whose value is already checked (read from the credential store), with a
+    /// freshly minted placeholder.
+    pub fn insert_value(&mut self, name: &str, value: SecretValue) -> Result<(), SecretsError> {
+        self.check_name(name)?;
         let placeholder = loop {
             let p = Placeholder::mint()?;
             // 2^-256; checked anyway so two secrets can never share a placeholder.
@@ -181,7 +144,8 @@ impl SecretSet {
         placeholder: &str,
         value: Vec<u8>,
     ) -> Result<(), SecretsError> {
-        let value = self.checked(name, value)?;
+        self.check_name(name)?;
+        let value = SecretValue::from_bytes(name, value)?;
         if !Placeholder::is_well_formed(placeholder)
             || self
                 .entries
@@ -202,14 +166,14 @@ impl SecretSet {
         Ok(())
     }
 
-    fn checked(&self, name: &str, value: Vec<u8>) -> Result<SecretValue, SecretsError> {
+    fn check_name(&self, name: &str) -> Result<(), SecretsError> {
         if !is_valid_secret_name(name) {
             return Err(SecretsError::BadName(name.chars().take(200).collect()));
         }
         if self.entries.contains_key(name) {
             return Err(SecretsError::Duplicate(name.to_string()));
         }
-        SecretValue::new(name, value)
+        Ok(())
     }
 
     pub fn len(&self) -> usize {
@@ -383,15 +347,17 @@ mod tests {
             assert!(!text.contains("abc"), "the message leaks the value: {text}");
             assert!(!format!("{err:?}").contains("abc"));
         }
-        // TAB and non-ASCII bytes are fine.
-        SecretSet::mint([("T".to_string(), b"ab\tcd\xffefgh".to_vec())]).unwrap();
+        // TAB and non-ASCII text are fine; bytes that are not UTF-8 are not.
+        SecretSet::mint([("T".to_string(), "ab\tcd\u{e9}efgh".as_bytes().to_vec())]).unwrap();
+        let err = SecretSet::mint([("T".to_string(), b"ab\tcd\xffefgh".to_vec())]).unwrap_err();
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
     }
 
     #[test]
     fn short_values_bad_names_and_duplicates_are_refused() {
         let err = SecretSet::mint([("K".to_string(), b"1234567".to_vec())]).unwrap_err();
         assert!(
-            matches!(err, SecretsError::TooShort { min: 8, .. }),
+            matches!(err, SecretsError::InvalidValue(ref v) if v.problem.contains("shorter than 8")),
             "{err}"
         );
         assert!(!err.to_string().contains("1234567"));
@@ -465,19 +431,21 @@ mod tests {
             OsString::from("a\rbcdefghi"),
         )];
         let err = SecretSet::mint(values_from_env(["X"], env)).unwrap_err();
-        assert!(matches!(err, SecretsError::ForbiddenByte { .. }));
+        assert!(matches!(err, SecretsError::InvalidValue(_)));
     }
 
     #[cfg(unix)]
     #[test]
-    fn env_values_may_be_any_bytes() {
+    fn env_values_are_read_as_bytes_then_checked_as_text() {
         use std::os::unix::ffi::OsStringExt;
         let env = [(
             OsString::from("FENZI_SECRET_X"),
-            OsString::from_vec(b"\xff\xfe-binary-ok".to_vec()),
+            OsString::from_vec(b"\xff\xfe-binary-value".to_vec()),
         )];
         let got = values_from_env(["X"], env);
-        assert_eq!(got["X"], b"\xff\xfe-binary-ok");
+        assert_eq!(got["X"], b"\xff\xfe-binary-value");
+        let err = SecretSet::mint(got).unwrap_err();
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
     }
 
     #[test]

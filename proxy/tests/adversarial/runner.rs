@@ -6,7 +6,7 @@
 
 use super::cases::{self, Case, Via};
 use super::wire::{self, Seen};
-use super::world::{Answers, World};
+use super::world::{Answers, SECRETS, World};
 use fenzi_policy::audit::{self, AuditRecord, Head, Outcome};
 use fenzi_policy::host::split_authority;
 use fenzi_proxy::audit_writer::head_path;
@@ -32,7 +32,8 @@ pub fn testdata(file: &str) -> PathBuf {
         .join(file)
 }
 
-/// A compact view of a record: `decision METHOD host:port [path] [rpc] [tool] [-> reason]`.
+/// A compact view of a record: `decision METHOD host:port [path] [rpc] [tool] [-> reason]
+/// [secrets=A,B]`.
 pub fn summary(r: &AuditRecord) -> String {
     let decision = match r.decision {
         Outcome::Allowed => "allowed",
@@ -47,6 +48,10 @@ pub fn summary(r: &AuditRecord) -> String {
     if let Some(reason) = &r.reason {
         out.push_str(" -> ");
         out.push_str(reason);
+    }
+    if !r.secrets.is_empty() {
+        out.push_str(" secrets=");
+        out.push_str(&r.secrets.join(","));
     }
     out
 }
@@ -419,13 +424,18 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
 
 /// Runs every case of `file` and checks the log as a whole.
 pub async fn run_file(file: &str) -> Report {
-    let mut world = World::start().await;
+    let mut world = World::start(file).await;
     let path = testdata(file);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let text = text
+    let mut text = text
         .replace("${PROXY_PORT}", &world.proxy_addr.port().to_string())
         .replace("${PROXY}", &world.proxy_addr.to_string());
+    for (name, placeholder, value) in SECRETS {
+        text = text
+            .replace(&format!("${{PH:{name}}}"), placeholder)
+            .replace(&format!("${{VALUE:{name}}}"), value);
+    }
     let cases = cases::parse(file, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut report = Report {
         file: file.to_string(),
@@ -479,6 +489,20 @@ pub async fn run_file(file: &str) -> Report {
         Err(e) => report
             .failures
             .push(format!("{file}: the audit chain does not verify: {e}")),
+    }
+    // With secrets: the log names them, and holds no value or placeholder in any spelling the
+    // scanner knows (exact, either case, the random part alone).
+    if world.secrets {
+        let lower = lower(&bytes);
+        for (name, placeholder, value) in SECRETS {
+            for text in [value, placeholder, &placeholder[9..]] {
+                if contains(&lower, text.as_bytes()) {
+                    report.failures.push(format!(
+                        "{file}: the audit log holds a value or placeholder of {name}"
+                    ));
+                }
+            }
+        }
     }
     report
 }

@@ -1,4 +1,5 @@
-//! The world an adversarial suite runs in: a live `fenzi_proxy::Proxy` on loopback with one policy,
+//! The world an adversarial suite runs in: a live `fenzi_proxy::Proxy` on loopback with one policy
+//! (plus a `token: true` server, two bound secrets and their values for `secrets.cases`),
 //! upstream servers that record every byte they receive (before and after TLS), a network seam that
 //! resolves test names (per case, even differently from one lookup to the next) and routes public test
 //! addresses to those servers, sending every other dial to a trap that records it too, and an audit
@@ -10,6 +11,7 @@ use fenzi_policy::engine::Policy;
 use fenzi_policy::mcp::JsonLimits;
 use fenzi_proxy::audit_sink::BoxFuture;
 use fenzi_proxy::audit_writer::{AuditEntry, AuditWriter};
+use fenzi_proxy::secrets::SecretSet;
 use fenzi_proxy::{AuditSink, Body, Network, Proxy, ProxyOptions};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -63,6 +65,45 @@ mcp:
     tools:
       allow: [echo]
 "#;
+
+/// What `secrets.cases` adds to [`POLICY`]: a `token: true` MCP server and two secrets bound to
+/// their own hosts (one allowed in bodies). Only that file's world has secrets.
+pub const SECRETS_POLICY: &str = r#"  tracker:
+    url: https://tracker.test/mcp
+    token: true
+    tools:
+      allow: [echo]
+secrets:
+  API_KEY:
+    hosts: [api.test]
+  BODY_KEY:
+    hosts: [body.test]
+    body: true
+"#;
+
+/// The case file whose world has secrets.
+pub const SECRETS_FILE: &str = "secrets.cases";
+
+/// The secrets of that world: name, placeholder, value. The placeholders are fixed (through
+/// `SecretSet::insert_with_placeholder`) so that case files can spell them every way an attacker
+/// would; case files write `${PH:NAME}` and `${VALUE:NAME}`.
+pub const SECRETS: [(&str, &str, &str); 3] = [
+    (
+        "API_KEY",
+        "fenzi_ph_Adv3rsarialApiKeyPlaceholder-0123456_xyz",
+        "sk-adv-API-0123456789abcdef",
+    ),
+    (
+        "BODY_KEY",
+        "fenzi_ph_Adv3rsarialBodyKeyPlaceholder-012345_xyz",
+        "bk-adv-BODY-0123456789",
+    ),
+    (
+        "MCP_TRACKER",
+        "fenzi_ph_Adv3rsarialTrackerPlaceholder-012345_xyz",
+        "trk-adv-0123456789abcdef",
+    ),
+];
 
 /// Inspected bodies are limited to this many bytes in the suites (small, so cases stay small).
 pub const MAX_BYTES: usize = 64 * 1024;
@@ -188,10 +229,34 @@ enum Answer {
     Mcp,
     /// `200 web` for everything.
     Web,
+    /// `200` with the request as it arrived (request line, headers, body) as text, so a value the
+    /// proxy wrote into it comes back; `/gzip` answers the same with `Content-Encoding: gzip`.
+    Echo,
 }
 
-fn answer(kind: Answer, method: &http::Method, body: &[u8]) -> Response<Body> {
+fn echo(parts: &http::request::Parts, body: &[u8]) -> Response<Body> {
+    let mut text = format!("{} {}\n", parts.method, parts.uri).into_bytes();
+    for (name, value) in &parts.headers {
+        text.extend_from_slice(format!("{name}: ").as_bytes());
+        text.extend_from_slice(value.as_bytes());
+        text.push(b'\n');
+    }
+    text.push(b'\n');
+    text.extend_from_slice(body);
+    let mut response = reply(200, "text/plain", text);
+    if parts.uri.path() == "/gzip" {
+        response.headers_mut().insert(
+            http::header::CONTENT_ENCODING,
+            http::HeaderValue::from_static("gzip"),
+        );
+    }
+    response
+}
+
+fn answer(kind: Answer, parts: &http::request::Parts, body: &[u8]) -> Response<Body> {
+    let method = &parts.method;
     match kind {
+        Answer::Echo => echo(parts, body),
         Answer::Web => reply(200, "text/plain", "web"),
         Answer::Mcp if method == http::Method::GET => {
             reply(200, "text/event-stream", "data: {}\n\n")
@@ -237,7 +302,7 @@ async fn http_upstream(
                         .await
                         .map(|c| c.to_bytes())
                         .unwrap_or_default();
-                    Ok::<_, Infallible>(answer(kind, &parts.method, &body))
+                    Ok::<_, Infallible>(answer(kind, &parts, &body))
                 });
                 let raw = Tap::new(stream, rec.clone(), Layer::Raw);
                 let builder = hyper::server::conn::http1::Builder::new();
@@ -442,7 +507,10 @@ pub struct World {
     pub network: Arc<WorldNetwork>,
     pub sink: Arc<CountingSink>,
     pub log: PathBuf,
-    /// Upstreams by the names case files use: `mcp`, `plainmcp`, `web`, `echo`, `trap`.
+    /// Whether this world's proxy has [`SECRETS`].
+    pub secrets: bool,
+    /// Upstreams by the names case files use: `mcp`, `plainmcp`, `web`, `echo`, `trap`, and the
+    /// echoing `api`, `body` and `tracker` that only `secrets.cases` reaches.
     pub upstreams: BTreeMap<&'static str, Arc<Recorder>>,
     stop: Option<oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
@@ -457,10 +525,17 @@ fn sa(text: &str) -> SocketAddr {
 }
 
 impl World {
-    pub async fn start() -> World {
+    /// The world for case file `file`: [`POLICY`] for every file, plus [`SECRETS_POLICY`] and the
+    /// [`SECRETS`] for [`SECRETS_FILE`].
+    pub async fn start(file: &str) -> World {
+        let with_secrets = file == SECRETS_FILE;
         let pki = UpstreamPki::new();
         let mcp_tls = pki.server_config(&["mcp.test", "93.184.216.50", "mcp-proxy.anthropic.com"]);
         let (mcp_addr, mcp) = http_upstream(Some(mcp_tls), Answer::Mcp).await;
+        let secret_tls = pki.server_config(&["api.test", "body.test", "tracker.test"]);
+        let (api_addr, api) = http_upstream(Some(secret_tls.clone()), Answer::Echo).await;
+        let (body_addr, body) = http_upstream(Some(secret_tls.clone()), Answer::Echo).await;
+        let (tracker_addr, tracker) = http_upstream(Some(secret_tls), Answer::Echo).await;
         let (plainmcp_addr, plainmcp) = http_upstream(None, Answer::Mcp).await;
         let (web_addr, web) = http_upstream(None, Answer::Web).await;
         let (echo_addr, echo) = raw_upstream(false).await;
@@ -476,6 +551,9 @@ impl World {
             ("mcp-proxy.anthropic.com", "93.184.216.11"),
             ("plain-mcp.test", "93.184.216.20"),
             ("web.test", "93.184.216.30"),
+            ("api.test", "93.184.216.70"),
+            ("body.test", "93.184.216.71"),
+            ("tracker.test", "93.184.216.72"),
         ]
         .into_iter()
         .map(|(n, a)| (n.to_string(), vec![ip(a)]))
@@ -496,6 +574,9 @@ impl World {
             ("93.184.216.60:80", web_addr),
             ("93.184.216.99:443", closed),
             ("93.184.216.99:80", closed),
+            ("93.184.216.70:443", api_addr),
+            ("93.184.216.71:443", body_addr),
+            ("93.184.216.72:443", tracker_addr),
         ]
         .into_iter()
         .map(|(from, to)| (sa(from), to))
@@ -516,7 +597,12 @@ impl World {
             count: AtomicUsize::new(0),
         });
 
-        let config = config::load(None, Some((POLICY, "adversarial.yaml")))
+        let text = if with_secrets {
+            format!("{POLICY}{SECRETS_POLICY}")
+        } else {
+            POLICY.to_string()
+        };
+        let config = config::load(None, Some((&text, "adversarial.yaml")))
             .unwrap_or_else(|e| panic!("the adversarial policy is invalid:\n{e}"));
         let limits = JsonLimits {
             max_bytes: MAX_BYTES,
@@ -536,7 +622,19 @@ impl World {
             drain_timeout: secs(2),
             ..ProxyOptions::default()
         };
-        let proxy = Proxy::with_network(policy, sink.clone(), options, network.clone()).unwrap();
+        let mut set = SecretSet::new();
+        if with_secrets {
+            for (name, placeholder, value) in SECRETS {
+                set.insert_with_placeholder(name, placeholder, value.as_bytes().to_vec())
+                    .unwrap();
+            }
+        }
+        let proxy = Proxy::builder(policy, sink.clone())
+            .options(options)
+            .network(network.clone())
+            .secrets(set)
+            .build()
+            .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let proxy_addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -555,6 +653,9 @@ impl World {
             ("web", web),
             ("echo", echo),
             ("trap", trap),
+            ("api", api),
+            ("body", body),
+            ("tracker", tracker),
         ]);
         World {
             proxy_addr,
@@ -562,6 +663,7 @@ impl World {
             network,
             sink,
             log,
+            secrets: with_secrets,
             upstreams,
             stop: Some(stop),
             _dir: dir,

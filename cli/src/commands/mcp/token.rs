@@ -9,9 +9,11 @@
 //!
 //! The value is read without echo from the terminal when stdin is one (`rpassword`: it restores
 //! the terminal on Ctrl-C and handles backspace, which a hand-rolled termios loop would have to
-//! redo), else as one line from stdin: the line's final `\n` is dropped, and a value holding CR,
-//! LF or NUL (a second line included) is refused. The value goes to the store only: never to a
-//! file, never to the output, which names the secret.
+//! redo), else as one line from stdin: the line's final `\n` is dropped. The value must pass the
+//! checks of [`SecretValue`] that the proxy applies when it starts (UTF-8, 8 bytes to 16 KiB, no
+//! CR, LF, NUL or other control character but TAB; a second line is refused), so a stored value
+//! never stops a session later. The value goes to the store only: never to a file, never to the
+//! output, which names the secret.
 
 use super::files::{FileArgs, Files};
 use anyhow::{Context, Result, anyhow, bail};
@@ -170,7 +172,8 @@ fn read_value(target: &Target) -> Result<SecretValue> {
             }
         }
     };
-    Ok(SecretValue::new(&target.secret, raw)?)
+    // The proxy's own checks: a value stored here can never later stop it from starting.
+    SecretValue::new(&target.secret, raw).map_err(|e| anyhow!("{e}; nothing was stored"))
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {

@@ -67,6 +67,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
+    // Before the runtime: the credential store's calls block.
+    let secrets = session::load_secrets(&policy)?;
+    // The sandbox gets the placeholders, never the values.
+    let placeholders: Vec<(String, String)> = secrets
+        .set
+        .iter()
+        .map(|(name, placeholder, _)| (name.to_string(), placeholder.as_str().to_string()))
+        .collect();
     // Defence in depth: other processes of this user cannot read the CA key or secrets from us.
     sandbox::make_process_undumpable().context("cannot make fenzi's own process non-dumpable")?;
 
@@ -78,9 +86,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let secrets_status = secrets.summary();
+    if let Some(missing) = secrets.missing_line() {
+        eprintln!("fenzi run: {missing}");
+    }
     let proxy = {
         let _enter = runtime.enter();
-        Proxy::new(policy.clone(), Arc::new(writer), options).context("cannot start the proxy")?
+        Proxy::builder(policy.clone(), Arc::new(writer))
+            .options(options)
+            .secrets(secrets.set)
+            .build()
+            .context("cannot start the proxy")?
     };
     let ca_path = session::write_ca(&session_dir, proxy.ca_pem())?;
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
@@ -100,7 +116,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 proxy_url,
                 ca_cert_path: &ca_path,
                 ca_bundle_path: &bundle_path,
-                placeholders: &[],
+                placeholders: &placeholders,
                 secret_names: &secret_names(&policy),
             },
             std::env::vars_os(),
@@ -121,6 +137,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         print_status(
             &config,
             &policy,
+            &secrets_status,
             &session,
             &audit_path,
             &format!("{addr} (NO ISOLATION)"),
@@ -140,6 +157,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         print_status(
             &config,
             &policy,
+            &secrets_status,
             &session,
             &audit_path,
             &format!(
@@ -280,7 +298,14 @@ fn secret_names(policy: &Policy) -> Vec<String> {
 }
 
 /// One line per concern, on stderr so the command's own output stays clean.
-fn print_status(config: &Config, policy: &Policy, session: &str, audit: &Path, proxy_addr: &str) {
+fn print_status(
+    config: &Config,
+    policy: &Policy,
+    secrets_status: &str,
+    session: &str,
+    audit: &Path,
+    proxy_addr: &str,
+) {
     let paint = |label: &str| {
         if output::colour_enabled_for_stderr() {
             format!("\x1b[1m{label:>7}\x1b[0m")
@@ -321,15 +346,16 @@ fn print_status(config: &Config, policy: &Policy, session: &str, audit: &Path, p
             format!("{} → {}", s.name, hosts.join(" "))
         })
         .collect();
-    eprintln!(
-        "{} {}",
-        paint("secrets"),
-        if secrets.is_empty() {
-            "none".into()
-        } else {
+    if secrets.is_empty() {
+        eprintln!("{} none", paint("secrets"));
+    } else {
+        // Names and hosts only; which have a value, and from where, follows.
+        eprintln!(
+            "{} {}; {secrets_status}",
+            paint("secrets"),
             secrets.join(", ")
-        }
-    );
+        );
+    }
     eprintln!(
         "{} {} (session {session}; `fenzi log --session {session}`)",
         paint("audit"),
