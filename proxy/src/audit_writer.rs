@@ -1,22 +1,29 @@
 //! The audit log writer: appends hash-chained records (DESIGN.md §5) to one JSON Lines file and keeps
 //! the head file beside it.
 //!
-//! One dedicated thread owns the file; callers hand it entries over a channel and wait for a per-record
-//! acknowledgement, which comes only after the record's line has been written with write(2). So a
+//! Writing happens in the caller. [`AuditWriter::record`] takes one lock, assigns the sequence number,
+//! serialises the record with its `prev` hash and writes the line with write(2) before it returns. So a
 //! request is never forwarded before its record is in the file, sequence numbers follow file order, and
-//! a failed write is seen by exactly the caller that must deny. A plain thread (not a tokio task) because
-//! every step is blocking file I/O and `open` may run before any runtime exists.
+//! a failed write is seen by exactly the caller that must deny. The write is done inline, not through
+//! `spawn_blocking` or another thread: one write(2) of one line into the page cache takes microseconds,
+//! and handing it to a thread and back cost more than the write itself (two cross-thread wake-ups per
+//! record, see docs/benchmarks.md). `record` stays `async` for its callers; it never yields.
 //!
-//! Durability is batched: the thread calls fdatasync at most [`SYNC_INTERVAL`] after the first unsynced
-//! record, or as soon as [`SYNC_RECORDS`] are unsynced, and after each fdatasync rewrites
-//! `<log>.head` atomically (temp file, fsync, rename). The head therefore never names a record that is
-//! not durable, and may lag the log by one batch, which `fenzi_policy::audit::verify` allows.
+//! Durability is batched and off the acknowledgement path: a background thread (`fenzi-audit-sync`,
+//! a plain thread because every step is blocking file I/O and `open` may run before any runtime
+//! exists) calls fdatasync on a duplicate of the log's descriptor at most [`SYNC_INTERVAL`] after the
+//! first unsynced record, or as soon as [`SYNC_RECORDS`] are unsynced, and then rewrites `<log>.head`
+//! atomically (temp file, fsync, rename). Before each fdatasync it takes the (seq, hash) of the last
+//! line written, under the same lock as the writers, and that is what the head names: every line up
+//! to it was written before the fdatasync began, so the head never names a record that is not
+//! durable. The head may lag the log by one batch, which `fenzi_policy::audit::verify` allows.
 //!
 //! Fail closed: after any write, sync or head failure every later record and flush fails too, naming the
 //! first failure. Nothing is dropped silently.
 //!
 //! An existing log is continued only when it verifies against its head; the file is locked (flock) so
-//! two processes cannot interleave records in one chain.
+//! two processes cannot interleave records in one chain. The lock is held until the last handle is
+//! dropped and the sync thread has made the log durable one last time.
 
 use fenzi_policy::Reason;
 use fenzi_policy::audit::{self, AuditRecord, GENESIS, Head, Outcome};
@@ -24,8 +31,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
@@ -171,27 +177,59 @@ pub fn head_path(log: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-enum Msg {
-    Record(Box<AuditEntry>, oneshot::Sender<Result<u64, AuditError>>),
-    Flush(oneshot::Sender<Result<(), AuditError>>),
-}
-
-/// Handle to the audit log. Cheap to clone; the writer thread stops (after a final sync) when the last
-/// handle is dropped.
+/// Handle to the audit log. Cheap to clone; when the last handle is dropped the sync thread makes the
+/// log durable one last time, rewrites the head and closes the file (releasing its lock).
 #[derive(Clone)]
 pub struct AuditWriter {
-    inner: Arc<Inner>,
+    inner: Arc<Handles>,
 }
 
-struct Inner {
-    tx: mpsc::Sender<Msg>,
+/// Shared by the handles only (not by the sync thread), so that dropping it means the last handle is
+/// gone.
+struct Handles {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        self.shared.lock_anyway().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Shared by the handles and the sync thread.
+struct Shared {
     path: PathBuf,
+    state: Mutex<State>,
+    /// Wakes the sync thread: the first unsynced record of a batch, a full batch, a flush, or the last
+    /// handle gone. Not signalled for every record, so recording wakes no other thread.
+    wake: Condvar,
+}
+
+/// The chain's tail and the sync bookkeeping, all under one lock so that seq order is file order and
+/// the sync thread's snapshot is always of a line already written.
+struct State {
+    /// Opened with O_APPEND; the sync thread has a duplicate of this descriptor.
+    file: File,
+    session: String,
+    next_seq: u64,
+    /// Hash of the last line written (`prev` of the next record).
+    prev: String,
+    /// Records written since the sync thread's last snapshot.
+    unsynced: usize,
+    first_unsynced: Option<Instant>,
+    /// Callers of `flush` waiting for the next sync.
+    flushes: Vec<oneshot::Sender<Result<(), AuditError>>>,
+    /// The last handle is gone: sync once more and stop.
+    closed: bool,
+    /// The first failure; once set, everything fails.
+    failed: Option<Arc<AuditError>>,
 }
 
 impl std::fmt::Debug for AuditWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditWriter")
-            .field("path", &self.inner.path)
+            .field("path", &self.inner.shared.path)
             .finish()
     }
 }
@@ -213,20 +251,18 @@ impl AuditWriter {
                     source: Arc::new(e),
                 })?;
         }
+        let open_error = |e: io::Error| AuditError::Open {
+            path: path.clone(),
+            source: Arc::new(e),
+        };
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| AuditError::Open {
-                path: path.clone(),
-                source: Arc::new(e),
-            })?;
-        let meta = file.metadata().map_err(|e| AuditError::Open {
-            path: path.clone(),
-            source: Arc::new(e),
-        })?;
+            .map_err(open_error)?;
+        let meta = file.metadata().map_err(open_error)?;
         if !meta.is_file() {
             return Err(AuditError::NotAFile { path });
         }
@@ -235,10 +271,7 @@ impl AuditWriter {
                 if e == rustix::io::Errno::WOULDBLOCK {
                     AuditError::Locked { path: path.clone() }
                 } else {
-                    AuditError::Open {
-                        path: path.clone(),
-                        source: Arc::new(e.into()),
-                    }
+                    open_error(e.into())
                 }
             },
         )?;
@@ -257,66 +290,153 @@ impl AuditWriter {
                 source: Arc::new(e),
             })?;
         }
+        // Same open file description (and so the same lock): fdatasync through it syncs the log.
+        let sync_file = file.try_clone().map_err(open_error)?;
 
-        let (tx, rx) = mpsc::channel();
-        let writer = Writer {
-            head: head_path(&path),
-            head_tmp: {
-                let mut s = head_path(&path).into_os_string();
-                s.push(".tmp");
-                PathBuf::from(s)
-            },
-            path: path.clone(),
-            file,
-            session: session.to_string(),
-            next_seq,
-            prev,
-            unsynced: 0,
-            first_unsynced: None,
-            failed: None,
-            head_exists: head_path(&path).exists(),
+        let head = head_path(&path);
+        let mut head_tmp = head.clone().into_os_string();
+        head_tmp.push(".tmp");
+        let shared = Arc::new(Shared {
+            path,
+            state: Mutex::new(State {
+                file,
+                session: session.to_string(),
+                next_seq,
+                prev,
+                unsynced: 0,
+                first_unsynced: None,
+                flushes: Vec::new(),
+                closed: false,
+                failed: None,
+            }),
+            wake: Condvar::new(),
+        });
+        let syncer = Syncer {
+            shared: shared.clone(),
+            file: sync_file,
+            head_exists: head.exists(),
+            head,
+            head_tmp: PathBuf::from(head_tmp),
+            synced_seq: next_seq - 1,
         };
         std::thread::Builder::new()
             .name("fenzi-audit".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || syncer.run())
             .map_err(|e| AuditError::Spawn {
                 source: Arc::new(e),
             })?;
         Ok(AuditWriter {
-            inner: Arc::new(Inner { tx, path }),
+            inner: Arc::new(Handles { shared }),
         })
     }
 
     /// The log's path.
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.inner.shared.path
     }
 
     /// Appends one record and returns its sequence number once its line has been written (write(2)
-    /// completed; fsync follows within [`SYNC_INTERVAL`]). On `Err` the caller must deny the request
-    /// with `audit_unavailable` and forward nothing.
+    /// completed; fdatasync follows within [`SYNC_INTERVAL`]). On `Err` the caller must deny the
+    /// request with `audit_unavailable` and forward nothing.
+    ///
+    /// Runs to completion without yielding: the write is done inline under the log's lock (see the
+    /// module documentation for why).
     pub async fn record(&self, entry: AuditEntry) -> Result<u64, AuditError> {
-        let (ack, done) = oneshot::channel();
-        self.inner
-            .tx
-            .send(Msg::Record(Box::new(entry), ack))
-            .map_err(|_| self.closed())?;
-        done.await.map_err(|_| self.closed())?
+        self.inner.shared.append(entry)
     }
 
     /// Makes every record written so far durable and rewrites the head file now (used at shutdown).
     pub async fn flush(&self) -> Result<(), AuditError> {
+        let done = self.inner.shared.request_flush()?;
+        done.await.map_err(|_| self.inner.shared.closed())?
+    }
+}
+
+impl Shared {
+    /// A poisoned lock means a thread panicked mid-update: the chain's tail cannot be trusted.
+    fn lock(&self) -> Result<MutexGuard<'_, State>, AuditError> {
+        self.state.lock().map_err(|_| self.closed())
+    }
+
+    /// For shutting down and recording failures, which must happen even after a panic.
+    fn lock_anyway(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes one record's line: seq, `prev`, serialisation and write(2) all under the lock.
+    fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
+        let mut st = self.lock()?;
+        if let Some(first) = &st.failed {
+            return Err(self.unavailable(first.clone()));
+        }
+        let st = &mut *st;
+        let seq = st.next_seq;
+        let record = entry.into_record(
+            audit::format_timestamp(now_ms()),
+            seq,
+            &st.session,
+            std::mem::take(&mut st.prev),
+        );
+        let mut line = audit::to_line(&record);
+        let hash = audit::line_hash(line.as_bytes());
+        line.push('\n');
+        if let Err(e) = st.file.write_all(line.as_bytes()) {
+            // `prev` is gone, and a partial line may be in the file: nothing may follow it.
+            return Err(self.fail(
+                st,
+                AuditError::Write {
+                    path: self.path.clone(),
+                    source: Arc::new(e),
+                },
+            ));
+        }
+        st.prev = hash;
+        st.next_seq += 1;
+        st.unsynced += 1;
+        let wake = if st.first_unsynced.is_none() {
+            st.first_unsynced = Some(Instant::now());
+            true
+        } else {
+            st.unsynced == SYNC_RECORDS
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(seq)
+    }
+
+    /// Queues a flush for the sync thread; the receiver gets the result of the sync that covers every
+    /// record written before this call.
+    fn request_flush(&self) -> Result<oneshot::Receiver<Result<(), AuditError>>, AuditError> {
+        let mut st = self.lock()?;
+        if let Some(first) = &st.failed {
+            return Err(self.unavailable(first.clone()));
+        }
         let (ack, done) = oneshot::channel();
-        self.inner
-            .tx
-            .send(Msg::Flush(ack))
-            .map_err(|_| self.closed())?;
-        done.await.map_err(|_| self.closed())?
+        st.flushes.push(ack);
+        self.wake.notify_one();
+        Ok(done)
+    }
+
+    /// Records the first failure and returns `err`; from now on everything fails.
+    fn fail(&self, st: &mut State, err: AuditError) -> AuditError {
+        st.failed.get_or_insert_with(|| Arc::new(err.clone()));
+        // Nothing more will be synced.
+        st.unsynced = 0;
+        st.first_unsynced = None;
+        err
+    }
+
+    fn unavailable(&self, first: Arc<AuditError>) -> AuditError {
+        AuditError::Unavailable {
+            path: self.path.clone(),
+            first,
+        }
     }
 
     fn closed(&self) -> AuditError {
         AuditError::Closed {
-            path: self.inner.path.clone(),
+            path: self.path.clone(),
         }
     }
 }
@@ -385,156 +505,127 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The state owned by the writer thread.
-struct Writer {
-    path: PathBuf,
+/// The background thread that makes written lines durable and keeps the head file.
+struct Syncer {
+    shared: Arc<Shared>,
+    /// A duplicate of the writers' descriptor.
+    file: File,
     head: PathBuf,
     head_tmp: PathBuf,
-    file: File,
-    session: String,
-    next_seq: u64,
-    prev: String,
-    unsynced: usize,
-    first_unsynced: Option<Instant>,
-    /// The first failure; once set, everything fails.
-    failed: Option<Arc<AuditError>>,
     head_exists: bool,
+    /// The last seq known durable (and named by the head, once there is one).
+    synced_seq: u64,
 }
 
-impl Writer {
-    fn run(mut self, rx: mpsc::Receiver<Msg>) {
+/// What one wake-up of the sync thread must do.
+struct Job {
+    /// The head to make true (`None`: nothing new since the last sync), or the earlier failure.
+    target: Result<Option<Head>, AuditError>,
+    flushes: Vec<oneshot::Sender<Result<(), AuditError>>>,
+    last: bool,
+}
+
+/// Runs when the sync thread ends, however it ends: later records and flushes must fail rather than
+/// go unsynced, and no flush may wait forever.
+struct Stopped(Arc<Shared>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let mut st = self.0.lock_anyway();
+        let closed = self.0.closed();
+        st.failed.get_or_insert_with(|| Arc::new(closed));
+        st.flushes.clear();
+    }
+}
+
+impl Syncer {
+    fn run(mut self) {
+        let _stopped = Stopped(self.shared.clone());
         loop {
-            // A steady stream of records must not postpone the sync past its deadline.
-            if self
-                .first_unsynced
-                .is_some_and(|t0| t0.elapsed() >= SYNC_INTERVAL)
-            {
-                let _ = self.sync();
-            }
-            let first = match self.first_unsynced {
-                Some(t0) => {
-                    let wait = (t0 + SYNC_INTERVAL).saturating_duration_since(Instant::now());
-                    match rx.recv_timeout(wait) {
-                        Ok(m) => m,
-                        Err(RecvTimeoutError::Timeout) => {
-                            let _ = self.sync();
-                            continue;
-                        }
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-                None => match rx.recv() {
-                    Ok(m) => m,
-                    Err(_) => break,
-                },
+            let job = self.next_job();
+            let result = match job.target {
+                Err(e) => Err(e),
+                Ok(None) => Ok(()),
+                Ok(Some(head)) => self.sync(head),
             };
-            // Take whatever else is queued, so a burst becomes one write(2).
-            let mut batch = vec![first];
-            while batch.len() < SYNC_RECORDS {
-                match rx.try_recv() {
-                    Ok(m) => batch.push(m),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
+            for ack in job.flushes {
+                // A caller that went away needs no answer.
+                let _ = ack.send(result.clone());
             }
-            self.handle(batch);
-        }
-        // Every handle is gone: make what was written durable.
-        let _ = self.sync();
-    }
-
-    fn handle(&mut self, batch: Vec<Msg>) {
-        let mut buf = String::new();
-        let mut acks = Vec::new();
-        for msg in batch {
-            match msg {
-                Msg::Record(entry, ack) => {
-                    let seq = self.next_seq;
-                    let record = (*entry).into_record(
-                        audit::format_timestamp(now_ms()),
-                        seq,
-                        &self.session,
-                        std::mem::take(&mut self.prev),
-                    );
-                    let line = audit::to_line(&record);
-                    self.prev = audit::line_hash(line.as_bytes());
-                    self.next_seq += 1;
-                    buf.push_str(&line);
-                    buf.push('\n');
-                    acks.push((seq, ack));
-                }
-                Msg::Flush(ack) => {
-                    self.write(&mut buf, &mut acks);
-                    let _ = ack.send(self.sync());
-                }
+            if job.last {
+                return;
             }
         }
-        self.write(&mut buf, &mut acks);
     }
 
-    /// Writes the pending lines in one go and answers their callers.
-    fn write(
-        &mut self,
-        buf: &mut String,
-        acks: &mut Vec<(u64, oneshot::Sender<Result<u64, AuditError>>)>,
-    ) {
-        if acks.is_empty() {
-            return;
+    /// Waits until a sync is due, then takes the snapshot to sync to.
+    fn next_job(&self) -> Job {
+        let shared = &*self.shared;
+        let mut st = shared.lock_anyway();
+        loop {
+            if st.closed || !st.flushes.is_empty() {
+                break;
+            }
+            match st.first_unsynced {
+                Some(t0) if st.failed.is_none() => {
+                    let due = t0 + SYNC_INTERVAL;
+                    let now = Instant::now();
+                    if st.unsynced >= SYNC_RECORDS || now >= due {
+                        break;
+                    }
+                    st = shared
+                        .wake
+                        .wait_timeout(st, due - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                _ => st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner()),
+            }
         }
-        let result = match &self.failed {
-            Some(first) => Err(self.unavailable(first.clone())),
-            None => match self.file.write_all(buf.as_bytes()) {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.fail(AuditError::Write {
-                    path: self.path.clone(),
-                    source: Arc::new(e),
-                })),
-            },
+        let flushes = std::mem::take(&mut st.flushes);
+        let last = st.closed;
+        let target = match &st.failed {
+            Some(first) => Err(shared.unavailable(first.clone())),
+            None => {
+                // Every line up to this one has been written: the fdatasync that follows covers it.
+                st.unsynced = 0;
+                st.first_unsynced = None;
+                let seq = st.next_seq - 1;
+                Ok((seq != self.synced_seq).then(|| Head {
+                    seq,
+                    hash: st.prev.clone(),
+                }))
+            }
         };
-        buf.clear();
-        let n = acks.len();
-        for (seq, ack) in acks.drain(..) {
-            // A caller that went away still has its record in the log; nothing to undo.
-            let _ = ack.send(result.clone().map(|()| seq));
-        }
-        if result.is_ok() {
-            self.unsynced += n;
-            self.first_unsynced.get_or_insert_with(Instant::now);
-            if self.unsynced >= SYNC_RECORDS {
-                let _ = self.sync();
-            }
+        Job {
+            target,
+            flushes,
+            last,
         }
     }
 
-    /// fdatasync, then rewrite the head to name the last durable record.
-    fn sync(&mut self) -> Result<(), AuditError> {
-        if let Some(first) = &self.failed {
-            return Err(self.unavailable(first.clone()));
-        }
-        if self.unsynced == 0 {
-            return Ok(());
-        }
-        if let Err(e) = self.file.sync_data() {
-            return Err(self.fail(AuditError::Sync {
-                path: self.path.clone(),
+    /// fdatasync, then rewrite the head to name `head`, the last line written before the fdatasync.
+    fn sync(&mut self, head: Head) -> Result<(), AuditError> {
+        let result = match self.file.sync_data() {
+            Err(e) => Err(AuditError::Sync {
+                path: self.shared.path.clone(),
                 source: Arc::new(e),
-            }));
-        }
-        if let Err(e) = self.write_head() {
-            return Err(self.fail(AuditError::Head {
+            }),
+            Ok(()) => self.write_head(&head).map_err(|e| AuditError::Head {
                 path: self.head.clone(),
                 source: Arc::new(e),
-            }));
+            }),
+        };
+        match result {
+            Ok(()) => {
+                self.synced_seq = head.seq;
+                Ok(())
+            }
+            Err(e) => Err(self.shared.fail(&mut self.shared.lock_anyway(), e)),
         }
-        self.unsynced = 0;
-        self.first_unsynced = None;
-        Ok(())
     }
 
-    fn write_head(&mut self) -> io::Result<()> {
-        let head = Head {
-            seq: self.next_seq - 1,
-            hash: self.prev.clone(),
-        };
+    fn write_head(&mut self, head: &Head) -> io::Result<()> {
         let mut tmp = OpenOptions::new()
             .write(true)
             .create(true)
@@ -551,21 +642,5 @@ impl Writer {
             self.head_exists = true;
         }
         Ok(())
-    }
-
-    /// Records the first failure and returns it; from now on everything fails.
-    fn fail(&mut self, err: AuditError) -> AuditError {
-        self.failed = Some(Arc::new(err.clone()));
-        // Nothing more will be synced; without this the loop would wake at once, forever.
-        self.unsynced = 0;
-        self.first_unsynced = None;
-        err
-    }
-
-    fn unavailable(&self, first: Arc<AuditError>) -> AuditError {
-        AuditError::Unavailable {
-            path: self.path.clone(),
-            first,
-        }
     }
 }

@@ -358,3 +358,147 @@ async fn a_head_that_is_not_a_file_refuses_open() {
     assert!(matches!(err, AuditError::Read { .. }), "{err}");
     assert!(err.to_string().contains("a.jsonl.head"), "{err}");
 }
+
+#[tokio::test]
+async fn dropping_the_last_handle_makes_the_log_durable_and_names_it_in_the_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    let w2 = w.clone();
+    for _ in 0..3 {
+        w.record(entry("echo")).await.unwrap();
+    }
+    drop(w);
+    // Another handle is still alive: the writer keeps the file (and its lock).
+    assert!(matches!(
+        AuditWriter::open(&path, "other"),
+        Err(AuditError::Locked { .. })
+    ));
+    assert_eq!(w2.record(entry("add")).await.unwrap(), 4);
+    drop(w2);
+    // No flush: the last drop alone syncs, writes the head and lets go of the file.
+    let w = reopen(&path, "s2").unwrap();
+    assert_eq!(read_head(&path).seq, 4);
+    assert_eq!(verify(&path).unwrap().records, 4);
+    assert_eq!(w.record(entry("echo")).await.unwrap(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flush_covers_every_record_written_before_it_while_others_keep_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let w = w.clone();
+        let path = path.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                let seq = w.record(entry(&format!("t{t}_{i}"))).await.unwrap();
+                w.flush().await.unwrap();
+                let head = read_head(&path).seq;
+                assert!(
+                    head >= seq,
+                    "flush returned with head {head} before seq {seq}"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(read_head(&path).seq, 160);
+    assert_eq!(verify(&path).unwrap().records, 160);
+}
+
+#[test]
+fn the_head_never_names_a_line_that_is_not_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|t| {
+            let w = w.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    rt.block_on(w.record(entry(&format!("t{t}_{n}")))).unwrap();
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    // Read the head, then the log: whatever the head names must already be in the log, with that hash.
+    let start = Instant::now();
+    let mut checked = 0;
+    let mut highest = 0;
+    while start.elapsed() < Duration::from_millis(500) || checked < 20 {
+        let Ok(text) = std::fs::read_to_string(head_path(&path)) else {
+            continue;
+        };
+        let head = Head::parse(&text).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        // A line still being written may be cut short; the head never names it anyway.
+        let complete = &bytes[..bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)];
+        let lines: Vec<&[u8]> = complete
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        if let Err(e) = audit::verify(lines, Some(&head)) {
+            panic!("head {head:?} against a log of {} bytes: {e}", bytes.len());
+        }
+        assert!(head.seq >= highest, "the head went backwards");
+        highest = head.seq;
+        checked += 1;
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "head never written"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in writers {
+        t.join().unwrap();
+    }
+    assert!(highest > 0);
+}
+
+#[tokio::test]
+async fn a_failed_background_sync_fails_later_records_without_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    std::fs::create_dir(head_path(&path)).unwrap();
+    std::fs::write(head_path(&path).join("x"), "occupied").unwrap();
+    // Records succeed until the background sync has failed to replace the head; then they all fail.
+    let start = Instant::now();
+    let mut written = 0;
+    let err = loop {
+        match w.record(entry("echo")).await {
+            Ok(seq) => {
+                written += 1;
+                assert_eq!(seq, written);
+            }
+            Err(e) => break e,
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the sync failure never reached the writers"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    match &err {
+        AuditError::Unavailable { first, .. } => {
+            assert!(matches!(**first, AuditError::Head { .. }), "{err}")
+        }
+        other => panic!("expected Unavailable, got {other}"),
+    }
+    assert!(w.record(entry("echo")).await.is_err());
+    let flush = w.flush().await.unwrap_err();
+    assert!(flush.to_string().contains(".head"), "{flush}");
+    assert_eq!(read_lines(&path).len() as u64, written);
+}

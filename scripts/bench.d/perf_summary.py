@@ -23,8 +23,8 @@ import sys
 BUCKETS = [
     ("audit: record hashing (sha256)", r"sha2::|sha256|Sha256"),
     ("audit: record to JSON line", r"fenzi_policy::audit::(to_line|escape|format_timestamp)|AuditEntry>::into_record"),
-    ("audit: write(2)/fdatasync/head", r"audit_writer::Writer>::(sync|write_head|flush_head)|fdatasync|\bfsync\b|renameat"),
-    ("audit: writer thread other", r"audit_writer::Writer>::"),
+    ("audit: write(2)/fdatasync/head", r"audit_writer::Syncer>::(sync|write_head)|fdatasync|\bfsync\b|renameat"),
+    ("audit: append and sync thread other", r"audit_writer::(Shared|Syncer)>::"),
     ("policy: strict JSON parse", r"fenzi_policy::json::"),
     ("policy: MCP classify (rest)", r"fenzi_policy::mcp::|fenzi_policy::engine::"),
     ("TLS: record crypto (AES-GCM/ChaCha)", r"aes_gcm|aes_hw|gcm_|chacha|poly1305|ring_core_.*(aes|gcm|chacha)"),
