@@ -165,8 +165,15 @@ fn snapshot(world: &World) -> Snapshot {
         .collect()
 }
 
-/// Waits until nothing changes for a while: records, upstream bytes, dials.
-async fn settle(world: &World) {
+/// Waits until the case's expected number of records has arrived (a record written as a connection
+/// ends can come well after the response on a loaded machine; bounded, so a case that gets fewer
+/// records fails instead of hanging), then until nothing changes for a while: records, upstream
+/// bytes, dials.
+async fn settle(world: &World, records_at_least: usize) {
+    let start = Instant::now();
+    while world.records() < records_at_least && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let state = || {
         let raw: usize = world.upstreams.values().map(|r| r.seen().raw).sum();
         (
@@ -201,8 +208,9 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
         }
     }
     let before = snapshot(world);
+    let expected_records = world.records() + case.expect.audit.as_ref().map_or(0, Vec::len);
     let seen = drive(world, case).await;
-    settle(world).await;
+    settle(world, expected_records).await;
     let after = snapshot(world);
     let lines = new_lines(&world.log, log_offset);
     let records: Vec<AuditRecord> = lines
