@@ -57,14 +57,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let loaded = args.policy.load()?;
-    let config = match loaded.result {
-        Ok(config) => config,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return Ok(ExitCode::from(2));
-        }
-    };
+    // An invalid policy is a config error: main prints every problem and exits 2.
+    let config = args.policy.load()?.result?;
     let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
     // Before the runtime: the credential store's calls block.
