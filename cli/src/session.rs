@@ -284,9 +284,24 @@ pub struct ProxyFlags {
     /// At shutdown, how long in-flight requests get to finish.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     drain_timeout: Option<Duration>,
+    /// Worker threads serving connections [default: one per CPU for `fenzi proxy`, 1 for `fenzi
+    /// run`, whose one agent makes few calls at once: one thread saves the cross-thread wake-ups].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
 }
 
 impl ProxyFlags {
+    /// The async runtime that serves the proxy: `--threads` workers, else `default_threads` (`None`:
+    /// one per CPU).
+    pub fn runtime(&self, default_threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.enable_all();
+        if let Some(n) = self.threads.map(usize::from).or(default_threads) {
+            builder.worker_threads(n);
+        }
+        builder.build().context("cannot start the async runtime")
+    }
+
     /// The proxy options these flags ask for, on top of the defaults.
     pub fn options(&self) -> Result<ProxyOptions> {
         let mut options = ProxyOptions {

@@ -31,8 +31,11 @@ pub struct ProxyOptions {
     pub ca_validity: Duration,
     /// Extra roots trusted for upstream TLS, beside the webpki roots (`--upstream-ca`).
     pub upstream_roots: Vec<CertificateDer<'static>>,
-    /// Idle upstream connections kept for reuse by the requests of one intercepted tunnel.
+    /// Upstream connections kept for reuse per destination (host, port, TLS), shared by every client
+    /// connection of the session. Beyond it the oldest is closed.
     pub max_idle_upstream: usize,
+    /// A kept upstream connection unused for this long is closed.
+    pub upstream_idle_timeout: Duration,
 }
 
 impl Default for ProxyOptions {
@@ -49,7 +52,8 @@ impl Default for ProxyOptions {
             drain_timeout: Duration::from_secs(10),
             ca_validity: Duration::from_secs(24 * 60 * 60),
             upstream_roots: Vec::new(),
-            max_idle_upstream: 8,
+            max_idle_upstream: 64,
+            upstream_idle_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::options::ProxyOptions;
 use crate::respond::Body;
 use crate::secrets::{SecretSet, SessionSecrets};
 use crate::tls::{SessionCa, upstream};
+use crate::upstream::Pool as UpstreamPool;
 use fenzi_policy::engine::Policy;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -47,6 +48,8 @@ pub(crate) struct Shared {
     pub network: Arc<dyn Network>,
     /// The session's placeholders and values (empty: no secrets, every request passes unchanged).
     pub secrets: SessionSecrets,
+    /// Idle upstream connections, reused across requests and client connections.
+    pub upstreams: Arc<UpstreamPool>,
 }
 
 impl Shared {
@@ -185,6 +188,7 @@ impl ProxyBuilder {
                 options,
                 network,
                 secrets,
+                upstreams: Arc::default(),
             }),
         })
     }
@@ -260,6 +264,12 @@ impl Proxy {
     /// Flushes the audit sink (fsync and head), as at the end of a session.
     pub async fn flush_audit(&self) -> Result<(), ProxyError> {
         self.shared.audit.flush().await.map_err(ProxyError::Audit)
+    }
+
+    /// Closes every idle upstream connection the session keeps for reuse; the next request to each
+    /// destination dials again. Connections in use are left alone.
+    pub fn close_idle_upstreams(&self) {
+        self.shared.upstreams.clear();
     }
 
     /// Serves `listener` until `shutdown` resolves, then stops accepting and waits up to

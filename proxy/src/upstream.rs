@@ -1,11 +1,22 @@
-//! Connections to one admitted destination: dial only its checked addresses (each with a timeout), TLS
-//! toward it verified against the webpki roots and `--upstream-ca` (a failure is an error, never a
-//! downgrade), HTTP/1.1 on top, and a small pool so the requests of one tunnel reuse connections.
+//! Connections to admitted destinations: dial only a destination's checked addresses (each with a
+//! timeout), TLS toward it verified against the webpki roots and `--upstream-ca` (a failure is an
+//! error, never a downgrade), HTTP/1.1 on top, and one proxy-wide [`Pool`] of idle connections so
+//! requests reuse them: the requests of a tunnel, of a plain-HTTP client connection, and of other
+//! clients of the same session going to the same place.
+//!
 //! Whether TLS is used is the destination's to say, not the caller's: an `https` MCP server is always
 //! reached over TLS, whatever the client spoke to the proxy.
+//!
+//! Reuse never widens what admission decided. A pooled connection is keyed by host, port and TLS, and
+//! remembers the address it was dialled to; a request takes it only when that address is among the
+//! addresses its own admission checked just now. Every request is decided and recorded on its own
+//! before it is sent, whichever connection carries it. Idle connections are closed after
+//! `upstream_idle_timeout` (and at most `max_idle_upstream` are kept per destination), so an idle
+//! session holds no upstream sockets for long.
 
 use crate::admit::Destination;
 use crate::error::ProxyError;
+use crate::options::ProxyOptions;
 use crate::respond::Body;
 use crate::server::Shared;
 use fenzi_policy::host::Host;
@@ -14,20 +25,32 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 /// Opens a TCP connection to the first of `dest`'s checked addresses that answers.
 pub(crate) async fn dial(shared: &Shared, dest: &Destination) -> Result<TcpStream, ProxyError> {
+    dial_checked(shared, dest).await.map(|(stream, _)| stream)
+}
+
+/// [`dial`], also naming which checked address answered.
+async fn dial_checked(
+    shared: &Shared,
+    dest: &Destination,
+) -> Result<(TcpStream, SocketAddr), ProxyError> {
     let after = shared.options.connect_timeout;
     let mut last = None;
     for addr in &dest.addrs {
         match timeout(after, shared.network.connect(*addr)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                return Ok(stream);
+                return Ok((stream, *addr));
             }
             Ok(Err(error)) => last = Some(ProxyError::Connect { addr: *addr, error }),
             Err(_) => last = Some(ProxyError::ConnectTimeout { addr: *addr, after }),
@@ -47,32 +70,150 @@ fn server_name(host: &Host) -> Result<ServerName<'static>, ProxyError> {
     }
 }
 
-/// Connections to one destination, reused across the requests of one tunnel (or made fresh for each
-/// plain-HTTP request).
+/// What makes two upstream connections interchangeable (besides the dialled address).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    host: Host,
+    port: u16,
+    tls: bool,
+}
+
+struct IdleConn {
+    sender: SendRequest<Body>,
+    /// The checked address this connection was dialled to.
+    addr: SocketAddr,
+    /// When it was last handed back.
+    since: Instant,
+}
+
+/// The session's idle upstream connections, shared by every client connection.
+#[derive(Default)]
+pub(crate) struct Pool {
+    idle: Mutex<HashMap<PoolKey, Vec<IdleConn>>>,
+    /// Whether the task closing idle connections runs (started with the first kept connection).
+    expiring: AtomicBool,
+}
+
+impl Pool {
+    /// A ready connection for `key` to one of `allowed`, the most recently used first.
+    fn take(
+        &self,
+        key: &PoolKey,
+        allowed: &[SocketAddr],
+    ) -> Option<(SendRequest<Body>, SocketAddr)> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = idle.get_mut(key)?;
+        conns.retain(|c| !c.sender.is_closed());
+        let at = conns
+            .iter()
+            .rposition(|c| c.sender.is_ready() && allowed.contains(&c.addr))?;
+        let conn = conns.remove(at);
+        Some((conn.sender, conn.addr))
+    }
+
+    /// Hands a connection back. It becomes ready again once its response body has been read; a
+    /// connection that is never ready again (a long event stream) waits here until it closes or is
+    /// pushed out. Beyond `cap` per destination the oldest is dropped (hyper finishes a response in
+    /// flight on it, then closes it).
+    fn put(
+        self: &Arc<Self>,
+        key: PoolKey,
+        conn: (SendRequest<Body>, SocketAddr),
+        options: &ProxyOptions,
+    ) {
+        let cap = options.max_idle_upstream;
+        if cap == 0 {
+            return;
+        }
+        if !self.expiring.swap(true, Ordering::Relaxed) {
+            tokio::spawn(expire_idle(
+                Arc::downgrade(self),
+                options.upstream_idle_timeout,
+            ));
+        }
+        let (sender, addr) = conn;
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = idle.entry(key).or_default();
+        conns.retain(|c| !c.sender.is_closed());
+        if conns.len() >= cap {
+            conns.remove(0);
+        }
+        conns.push(IdleConn {
+            sender,
+            addr,
+            since: Instant::now(),
+        });
+    }
+
+    /// Drops every ready (idle) connection.
+    pub fn clear(&self) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        for conns in idle.values_mut() {
+            conns.retain(|c| !c.sender.is_closed() && !c.sender.is_ready());
+        }
+        idle.retain(|_, conns| !conns.is_empty());
+    }
+
+    /// Drops connections idle for `max_idle` or longer and destinations left with none; returns how
+    /// many connections were dropped.
+    fn expire(&self, max_idle: Duration) -> usize {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dropped = 0;
+        idle.retain(|_, conns| {
+            let before = conns.len();
+            conns.retain(|c| {
+                !c.sender.is_closed()
+                    && (!c.sender.is_ready() || now.duration_since(c.since) < max_idle)
+            });
+            dropped += before - conns.len();
+            !conns.is_empty()
+        });
+        dropped
+    }
+}
+
+/// Closes the idle connections of `pool` after `max_idle`, checking a few times per period, until the
+/// session (the pool's owner) is gone.
+async fn expire_idle(pool: Weak<Pool>, max_idle: Duration) {
+    let every = (max_idle / 4).max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(pool) = pool.upgrade() else { return };
+        let dropped = pool.expire(max_idle);
+        if dropped > 0 {
+            tracing::debug!(dropped, "closed idle upstream connections");
+        }
+    }
+}
+
+/// The way to one admitted destination for the requests of one tunnel or one plain-HTTP request.
 pub(crate) struct Upstream {
     dest: Arc<Destination>,
     /// Whether the requests reached the proxy inside TLS.
     client_tls: bool,
-    /// Whether the proxy talks TLS to the destination.
-    tls: bool,
-    idle: Mutex<Vec<SendRequest<Body>>>,
+    key: PoolKey,
 }
 
 impl Upstream {
-    /// Connections to `dest` for requests that reached the proxy over TLS (`client_tls`) or not.
+    /// The way to `dest` for requests that reached the proxy over TLS (`client_tls`) or not.
     pub fn new(dest: Arc<Destination>, client_tls: bool) -> Upstream {
-        Upstream {
+        let key = PoolKey {
+            host: dest.host.clone(),
+            port: dest.port,
             tls: dest.upstream_tls(client_tls),
+        };
+        Upstream {
             client_tls,
+            key,
             dest,
-            idle: Mutex::new(Vec::new()),
         }
     }
 
     /// True when a request is in TLS on both hops (client to proxy, proxy to upstream): the only
     /// requests a secret value may be written into.
     pub fn secure(&self) -> bool {
-        self.client_tls && self.tls
+        self.client_tls && self.key.tls
     }
 
     /// Sends `req` (origin-form, Host set) and returns the response head; the body streams.
@@ -82,51 +223,46 @@ impl Upstream {
         mut req: Request<Body>,
     ) -> Result<Response<Incoming>, ProxyError> {
         let wait = shared.options.response_header_timeout;
-        if let Some(mut sender) = self.take_ready() {
+        while let Some((mut sender, addr)) = self.take_pooled(shared) {
             match timeout(wait, sender.try_send_request(req)).await {
                 Err(_) => return Err(ProxyError::UpstreamTimeout(wait)),
                 Ok(Ok(response)) => {
-                    self.keep(shared, sender);
+                    self.keep(shared, sender, addr);
                     return Ok(response);
                 }
-                // The pooled connection closed before the request went out: it is intact, retry once
-                // on a fresh connection. Once any of it was written, it is not resent.
+                // The pooled connection closed before the request went out: it is intact, try the
+                // next one (or a fresh connection). Once any of it was written, it is not resent.
                 Ok(Err(mut e)) => match e.take_message() {
                     Some(unsent) => req = unsent,
                     None => return Err(ProxyError::UpstreamHttp(e.into_error())),
                 },
             }
         }
-        let mut sender = self.connect(shared).await?;
+        let (mut sender, addr) = self.connect(shared).await?;
         let response = timeout(wait, sender.send_request(req))
             .await
             .map_err(|_| ProxyError::UpstreamTimeout(wait))?
             .map_err(ProxyError::UpstreamHttp)?;
-        self.keep(shared, sender);
+        self.keep(shared, sender, addr);
         Ok(response)
     }
 
-    fn take_ready(&self) -> Option<SendRequest<Body>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.retain(|s| !s.is_closed());
-        let at = idle.iter().position(|s| s.is_ready())?;
-        Some(idle.swap_remove(at))
+    fn take_pooled(&self, shared: &Shared) -> Option<(SendRequest<Body>, SocketAddr)> {
+        shared.upstreams.take(&self.key, &self.dest.addrs)
     }
 
-    /// Keeps a connection for reuse. It becomes ready again once the response body has been read; a
-    /// connection that is never ready again (a long event stream) just waits in the list.
-    fn keep(&self, shared: &Shared, sender: SendRequest<Body>) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.retain(|s| !s.is_closed());
-        if idle.len() < shared.options.max_idle_upstream {
-            idle.push(sender);
-        }
+    fn keep(&self, shared: &Shared, sender: SendRequest<Body>, addr: SocketAddr) {
+        let key = self.key.clone();
+        shared.upstreams.put(key, (sender, addr), &shared.options);
     }
 
-    async fn connect(&self, shared: &Shared) -> Result<SendRequest<Body>, ProxyError> {
-        let tcp = dial(shared, &self.dest).await?;
-        if !self.tls {
-            return handshake(tcp).await;
+    async fn connect(
+        &self,
+        shared: &Shared,
+    ) -> Result<(SendRequest<Body>, SocketAddr), ProxyError> {
+        let (tcp, addr) = dial_checked(shared, &self.dest).await?;
+        if !self.key.tls {
+            return Ok((handshake(tcp).await?, addr));
         }
         let name = server_name(&self.dest.host)?;
         let connector = tokio_rustls::TlsConnector::from(shared.upstream_tls.clone());
@@ -139,7 +275,7 @@ impl Upstream {
                 after,
             })?
             .map_err(|error| ProxyError::UpstreamTls { host, error })?;
-        handshake(tls).await
+        Ok((handshake(tls).await?, addr))
     }
 }
 

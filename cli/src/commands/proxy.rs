@@ -62,10 +62,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         None => std::env::temp_dir().join(format!("fenzi-{session}")),
     };
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = args.tuning.runtime(None)?;
     let placeholders = secrets.write_placeholders(&ca_dir)?;
     let status = secrets.summary();
     let missing = secrets.missing_line();
@@ -114,7 +111,12 @@ async fn serve(listen: &str, proxy: Proxy, notes: &[String]) -> Result<ExitCode>
     for note in notes {
         eprintln!("fenzi proxy: {note}");
     }
-    let cut = proxy.serve(listener, shutdown).await?;
+    // On a worker, not this (main) thread: accepted connections then start where they were accepted.
+    let serving = tokio::spawn({
+        let proxy = proxy.clone();
+        async move { proxy.serve(listener, shutdown).await }
+    });
+    let cut = serving.await.context("the proxy task failed")??;
     proxy
         .flush_audit()
         .await

@@ -142,6 +142,8 @@ impl SessionCa {
             .with_no_client_auth()
             .with_single_cert(vec![leaf, self.cert_der.clone()], key)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // Our suite order (see `tls::provider`), not the client's: most clients list AES-256 first.
+        config.ignore_client_order = true;
         Ok(config)
     }
 }

@@ -210,6 +210,10 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
     let before = snapshot(world);
     let expected_records = world.records() + case.expect.audit.as_ref().map_or(0, Vec::len);
     let seen = drive(world, case).await;
+    // Requests within a case may share upstream connections; the next case must not reuse this
+    // one's, so that its `dialled:` lines and connection counts are its own. Closing them here lets
+    // `settle` count their last bytes (a TLS close_notify) in this case.
+    world.proxy.close_idle_upstreams();
     settle(world, expected_records).await;
     let after = snapshot(world);
     let lines = new_lines(&world.log, log_offset);

@@ -76,10 +76,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
     let session_dir = session_dir(&session)?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = args.tuning.runtime(Some(1))?;
     let secrets_status = secrets.summary();
     if let Some(missing) = secrets.missing_line() {
         eprintln!("fenzi run: {missing}");
