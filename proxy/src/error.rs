@@ -48,6 +48,9 @@ pub enum ProxyError {
     UpstreamHttp(hyper::Error),
     #[error("the upstream sent no response head within {0:?}")]
     UpstreamTimeout(Duration),
+    /// The response body broke off after its head was passed on (its error, as text).
+    #[error("the upstream's response body broke off: {0}")]
+    UpstreamBody(String),
     #[error("TLS handshake with the client failed (does it trust the session CA?): {0}")]
     ClientTls(io::Error),
     #[error("TLS handshake with the client took longer than {0:?}")]
@@ -84,6 +87,7 @@ impl ProxyError {
             | UpstreamTlsTimeout { .. }
             | UpstreamHttp(_)
             | UpstreamTimeout(_)
+            | UpstreamBody(_)
             | Unscrubbable(_) => ErrorSource::Upstream,
             ClientTls(_) | ClientTlsTimeout(_) | ClientBody(_) | ClientBodyTimeout(_) => {
                 ErrorSource::Client

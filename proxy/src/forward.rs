@@ -11,6 +11,7 @@
 use crate::admit::{Admission, Destination, Handling, admit};
 use crate::audit_sink::{Subject, logged_authority};
 use crate::error::ProxyError;
+use crate::failure_body::RecordsFailure;
 use crate::mcp_enforce;
 use crate::respond::{self, Body, BoxError};
 use crate::secrets::scrub;
@@ -69,7 +70,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// records; the request goes upstream; the response comes back with hop-by-hop headers removed
 /// and, with secrets in the session, every value in it replaced by its placeholder as it streams.
 pub(crate) async fn exchange(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     dest: &Destination,
     upstream: &Upstream,
     req: Request<Incoming>,
@@ -125,8 +126,10 @@ pub(crate) async fn exchange(
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);
     head.version = client_version;
+    let failing =
+        |body: Body| RecordsFailure::new(body, shared.clone(), subject.clone()).boxed_unsync();
     if secrets.is_empty() {
-        return Response::from_parts(head, body.map_err(BoxError::from).boxed_unsync());
+        return Response::from_parts(head, failing(body.map_err(BoxError::from).boxed_unsync()));
     }
     // A HEAD or 304 response has no body to scrub; its length describes another response.
     let length = (is_head || head.status == StatusCode::NOT_MODIFIED)
@@ -138,7 +141,7 @@ pub(crate) async fn exchange(
     if let Some(length) = length {
         head.headers.insert(CONTENT_LENGTH, length);
     }
-    Response::from_parts(head, secrets.scrubber().body(body).boxed_unsync())
+    Response::from_parts(head, failing(secrets.scrubber().body(body).boxed_unsync()))
 }
 
 /// Records an allowed request's failure upstream and answers it (502, or 400 for the client's).

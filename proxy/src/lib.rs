@@ -26,6 +26,7 @@ pub mod tls;
 
 mod admit;
 mod connect;
+mod failure_body;
 mod forward;
 mod intercept;
 mod io;

@@ -329,3 +329,53 @@ async fn credentials_and_unparsed_hosts_in_urls_are_not_logged() {
     );
     assert!(network.dialled().is_empty());
 }
+
+#[tokio::test]
+async fn a_response_body_cut_short_aborts_the_client_and_is_recorded_as_failed() {
+    // An upstream that promises 100,000 bytes, sends 1,000 and closes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cut_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let mut reply = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n".to_vec();
+                reply.extend_from_slice(&[b'x'; 1000]);
+                let _ = stream.write_all(&reply).await;
+            });
+        }
+    });
+    let network = Arc::new(
+        FakeNetwork::default()
+            .name("web.test", &[WEB_IP])
+            .route(&format!("{WEB_IP}:80"), cut_addr),
+    );
+    let proxy = start_proxy(
+        policy(POLICY, None),
+        options(&TestPki::new()),
+        network,
+        Arc::new(MemorySink::default()),
+    )
+    .await;
+    let mut client = h1(TcpStream::connect(proxy.addr).await.unwrap()).await;
+    let response = client
+        .send_request(get("http://web.test/big"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = http_body_util::BodyExt::collect(response.into_body()).await;
+    assert!(
+        body.is_err(),
+        "a cut body must not arrive as a complete one"
+    );
+    wait_for_entries(&proxy, 2).await;
+    assert_eq!(
+        proxy.summaries(),
+        [
+            "allowed GET web.test:80 /big",
+            "failed GET web.test:80 /big -> upstream_error"
+        ]
+    );
+    assert_eq!(proxy.entries()[1].source.as_deref(), Some("upstream"));
+}
