@@ -3,8 +3,11 @@
 //! the body, fed in chunks as it arrives. The answer is a list of [`Sighting`]s (secret name and
 //! position) for the decision in `fenzi_policy::secret_use`.
 //!
-//! Every part is scanned after [`spelling::normalize`](super::spelling::normalize), so percent-encoded
-//! and JSON-`\u`-escaped spellings are found too, and ASCII case is ignored (hyper lower-cases header
+//! Every part is scanned as it is and after [`spelling::normalize`](super::spelling::normalize), so
+//! percent-encoded and JSON-`\u`-escaped spellings are found too, and so is a literal placeholder
+//! whose first bytes an escape in front of it would swallow when decoded (`%5` + `fenzi_ph_…` reads
+//! as `%5f` + `enzi_ph_…`: whoever reads the raw text still sees the placeholder). ASCII case is
+//! ignored (hyper lower-cases header
 //! names, DNS lower-cases host names; a case-folded copy of a 256-bit token is still that token).
 //! Only the exact minted tokens match: the shared prefix alone, or a token from another session,
 //! is ordinary text.
@@ -14,9 +17,10 @@
 //! the literal engine under `regex`). Overlapping matches are reported, so no placeholder can hide
 //! another.
 //!
-//! A body split at any point is found the same: [`BodyScan`] keeps the last `longest − 1` normalised
-//! bytes of each chunk and searches them joined to the next, and its normaliser holds back at most
-//! an escape's first five bytes. The fuzz target `placeholder_scanner` checks that a streamed scan
+//! A body split at any point is found the same: [`BodyScan`] keeps the last `longest − 1` bytes of
+//! each view (raw and normalised; one tail while no escape has been seen, when the two are the same)
+//! and searches them joined to the next chunk, and its normaliser holds back at most an escape's
+//! first five bytes. The fuzz target `placeholder_scanner` checks that a streamed scan
 //! finds exactly what [`Scanner::find_in`] finds.
 
 use super::SecretsError;
@@ -112,12 +116,10 @@ impl Scanner {
         if self.is_empty() || bytes.len() < PREFIX.len() {
             return;
         }
-        let text: Cow<[u8]> = if is_plain(bytes) {
-            Cow::Borrowed(bytes)
-        } else {
-            Cow::Owned(normalize(bytes))
-        };
-        self.search_normalized(&text, ids);
+        self.search_normalized(bytes, ids);
+        if !is_plain(bytes) {
+            self.search_normalized(&normalize(bytes), ids);
+        }
     }
 
     fn search_normalized(&self, text: &[u8], ids: &mut BTreeSet<usize>) {
@@ -216,6 +218,7 @@ impl Scanner {
             normalizer: Normalizer::new(),
             normalized: vec![],
             tail: vec![],
+            raw_tail: None,
             found: BTreeSet::new(),
         }
     }
@@ -246,6 +249,8 @@ pub struct BodyScan<'s> {
     normalized: Vec<u8>,
     /// The last `longest − 1` normalised bytes: a placeholder that ends in the next chunk starts here.
     tail: Vec<u8>,
+    /// The same for the raw bytes, once an escape made the two views differ (`None` before).
+    raw_tail: Option<Vec<u8>>,
     found: BTreeSet<usize>,
 }
 
@@ -254,36 +259,18 @@ impl BodyScan<'_> {
         if self.scanner.is_empty() {
             return;
         }
+        if self.raw_tail.is_none() && self.normalizer.is_idle() && is_plain(chunk) {
+            // No escape so far: the raw and normalised views are the same text.
+            search_joined(self.scanner, &mut self.tail, chunk, &mut self.found);
+            return;
+        }
+        let raw_tail = self.raw_tail.get_or_insert_with(|| self.tail.clone());
+        search_joined(self.scanner, raw_tail, chunk, &mut self.found);
         let mut normalized = std::mem::take(&mut self.normalized);
         normalized.clear();
-        if self.normalizer.is_idle() && is_plain(chunk) {
-            self.search(chunk);
-        } else {
-            self.normalizer.push(chunk, &mut normalized);
-            self.search(&normalized);
-        }
+        self.normalizer.push(chunk, &mut normalized);
+        search_joined(self.scanner, &mut self.tail, &normalized, &mut self.found);
         self.normalized = normalized;
-    }
-
-    /// Searches one stretch of normalised text, joined to the tail of the previous ones.
-    fn search(&mut self, text: &[u8]) {
-        let keep = self.scanner.longest.saturating_sub(1);
-        if !self.tail.is_empty() {
-            // Only a placeholder that starts in the tail and ends in the first `keep` bytes of
-            // `text` is not wholly inside one of the two; search the joint for those.
-            let mut joint = self.tail.clone();
-            joint.extend_from_slice(&text[..text.len().min(keep)]);
-            self.scanner.search_normalized(&joint, &mut self.found);
-        }
-        self.scanner.search_normalized(text, &mut self.found);
-        if text.len() >= keep {
-            self.tail.clear();
-            self.tail.extend_from_slice(&text[text.len() - keep..]);
-        } else {
-            self.tail.extend_from_slice(text);
-            let excess = self.tail.len().saturating_sub(keep);
-            self.tail.drain(..excess);
-        }
     }
 
     /// True when some placeholder has been found so far.
@@ -296,12 +283,34 @@ impl BodyScan<'_> {
         let mut rest = vec![];
         self.normalizer.finish(&mut rest);
         if !rest.is_empty() {
-            self.search(&rest);
+            search_joined(self.scanner, &mut self.tail, &rest, &mut self.found);
         }
         let mut out = vec![];
         self.scanner
             .sightings(&self.found, Position::Body, &mut out);
         out
+    }
+}
+
+/// Searches one stretch of a view joined to that view's `tail` (the previous stretches' last
+/// `longest − 1` bytes), then keeps the new tail.
+fn search_joined(scanner: &Scanner, tail: &mut Vec<u8>, text: &[u8], found: &mut BTreeSet<usize>) {
+    let keep = scanner.longest.saturating_sub(1);
+    if !tail.is_empty() {
+        // Only a placeholder that starts in the tail and ends in the first `keep` bytes of `text`
+        // is not wholly inside one of the two; search the joint for those.
+        let mut joint = tail.clone();
+        joint.extend_from_slice(&text[..text.len().min(keep)]);
+        scanner.search_normalized(&joint, found);
+    }
+    scanner.search_normalized(text, found);
+    if text.len() >= keep {
+        tail.clear();
+        tail.extend_from_slice(&text[text.len() - keep..]);
+    } else {
+        tail.extend_from_slice(text);
+        let excess = tail.len().saturating_sub(keep);
+        tail.drain(..excess);
     }
 }
 
@@ -324,6 +333,35 @@ mod tests {
 
     fn scanner() -> Scanner {
         Scanner::from_tokens([("A_KEY", A), ("B_KEY", B)]).unwrap()
+    }
+
+    #[test]
+    fn a_literal_placeholder_whose_first_bytes_an_escape_would_swallow_is_found() {
+        // Decoded, `%5f` + `enzi_ph_…` no longer holds the token; the raw text does. Found by the
+        // request_head fuzz target.
+        let s = scanner();
+        for lead in ["%5", "%", "\\u006", "\\u00", "%%5"] {
+            let text = format!("avi{lead}{A}.example");
+            assert_eq!(s.find_in(text.as_bytes()), ["A_KEY"], "{text}");
+            assert_eq!(sighted(&s.scan_authority(&text)), ["A_KEY@authority"]);
+            assert!(s.find_in(s.redact(&text).as_bytes()).is_empty());
+            for cut in 0..=text.len() {
+                let mut scan = s.body();
+                scan.push(&text.as_bytes()[..cut]);
+                scan.push(&text.as_bytes()[cut..]);
+                assert_eq!(
+                    sighted(&scan.finish()),
+                    ["A_KEY@body"],
+                    "{text} cut at {cut}"
+                );
+            }
+        }
+        // An escape earlier in the stream than the placeholder, in another chunk.
+        let mut scan = s.body();
+        scan.push(b"x%41y");
+        scan.push(format!("%5{}", &A[..20]).as_bytes());
+        scan.push(&A.as_bytes()[20..]);
+        assert_eq!(sighted(&scan.finish()), ["A_KEY@body"]);
     }
 
     fn sighted(list: &[Sighting]) -> Vec<String> {
