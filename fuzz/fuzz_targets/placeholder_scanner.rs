@@ -3,9 +3,11 @@
 //! secret value) plus cut points. Invariants:
 //! - a streamed scan, cut anywhere, finds exactly the secrets a one-shot scan finds, and both agree
 //!   with a naive reference (raw and normalised, lower-case, look for each token);
-//! - a streamed scrub, cut anywhere, produces exactly the one-shot scrub, and no raw value survives.
+//! - a streamed scrub, cut anywhere, produces exactly the one-shot scrub, and no value survives,
+//!   raw or encoded (no spelling of any base64 or hex core of a value is left).
 #![no_main]
 
+use fenzi_proxy::secrets::encoded;
 use fenzi_proxy::secrets::spelling::{json_escape, normalize, percent_encode};
 use fenzi_proxy::secrets::{Scanner, Scrubber, SecretSet};
 use libfuzzer_sys::fuzz_target;
@@ -79,17 +81,64 @@ fn spell_token(token: &[u8], sel: u8) -> Vec<u8> {
 }
 
 fn spell_value(value: &[u8], sel: u8) -> Vec<u8> {
-    match sel % 4 {
+    // Encoded forms put 0 to 2 bytes before the value (its alignment) and some after.
+    let aligned = [&b"ab"[..(sel as usize >> 3) % 3], value, b"\xfb\xff"].concat();
+    match sel % 8 {
         0 => value.to_vec(),
         1 => json_escape(value).unwrap_or_else(|| value.to_vec()),
         2 => percent_encode(value, sel & 0x10 != 0),
-        _ => value[..value.len() - 1].to_vec(),
+        3 => value[..value.len() - 1].to_vec(),
+        4 => base64(&aligned, STANDARD, sel & 0x20 != 0),
+        5 => base64(&aligned, URL_SAFE, false),
+        6 => aligned
+            .iter()
+            .flat_map(|b| {
+                if sel & 0x20 != 0 {
+                    format!("{b:02X}")
+                } else {
+                    format!("{b:02x}")
+                }
+                .into_bytes()
+            })
+            .collect(),
+        // As JSON (PHP) or a URL writes standard base64.
+        _ => base64(&aligned, STANDARD, true)
+            .iter()
+            .flat_map(|&c| match (c, sel & 0x20 != 0) {
+                (b'/', false) => b"\\/".to_vec(),
+                (b'/', true) => b"%2F".to_vec(),
+                (b'+', true) => b"%2B".to_vec(),
+                _ => vec![c],
+            })
+            .collect(),
     }
+}
+
+const STANDARD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const URL_SAFE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+fn base64(bytes: &[u8], alphabet: &[u8; 64], pad: bool) -> Vec<u8> {
+    let mut out = vec![];
+    for g in bytes.chunks(3) {
+        let n = u32::from(g[0]) << 16
+            | u32::from(*g.get(1).unwrap_or(&0)) << 8
+            | u32::from(*g.get(2).unwrap_or(&0));
+        for i in 0..=g.len() {
+            out.push(alphabet[(n >> (18 - 6 * i) & 63) as usize]);
+        }
+        if pad {
+            out.extend(std::iter::repeat_n(b'=', 3 - g.len()));
+        }
+    }
+    out
 }
 
 fn reference(body: &[u8]) -> Vec<&'static str> {
     // Both views: the text as sent and decoded (an escape can swallow a literal token's first bytes).
-    let views = [body.to_ascii_lowercase(), normalize(body).to_ascii_lowercase()];
+    let views = [
+        body.to_ascii_lowercase(),
+        normalize(body).to_ascii_lowercase(),
+    ];
     TOKENS
         .iter()
         .filter(|(_, t)| {
@@ -171,5 +220,13 @@ fuzz_target!(|data: &[u8]| {
             !out.windows(v.len()).any(|w| w == v),
             "a raw value survived scrubbing"
         );
+        for form in encoded::forms(v) {
+            for core in form.spellings() {
+                assert!(
+                    !out.windows(core.len()).any(|w| w == &core[..]),
+                    "an encoded value survived scrubbing"
+                );
+            }
+        }
     }
 });

@@ -8,7 +8,11 @@
 //! - [`spelling`]: percent / JSON-`\u` normalisation and the encoders values are written with.
 //! - [`scan`]: finding placeholders in a request head and a streamed body.
 //! - [`substitute`]: placeholder → value in an allowed request.
-//! - [`scrub`]: value → placeholder in responses, streamed.
+//! - [`scrub`]: value → placeholder in responses, streamed: a value an upstream echoes as text
+//!   (raw, JSON, percent-encoded, as the common encoders write it) becomes its placeholder; one
+//!   echoed inside base64 or hex becomes a same-length mask that still decodes.
+//! - [`encoded`]: what a value looks like inside base64 (any alignment, either alphabet) and hex,
+//!   and the mask that replaces it.
 //! - `replace`: the streaming multi-pattern replace under both.
 //!
 //! Nothing in this module logs, and no `Debug` or error message carries a value or a placeholder:
@@ -65,6 +69,7 @@
 //! [`Scanner::redact`] (after turning any value into its placeholder). `fenzi proxy` and `fenzi
 //! run` gather the values with the CLI's `session::load_secrets`.
 
+pub mod encoded;
 pub mod placeholders;
 pub mod scan;
 pub mod scrub;

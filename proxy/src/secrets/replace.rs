@@ -153,6 +153,7 @@ impl StreamReplacer {
     }
 
     /// Bytes held back so far.
+    #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.carry.len()
     }

@@ -1,24 +1,48 @@
-//! The response direction: a real value echoed back by an upstream reaches the sandbox as its
-//! placeholder. Header values are rewritten whole; the body is rewritten as it streams
-//! ([`ScrubBody`] wraps any response body), holding back only bytes that could start a value, so SSE
-//! events are delivered as promptly as before (values cannot contain CR or LF, so an event's line
-//! end is never held).
+//! The response direction: a real value echoed back by an upstream must not reach the sandbox.
+//! Header values are rewritten whole; the body is rewritten as it streams ([`ScrubBody`] wraps any
+//! response body), holding back only bytes that could start a value, so SSE events are delivered as
+//! promptly as before (values cannot contain CR or LF, so an event's line end is never held).
 //!
-//! Each value is looked for in the spellings an echo realistically uses: raw, JSON-escaped (with and
-//! without `\/`), and percent-encoded (upper- and lower-case hex, and with `+` for spaces). Out of
-//! scope: a value inside base64 (an echoed `Basic` header), compressed bodies, HTML entities. So
-//! that compression cannot hide a value, the request path asks upstreams for `identity`
+//! A value is looked for in two kinds of spelling, one pass of one automaton over the text:
+//!
+//! - **As text**, which the place it stands in decodes back to the value: raw, in JSON as the
+//!   common encoders write it (`\"`, `\/`, `\uXXXX` for non-ASCII or HTML-sensitive characters, in
+//!   either hex case: [`spelling::JSON_STYLES`]) and percent-encoded as the common URL encoders write
+//!   it ([`spelling::percent_styles`]). It becomes the secret's placeholder, which needs no escaping
+//!   in any of those places, so the agent reads its placeholder there and can use it again.
+//! - **Encoded**, inside base64 (either alphabet, any alignment, padded or not) or hex (either case):
+//!   the encoding's core, and the edge characters that carry the value's first and last bits
+//!   ([`encoded`]). It becomes a mask of the same length: the encoding of `*` bytes in the value's
+//!   place. The run still decodes, to the original bytes with the value masked. The placeholder
+//!   could not be written in place, since its length would shift the rest of the run.
+//!
+//! Why these: they are what a host's own software writes when it reflects a value it received (its
+//! JSON library, its URL encoder, a base64 or hex field: a `Basic` header in a debug echo, a token
+//! shown as hex), in every variant those encoders have. A host that transforms a value on request
+//! (encrypts, reverses or splits it) is beyond any scrubber: a bound host holds the value and can
+//! always do that. Which hosts and tools the agent may reach at all is the policy's job.
+//!
+//! Out of scope: spellings other encoders make (one character escaped in a way no common encoder
+//! writes, double encoding), HTML entities, the limits listed in [`encoded`], and compressed
+//! bodies. So that compression cannot hide a value, the request path asks upstreams for `identity`
 //! ([`request_identity`]) and [`Scrubber::check_response_head`] refuses a response that comes back
 //! encoded anyway; the caller answers it as an upstream failure.
 //!
 //! A value is at least 8 bytes (refused shorter at load): shorter values would match ordinary
 //! text and scrubbing would mangle it. High-entropy tokens never do.
+//!
+//! Streaming holds back, between chunks: the longest tail that is a proper prefix of some spelling
+//! (shorter than the longest spelling); up to 3 bytes before it that could be an edge character of
+//! an encoding starting in the next chunk; or an encoded match whose edge character, or the match
+//! that may follow it, is not in yet. So what is held is at most twice the longest spelling and a
+//! few bytes, and the output is the same however the body is cut.
 
 use super::SecretsError;
+use super::encoded::{self, After, Form};
 use super::placeholders::SecretSet;
-use super::replace::{Patterns, StreamReplacer};
-use super::spelling::{json_escape, percent_encode};
+use super::spelling::{self, json_escape_with, percent_encode_with};
 use crate::BoxError;
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, Match, MatchKind, PatternID};
 use bytes::Bytes;
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH};
 use http::{HeaderMap, HeaderValue};
@@ -39,10 +63,27 @@ pub struct Unscrubbable {
     pub encoding: String,
 }
 
+/// What a pattern is, so what replaces it.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A value written as text: becomes the placeholder of secret `secret`.
+    Text { secret: usize },
+    /// The core of an encoded value: becomes the mask of `forms[form]`.
+    Encoded { form: usize },
+}
+
 struct Inner {
-    patterns: Patterns,
-    /// Pattern id → the placeholder it becomes.
-    with: Vec<Option<Vec<u8>>>,
+    automaton: AhoCorasick,
+    /// Secret material: zeroed on drop, never printed.
+    patterns: Vec<Zeroizing<Vec<u8>>>,
+    kinds: Vec<Kind>,
+    /// The first two bytes of the patterns (a bit per pair), to skip most tails quickly.
+    starts: Vec<u64>,
+    longest: usize,
+    placeholders: Vec<Vec<u8>>,
+    forms: Vec<Form>,
+    /// Some form has a lead edge: bytes that could be one are held back at a chunk's end.
+    leads: bool,
     names: Vec<String>,
 }
 
@@ -52,8 +93,8 @@ pub struct Scrubber {
     inner: Arc<Inner>,
 }
 
-/// The spellings of one value an echo may use, each distinct.
-fn spellings(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
+/// The text spellings of one value (raw, JSON, percent), each distinct.
+fn text_spellings(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
     let mut out: Vec<Zeroizing<Vec<u8>>> = vec![Zeroizing::new(value.to_vec())];
     let mut add = |s: Vec<u8>| {
         let s = Zeroizing::new(s);
@@ -61,45 +102,83 @@ fn spellings(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
             out.push(s);
         }
     };
-    if let Some(json) = json_escape(value) {
-        let slashed: Vec<u8> = json
-            .iter()
-            .flat_map(|&b| {
-                if b == b'/' {
-                    vec![b'\\', b'/']
-                } else {
-                    vec![b]
-                }
-            })
-            .collect();
-        add(json);
-        add(slashed);
+    for style in spelling::JSON_STYLES {
+        if let Some(json) = json_escape_with(value, style) {
+            add(json);
+        }
     }
-    let upper = percent_encode(value, true);
-    add(String::from_utf8_lossy(&upper)
-        .replace("%20", "+")
-        .into_bytes());
-    add(upper);
-    add(percent_encode(value, false));
+    for style in spelling::percent_styles() {
+        add(percent_encode_with(value, style));
+    }
     out
+}
+
+/// An encoded match as it will be replaced: `start..end` of the buffer (edges included) and the
+/// edge characters' masked 6-bit values.
+struct Masked {
+    start: usize,
+    end: usize,
+    lead: Option<u8>,
+    trail: Option<u8>,
 }
 
 impl Scrubber {
     pub fn new(set: &SecretSet) -> Result<Scrubber, SecretsError> {
-        let mut patterns = vec![];
-        let mut with = vec![];
+        let mut patterns: Vec<Zeroizing<Vec<u8>>> = vec![];
+        let mut kinds = vec![];
+        let mut placeholders = vec![];
+        let mut forms = vec![];
         let mut names = vec![];
-        for (name, placeholder, value) in set.iter() {
+        // The first secret to claim a spelling keeps it (two secrets with one value share it).
+        let mut add = |pattern: Zeroizing<Vec<u8>>, kind: Kind| {
+            if !patterns.contains(&pattern) {
+                patterns.push(pattern);
+                kinds.push(kind);
+            }
+        };
+        for (secret, (name, placeholder, value)) in set.iter().enumerate() {
             names.push(name.to_string());
-            for spelled in spellings(value.as_bytes()) {
-                patterns.push(spelled);
-                with.push(Some(placeholder.as_bytes().to_vec()));
+            placeholders.push(placeholder.as_bytes().to_vec());
+            for spelled in text_spellings(value.as_bytes()) {
+                add(spelled, Kind::Text { secret });
+            }
+            for form in encoded::forms(value.as_bytes()) {
+                for spelled in form.spellings() {
+                    add(spelled.clone(), Kind::Encoded { form: forms.len() });
+                }
+                forms.push(form);
+            }
+        }
+        // No prefilter: values start with common bytes, so it would fire on ordinary text and halve
+        // throughput (measured with benches/secrets.rs).
+        let automaton = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostLongest)
+            .prefilter(false)
+            .build(patterns.iter().map(|p| p.as_slice()))
+            .map_err(|e| SecretsError::Matcher(e.to_string()))?;
+        let mut starts = vec![0u64; 1 << 10];
+        for p in &patterns {
+            // Patterns are at least 8 bytes (values) or `MIN_CORE` (cores); a 1-byte one would
+            // start every pair.
+            let seconds = match p.get(1) {
+                Some(&b) => b..=b,
+                None => 0..=255,
+            };
+            for second in seconds {
+                let pair = pair(p[0], second);
+                starts[pair >> 6] |= 1 << (pair & 63);
             }
         }
         Ok(Scrubber {
             inner: Arc::new(Inner {
-                patterns: Patterns::new(patterns, false)?,
-                with,
+                automaton,
+                longest: patterns.iter().map(|p| p.len()).max().unwrap_or(0),
+                patterns,
+                kinds,
+                starts,
+                placeholders,
+                leads: forms.iter().any(|f| f.lead().is_some()),
+                forms,
                 names,
             }),
         })
@@ -109,9 +188,12 @@ impl Scrubber {
         self.inner.names.is_empty()
     }
 
-    /// `bytes` with every value replaced by its placeholder; `None` when there was none.
+    /// `bytes` with every value replaced (by its placeholder or mask); `None` when there was none.
     pub fn scrub(&self, bytes: &[u8]) -> Option<Vec<u8>> {
-        self.inner.patterns.replace_all(bytes, &self.inner.with)
+        self.inner.automaton.find(bytes)?;
+        let mut out = Vec::with_capacity(bytes.len());
+        self.inner.step(bytes, true, &mut out);
+        Some(out)
     }
 
     /// Rewrites every header value that holds a value. Returns how many were rewritten.
@@ -119,8 +201,9 @@ impl Scrubber {
         let mut count = 0;
         for value in headers.values_mut() {
             if let Some(new) = self.scrub(value.as_bytes()) {
-                // Placeholders are `[A-Za-z0-9_-]`, so the result is a valid header value whenever
-                // the original was; if it somehow is not, the header is emptied rather than kept.
+                // Placeholders are `[A-Za-z0-9_-]` and masks letters and digits, so the result is a
+                // valid header value whenever the original was; if it somehow is not, the header is
+                // emptied rather than kept.
                 *value = HeaderValue::from_bytes(&new).unwrap_or(HeaderValue::from_static(""));
                 count += 1;
             }
@@ -153,7 +236,7 @@ impl Scrubber {
     pub fn stream(&self) -> ScrubStream {
         ScrubStream {
             scrubber: self.clone(),
-            replacer: StreamReplacer::default(),
+            carry: Zeroizing::new(vec![]),
             finished: false,
         }
     }
@@ -167,6 +250,168 @@ impl Scrubber {
             done: false,
         }
     }
+}
+
+impl Inner {
+    /// Scrubs `buf` into `out` up to the point where the rest must wait for more input, and returns
+    /// that point. With `last` (the input ends here) that is all of it.
+    ///
+    /// Matches are leftmost-longest and never overlap. What is emitted is final: no later input can
+    /// make a match start (edge included) before the returned point. That is what makes the output
+    /// the same however the input is cut.
+    fn step(&self, buf: &[u8], last: bool, out: &mut Vec<u8>) -> usize {
+        // Matches from here on may not be complete yet.
+        let open = if last {
+            buf.len()
+        } else {
+            buf.len() - self.open_tail(buf)
+        };
+        let mut cursor = 0;
+        let mut wait = None;
+        while let Some(m) = self.automaton.find(Input::new(buf).span(cursor..buf.len())) {
+            if m.start() >= open {
+                break;
+            }
+            match self.kinds[m.pattern().as_usize()] {
+                Kind::Text { secret } => {
+                    out.extend_from_slice(&buf[cursor..m.start()]);
+                    out.extend_from_slice(&self.placeholders[secret]);
+                    cursor = m.end();
+                }
+                Kind::Encoded { form } => {
+                    let form = &self.forms[form];
+                    match self.extend(form, buf, cursor, m, last) {
+                        Ok(masked) => {
+                            out.extend_from_slice(&buf[cursor..masked.start]);
+                            form.write_mask(masked.lead, masked.trail, out);
+                            cursor = masked.end;
+                        }
+                        Err(from) => {
+                            wait = Some(from);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let keep = match wait {
+            Some(from) => from,
+            None if last => buf.len(),
+            None => {
+                // An encoding starting in the next chunk may take its lead character from here.
+                let mut keep = open;
+                if self.leads {
+                    let floor = cursor.max(open.saturating_sub(3));
+                    while keep > floor && encoded::is_edge_byte(buf[keep - 1]) {
+                        keep -= 1;
+                    }
+                }
+                keep
+            }
+        }
+        .max(cursor);
+        out.extend_from_slice(&buf[cursor..keep]);
+        keep
+    }
+
+    /// Takes an encoded match's edge characters into it when they hold the value's bits. `Err`
+    /// with where to resume when the character after it is not in yet.
+    fn extend(
+        &self,
+        form: &Form,
+        buf: &[u8],
+        cursor: usize,
+        m: Match,
+        last: bool,
+    ) -> Result<Masked, usize> {
+        let lead = form.lead().and_then(|edge| {
+            let (sextet, len) = encoded::char_before(&buf[cursor..m.start()])?;
+            edge.accepts(sextet).then(|| (edge.mask(sextet), len))
+        });
+        let start = m.start() - lead.map_or(0, |(_, len)| len);
+        let mut masked = Masked {
+            start,
+            end: m.end(),
+            lead: lead.map(|(sextet, _)| sextet),
+            trail: None,
+        };
+        let Some(edge) = form.trail() else {
+            return Ok(masked);
+        };
+        // A match starting right after owns that character: it is not this value's edge (and if
+        // it is another value's core, it is masked with that core).
+        if self.match_at(buf, m.end(), last).ok_or(start)?.is_some() {
+            return Ok(masked);
+        }
+        match encoded::char_after(&buf[m.end()..]) {
+            After::NeedMore if !last => Err(start),
+            After::Char(sextet, len) if edge.accepts(sextet) => {
+                let mut trail = edge.mask(sextet);
+                // A second value right after, in the same run, shares this character: its first
+                // bits are masked too.
+                if let Some(next) = self.match_at(buf, m.end() + len, last).ok_or(start)?
+                    && let Kind::Encoded { form } = self.kinds[next.as_usize()]
+                    && let Some(next_lead) = self.forms[form].lead()
+                    && next_lead.accepts(sextet)
+                {
+                    trail = next_lead.mask(trail);
+                }
+                masked.trail = Some(trail);
+                masked.end += len;
+                Ok(masked)
+            }
+            _ => Ok(masked),
+        }
+    }
+
+    /// The pattern of the match that starts at `at`, if one does; `None` (outer) when that cannot
+    /// be told before more input arrives.
+    fn match_at(&self, buf: &[u8], at: usize, last: bool) -> Option<Option<PatternID>> {
+        let rest = &buf[at..];
+        if !last && self.open_tail(rest) == rest.len() {
+            return None;
+        }
+        // A match is at most `longest` long, so the search need not look further.
+        let window = at..buf.len().min(at + self.longest);
+        Some(
+            self.automaton
+                .find(Input::new(buf).span(window))
+                .filter(|m| m.start() == at)
+                .map(|m| m.pattern()),
+        )
+    }
+
+    /// The length of the longest tail of `buf` that is a proper prefix of some pattern: the bytes
+    /// that must wait for the next chunk.
+    fn open_tail(&self, buf: &[u8]) -> usize {
+        let most = self.longest.saturating_sub(1).min(buf.len());
+        (1..=most)
+            .rev()
+            .find(|&k| {
+                let tail = &buf[buf.len() - k..];
+                let may_start = match tail {
+                    // The pairs that start with `first` are the 256 bits of 4 words.
+                    [first] => self.starts[usize::from(*first) * 4..][..4]
+                        .iter()
+                        .any(|&w| w != 0),
+                    [a, b, ..] => {
+                        let pair = pair(*a, *b);
+                        self.starts[pair >> 6] & 1 << (pair & 63) != 0
+                    }
+                    [] => false,
+                };
+                may_start
+                    && self
+                        .patterns
+                        .iter()
+                        .any(|p| p.len() > k && p.starts_with(tail))
+            })
+            .unwrap_or(0)
+    }
+}
+
+fn pair(a: u8, b: u8) -> usize {
+    usize::from(a) << 8 | usize::from(b)
 }
 
 impl fmt::Debug for Scrubber {
@@ -185,17 +430,26 @@ pub fn request_identity(headers: &mut HeaderMap) {
 /// A body scrub under way: [`ScrubStream::push`] each chunk, then [`ScrubStream::finish`].
 pub struct ScrubStream {
     scrubber: Scrubber,
-    replacer: StreamReplacer,
+    /// Held-back bytes. May hold part of a value: zeroed on drop.
+    carry: Zeroizing<Vec<u8>>,
     finished: bool,
 }
 
 impl ScrubStream {
-    /// The final, scrubbed bytes of `chunk` (a possible start of a value waits for the next one).
+    /// The final, scrubbed bytes of `chunk` (what could still be part of a value waits for the
+    /// next one).
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         let inner = &self.scrubber.inner;
         let mut out = Vec::with_capacity(chunk.len());
-        self.replacer
-            .push(&inner.patterns, chunk, &inner.with, &mut out);
+        if self.carry.is_empty() {
+            let keep = inner.step(chunk, false, &mut out);
+            self.carry.extend_from_slice(&chunk[keep..]);
+        } else {
+            let mut buf = Zeroizing::new(std::mem::take(&mut *self.carry));
+            buf.extend_from_slice(chunk);
+            let keep = inner.step(&buf, false, &mut out);
+            self.carry.extend_from_slice(&buf[keep..]);
+        }
         out
     }
 
@@ -204,17 +458,22 @@ impl ScrubStream {
         let mut out = vec![];
         if !self.finished {
             self.finished = true;
-            let inner = &self.scrubber.inner;
-            self.replacer.finish(&inner.patterns, &inner.with, &mut out);
+            let carry = Zeroizing::new(std::mem::take(&mut *self.carry));
+            self.scrubber.inner.step(&carry, true, &mut out);
         }
         out
+    }
+
+    /// Bytes held back so far.
+    pub fn held(&self) -> usize {
+        self.carry.len()
     }
 }
 
 impl fmt::Debug for ScrubStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScrubStream")
-            .field("held", &self.replacer.held())
+            .field("held", &self.carry.len())
             .finish()
     }
 }
@@ -300,18 +559,24 @@ impl<B> fmt::Debug for ScrubBody<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secrets::spelling::percent_encode;
     use http_body_util::BodyExt;
 
     const PA: &str = "fenzi_ph_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
     const PB: &str = "fenzi_ph_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
     const VA: &str = "sk-live-a.b*c+d?(e)[f]{g}|h^$";
     const VB: &str = "tok \"q\" & x=y/é\\n";
+    const PC: &str = "fenzi_ph_CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC";
+    /// Its base64 has `+` or `/` as an edge character: after `c` (lead) and before `ÿ` (trail).
+    const VC: &str = "€-token-value-?";
 
     fn scrubber() -> Scrubber {
         let mut set = SecretSet::new();
         set.insert_with_placeholder("A_KEY", PA, VA.as_bytes().to_vec())
             .unwrap();
         set.insert_with_placeholder("B_KEY", PB, VB.as_bytes().to_vec())
+            .unwrap();
+        set.insert_with_placeholder("C_KEY", PC, VC.as_bytes().to_vec())
             .unwrap();
         Scrubber::new(&set).unwrap()
     }
@@ -479,6 +744,247 @@ mod tests {
         assert_eq!(bytes, format!("x {PA}").as_bytes());
         let frames = Frames([Err(std::io::Error::other("reset"))].into());
         assert!(s.body(frames).collect().await.is_err());
+    }
+
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+
+    /// No spelling of any form of `value` is left in `out`.
+    fn assert_no_encoding(out: &[u8], value: &str) {
+        for form in encoded::forms(value.as_bytes()) {
+            for spelled in form.spellings() {
+                assert!(
+                    !out.windows(spelled.len()).any(|w| w == &spelled[..]),
+                    "{:?} of a value left in {}",
+                    form.encoding,
+                    String::from_utf8_lossy(out)
+                );
+            }
+        }
+    }
+
+    fn masked(before: &[u8], value: &str, after: &[u8]) -> Vec<u8> {
+        [before, &vec![b'*'; value.len()], after].concat()
+    }
+
+    #[test]
+    fn text_spellings_of_every_style_become_the_placeholder() {
+        let s = scrubber();
+        for value in [VA, VB] {
+            let ph = if value == VA { PA } else { PB };
+            let mut spelled: Vec<Vec<u8>> = spelling::JSON_STYLES
+                .iter()
+                .map(|&style| json_escape_with(value.as_bytes(), style).unwrap())
+                .collect();
+            spelled.extend(
+                spelling::percent_styles()
+                    .map(|style| percent_encode_with(value.as_bytes(), style)),
+            );
+            for text in spelled {
+                let body = [&b"<"[..], &text, b">"].concat();
+                assert_eq!(
+                    scrubbed(&s, &body),
+                    format!("<{ph}>").as_bytes(),
+                    "{}",
+                    String::from_utf8_lossy(&text)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn encoded_values_are_masked_and_still_decode() {
+        let s = scrubber();
+        for value in [VA, VB, VC] {
+            for before in [&b""[..], b"c", b"u:", b"agent:", b"\xff\x00"] {
+                for after in [&b""[..], b":", "ÿ".as_bytes(), b"{\"n\":1}"] {
+                    let data = [before, value.as_bytes(), after].concat();
+                    let want = masked(before, value, after);
+                    // Base64, both alphabets, padded and not; hex, both cases.
+                    let padded = STANDARD.encode(&data);
+                    let bare = URL_SAFE_NO_PAD.encode(&data);
+                    let body = format!(
+                        "{{\"a\":\"Basic {padded}\",\"b\":\"{bare}\",\"c\":\"{}\",\"d\":\"{}\"}}",
+                        hex::encode(&data),
+                        hex::encode_upper(&data)
+                    );
+                    let out = scrubbed(&s, body.as_bytes());
+                    assert_no_encoding(&out, value);
+                    assert_eq!(out.len(), body.len(), "masks keep the length");
+                    let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                    let field = |k: &str| doc[k].as_str().unwrap().to_string();
+                    let a = field("a");
+                    assert_eq!(
+                        STANDARD.decode(a.strip_prefix("Basic ").unwrap()).unwrap(),
+                        want
+                    );
+                    assert_eq!(URL_SAFE_NO_PAD.decode(field("b")).unwrap(), want);
+                    assert_eq!(hex::decode(field("c")).unwrap(), want);
+                    assert_eq!(hex::decode(field("d")).unwrap(), want);
+                    // Base64 written into JSON by PHP (`\/`) and into a URL (`%2B`, `%2F`).
+                    let php = padded.replace('/', "\\/");
+                    let out = scrubbed(&s, format!("{{\"a\":\"{php}\"}}").as_bytes());
+                    let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                    assert_eq!(STANDARD.decode(doc["a"].as_str().unwrap()).unwrap(), want);
+                    let query = padded.replace('+', "%2B").replace('/', "%2F");
+                    let out = scrubbed(&s, format!("?a={query}&b=1").as_bytes());
+                    let out = String::from_utf8(out).unwrap();
+                    let got = out[3..out.len() - 4]
+                        .replace("%2B", "+")
+                        .replace("%2F", "/");
+                    assert_eq!(STANDARD.decode(got).unwrap(), want, "{query}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn two_values_in_one_run_are_both_masked() {
+        let s = scrubber();
+        // VA is 29 bytes: the character after it holds its last bits and VB's first.
+        for before in [&b""[..], b"a", b"ab"] {
+            let data = [before, VA.as_bytes(), VB.as_bytes(), b"!"].concat();
+            let text = STANDARD.encode(&data);
+            let out = scrubbed(&s, text.as_bytes());
+            let want = [before, &vec![b'*'; VA.len() + VB.len()], b"!"].concat();
+            assert_eq!(STANDARD.decode(&out).unwrap(), want);
+        }
+        // A raw value right after an encoded one, where the encoding's last character would be,
+        // is not cut short by taking its first byte as that character.
+        // (VB is 18 bytes; after `x` its last 2 bits are the top of the next character, as in `s`.)
+        let encoded = URL_SAFE_NO_PAD.encode(format!("x{VB}"));
+        let text = format!("{}{VA}", &encoded[..encoded.len() - 1]);
+        let out = String::from_utf8(scrubbed(&s, text.as_bytes())).unwrap();
+        assert!(out.ends_with(PA), "{out}");
+        assert_no_encoding(out.as_bytes(), VB);
+    }
+
+    /// A body with a value in every kind of spelling, encodings at each alignment and edge.
+    fn mixed_body() -> String {
+        let b64 = |prefix: &str, v: &str| STANDARD.encode(format!("{prefix}{v}"));
+        format!(
+            "data: {{\"auth\":\"Basic {}\",\"raw\":\"{VA}\"}}\n\ndata: {}|{}|{}\n\n{}:{}\n{}{}",
+            b64("agent:", VA),
+            URL_SAFE_NO_PAD.encode(format!("a{VB}tail")),
+            b64("ab", VA).replace('/', "\\/"),
+            hex::encode_upper(VB),
+            percent_encode(VB.as_bytes(), false).escape_ascii(),
+            serde_json::to_string(VB).unwrap(),
+            b64("", &format!("{VA}{VB}")),
+            URL_SAFE_NO_PAD.encode(format!("xy{VA}")),
+        ) + &format!(
+            "\n?a={}&b={}\n",
+            b64("c", VC).replace('+', "%2B"),
+            b64("", &format!("{VC}ÿ")).replace('/', "\\/"),
+        )
+    }
+
+    #[test]
+    fn every_encoding_is_scrubbed_the_same_at_every_chunk_boundary() {
+        let s = scrubber();
+        let body = mixed_body();
+        let want = scrubbed(&s, body.as_bytes());
+        for value in [VA, VB, VC] {
+            assert_no_encoding(&want, value);
+        }
+        assert!(!String::from_utf8_lossy(&want).contains(VA));
+        // The escaped edge characters are there to be cut.
+        assert!(body.contains("%2B") && body.contains("\\/"), "{body}");
+        for i in 0..=body.len() {
+            for j in (i..=body.len()).step_by(5) {
+                let mut st = s.stream();
+                let mut out = st.push(&body.as_bytes()[..i]);
+                out.extend(st.push(&body.as_bytes()[i..j]));
+                out.extend(st.push(&body.as_bytes()[j..]));
+                out.extend(st.finish());
+                assert_eq!(out, want, "cuts {i},{j}");
+            }
+        }
+        // Byte by byte, holding back no more than the bound in the module doc.
+        let longest = s.inner.longest;
+        let mut st = s.stream();
+        let mut out = vec![];
+        for b in body.as_bytes() {
+            out.extend(st.push(std::slice::from_ref(b)));
+            assert!(st.held() <= 2 * longest + 6, "held {}", st.held());
+        }
+        out.extend(st.finish());
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn an_escaped_edge_character_cut_in_two_waits_for_its_end() {
+        // No spelling of this value starts with `%` or `\\`, so only the edge rule holds them back.
+        let value = "token-value-foo";
+        let mut set = SecretSet::new();
+        set.insert_with_placeholder("D_KEY", PA, value.as_bytes().to_vec())
+            .unwrap();
+        let s = Scrubber::new(&set).unwrap();
+        for before in [&b"a"[..], b"ab"] {
+            // `\xff` after the value makes the last character `/`: JSON writes `\/`, a URL `%2F`.
+            let data = [before, value.as_bytes(), b"\xff\xff\xff"].concat();
+            let plain = STANDARD.encode(&data);
+            assert!(plain.contains('/'));
+            for (text, unescape) in [
+                (plain.replace('/', "\\/"), ["\\/", "/"]),
+                (plain.replace('/', "%2F"), ["%2F", "/"]),
+            ] {
+                let want = scrubbed(&s, text.as_bytes());
+                let plain_out = String::from_utf8(want.clone())
+                    .unwrap()
+                    .replace(unescape[0], unescape[1]);
+                assert_eq!(
+                    STANDARD.decode(plain_out).unwrap(),
+                    masked(before, value, b"\xff\xff\xff")
+                );
+                for cut in 0..=text.len() {
+                    let mut st = s.stream();
+                    let mut out = st.push(&text.as_bytes()[..cut]);
+                    out.extend(st.push(&text.as_bytes()[cut..]));
+                    out.extend(st.finish());
+                    assert_eq!(out, want, "{text} cut at {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_event_ending_in_an_encoded_value_is_not_held_back() {
+        let s = scrubber();
+        let mut st = s.stream();
+        let event = format!("data: {}\n\n", STANDARD.encode(format!("k={VA}")));
+        let out = st.push(event.as_bytes());
+        assert_eq!(out.len(), event.len());
+        assert!(out.ends_with(b"\n\n"));
+        assert_no_encoding(&out, VA);
+        assert_eq!(st.held(), 0);
+        // Cut right after the core, the edge character waits, then comes out masked.
+        let text = STANDARD.encode(format!("k={VA}"));
+        let cut = text.len() - 3;
+        let first = st.push(&text.as_bytes()[..cut]);
+        let rest = st.push(format!("{}\n", &text[cut..]).as_bytes());
+        let out = [first, rest].concat();
+        assert_eq!(
+            STANDARD.decode(&out[..out.len() - 1]).unwrap(),
+            masked(b"k=", VA, b"")
+        );
+    }
+
+    #[test]
+    fn an_encoded_value_in_a_header_is_masked() {
+        let s = scrubber();
+        let mut headers = HeaderMap::new();
+        let basic = STANDARD.encode(format!("agent:{VA}"));
+        headers.insert(
+            "x-echo",
+            HeaderValue::from_str(&format!("Basic {basic}")).unwrap(),
+        );
+        s.check_response_head(&mut headers).unwrap();
+        let echoed = headers["x-echo"].to_str().unwrap();
+        let decoded = STANDARD
+            .decode(echoed.strip_prefix("Basic ").unwrap())
+            .unwrap();
+        assert_eq!(decoded, masked(b"agent:", VA, b""));
     }
 
     #[test]

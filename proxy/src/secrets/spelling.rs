@@ -16,6 +16,12 @@
 //! Escape bytes (`%`, `\`) never occur inside an escape, so decoding is context-free: every `%` or
 //! `\` starts a fresh attempt. That is what lets [`Normalizer`] work on a stream, holding back at most
 //! five bytes, and produce exactly what [`normalize`] produces on the whole input.
+//!
+//! The other way, a value is written as the encoders in common use write it, so the scrubber can
+//! find a value an upstream echoes: [`JSON_STYLES`] (which characters each JSON library turns into
+//! `\uXXXX`, in which case, and whether it writes `\/`) and [`percent_styles`] (the safe sets of the
+//! common URL encoders, either hex case, `%20` or `+` for a space). Each style is one spelling of a
+//! value; a token made of letters, digits, `-` and `_` has the same spelling in all of them.
 
 use super::placeholders::is_placeholder_byte;
 
@@ -159,15 +165,62 @@ impl Normalizer {
 /// Percent-encodes every byte outside RFC 3986's unreserved set (`A-Za-z0-9-._~`), as a value must be
 /// before it goes into a query string or a form body.
 pub fn percent_encode(bytes: &[u8], upper: bool) -> Vec<u8> {
-    let digits: &[u8; 16] = if upper {
-        b"0123456789ABCDEF"
-    } else {
-        b"0123456789abcdef"
-    };
+    percent_encode_with(
+        bytes,
+        PercentStyle {
+            safe: UNRESERVED,
+            upper,
+            plus: false,
+        },
+    )
+}
+
+const LOWER_HEX: &[u8; 16] = b"0123456789abcdef";
+const UPPER_HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// RFC 3986's unreserved punctuation (with letters and digits, the bytes never percent-encoded).
+const UNRESERVED: &[u8] = b"-._~";
+
+/// How one URL encoder writes a value: the bytes besides letters and digits it leaves as they are,
+/// the case of its hex digits, and whether a space becomes `+`.
+#[derive(Debug, Clone, Copy)]
+pub struct PercentStyle {
+    pub safe: &'static [u8],
+    pub upper: bool,
+    pub plus: bool,
+}
+
+/// Every percent-encoding style the scrubber looks for: each safe set below, in either hex case,
+/// with `%20` or `+` for a space.
+pub fn percent_styles() -> impl Iterator<Item = PercentStyle> {
+    const SAFE_SETS: [&[u8]; 5] = [
+        // RFC 3986 (Go's `url.QueryEscape`, Rust's `form_urlencoded` aside, most libraries).
+        UNRESERVED,
+        // Python's `urllib.parse.quote` (safe="/" by default).
+        b"-._~/",
+        // JavaScript's `encodeURIComponent`.
+        b"-._~!'()*",
+        // JavaScript's `encodeURI`, a whole URL echoed.
+        b"-._~!'()*;,/?:@&=+$#",
+        // WHATWG `application/x-www-form-urlencoded` (`URLSearchParams`, browsers' forms).
+        b"*-._",
+    ];
+    SAFE_SETS.into_iter().flat_map(|safe| {
+        [(true, false), (false, false), (true, true), (false, true)]
+            .into_iter()
+            .map(move |(upper, plus)| PercentStyle { safe, upper, plus })
+    })
+}
+
+/// `bytes` percent-encoded in `style`.
+pub fn percent_encode_with(bytes: &[u8], style: PercentStyle) -> Vec<u8> {
+    let digits = if style.upper { UPPER_HEX } else { LOWER_HEX };
     let mut out = Vec::with_capacity(bytes.len());
     for &b in bytes {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if b.is_ascii_alphanumeric() || style.safe.contains(&b) {
             out.push(b);
+        } else if b == b' ' && style.plus {
+            out.push(b'+');
         } else {
             out.extend_from_slice(&[
                 b'%',
@@ -177,6 +230,107 @@ pub fn percent_encode(bytes: &[u8], upper: bool) -> Vec<u8> {
         }
     }
     out
+}
+
+/// How one JSON encoder writes a string: beyond what JSON requires (`\"`, `\\`, control
+/// characters), which characters it writes as `\uXXXX`, in which hex case, whether it writes `/` as
+/// `\/`, and whether `"` becomes `\u0022`.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonStyle {
+    pub escape: fn(char) -> bool,
+    pub upper: bool,
+    pub slash: bool,
+    pub quote_as_u: bool,
+}
+
+fn escape_none(_: char) -> bool {
+    false
+}
+
+fn escape_non_ascii(c: char) -> bool {
+    !c.is_ascii()
+}
+
+/// Go's `encoding/json`: HTML-safe, and the two JavaScript line separators.
+fn escape_go(c: char) -> bool {
+    matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}')
+}
+
+/// Gson's default HTML-safe writer.
+fn escape_gson(c: char) -> bool {
+    matches!(c, '<' | '>' | '&' | '=' | '\'' | '\u{2028}' | '\u{2029}')
+}
+
+/// .NET's `System.Text.Json` default encoder: everything outside printable ASCII and the
+/// HTML-sensitive characters.
+fn escape_dotnet(c: char) -> bool {
+    !c.is_ascii() || matches!(c, '<' | '>' | '&' | '\'' | '+' | '`' | '\u{7f}')
+}
+
+/// The JSON encoders in common use, as [`JsonStyle`]s.
+pub const JSON_STYLES: [JsonStyle; 8] = {
+    const fn style(escape: fn(char) -> bool, upper: bool, slash: bool) -> JsonStyle {
+        JsonStyle {
+            escape,
+            upper,
+            slash,
+            quote_as_u: false,
+        }
+    }
+    [
+        // serde_json, JavaScript's `JSON.stringify`, Jackson, Python with `ensure_ascii=False`.
+        style(escape_none, false, false),
+        // The same with `\/` (PHP with `JSON_UNESCAPED_UNICODE`, some JavaScript libraries).
+        style(escape_none, false, true),
+        // Python's `json.dumps`.
+        style(escape_non_ascii, false, false),
+        // PHP's `json_encode`.
+        style(escape_non_ascii, false, true),
+        // Jackson with `ESCAPE_NON_ASCII`.
+        style(escape_non_ascii, true, false),
+        style(escape_go, false, false),
+        style(escape_gson, false, false),
+        JsonStyle {
+            escape: escape_dotnet,
+            upper: true,
+            slash: false,
+            quote_as_u: true,
+        },
+    ]
+};
+
+/// The value as `style` writes it inside a JSON string (without the quotes). `None` for a value that
+/// is not UTF-8: JSON text cannot carry it.
+pub fn json_escape_with(bytes: &[u8], style: JsonStyle) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let digits = if style.upper { UPPER_HEX } else { LOWER_HEX };
+    let mut out = Vec::with_capacity(bytes.len());
+    let unit = |out: &mut Vec<u8>, unit: u16| {
+        out.extend_from_slice(b"\\u");
+        for shift in [12, 8, 4, 0] {
+            out.push(digits[usize::from(unit >> shift & 15)]);
+        }
+    };
+    for c in text.chars() {
+        match c {
+            '"' if style.quote_as_u => unit(&mut out, 0x22),
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '/' if style.slash => out.extend_from_slice(b"\\/"),
+            '\u{8}' => out.extend_from_slice(b"\\b"),
+            '\u{c}' => out.extend_from_slice(b"\\f"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if c < ' ' || (style.escape)(c) => {
+                for &u in c.encode_utf16(&mut [0; 2]).iter() {
+                    unit(&mut out, u);
+                }
+            }
+            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    Some(out)
 }
 
 /// The value as it appears inside a JSON string (serde_json's escaping, without the quotes).
@@ -260,5 +414,59 @@ mod tests {
         assert!(is_plain(b"abc"));
         assert!(!is_plain(b"a%c"));
         assert!(!is_plain(b"a\\c"));
+    }
+
+    #[test]
+    fn json_styles_write_what_their_libraries_write() {
+        let value = "k\"\\/<&>='+`é😀";
+        let spelled = |i: usize| {
+            String::from_utf8(json_escape_with(value.as_bytes(), JSON_STYLES[i]).unwrap()).unwrap()
+        };
+        // The first style is serde_json's own.
+        assert_eq!(
+            spelled(0).as_bytes(),
+            json_escape(value.as_bytes()).unwrap()
+        );
+        assert_eq!(spelled(0), r#"k\"\\/<&>='+`é😀"#);
+        assert_eq!(spelled(1), r#"k\"\\\/<&>='+`é😀"#);
+        assert_eq!(spelled(2), r#"k\"\\/<&>='+`\u00e9\ud83d\ude00"#);
+        assert_eq!(spelled(3), r#"k\"\\\/<&>='+`\u00e9\ud83d\ude00"#);
+        assert_eq!(spelled(4), r#"k\"\\/<&>='+`\u00E9\uD83D\uDE00"#);
+        assert_eq!(spelled(5), r#"k\"\\/\u003c\u0026\u003e='+`é😀"#);
+        assert_eq!(spelled(6), r#"k\"\\/\u003c\u0026\u003e\u003d\u0027+`é😀"#);
+        assert_eq!(
+            spelled(7),
+            r#"k\u0022\\/\u003C\u0026\u003E=\u0027\u002B\u0060\u00E9\uD83D\uDE00"#
+        );
+        // Every style is JSON that reads back as the value.
+        for style in JSON_STYLES {
+            let text = format!(
+                "\"{}\"",
+                String::from_utf8(json_escape_with(value.as_bytes(), style).unwrap()).unwrap()
+            );
+            assert_eq!(serde_json::from_str::<String>(&text).unwrap(), value);
+        }
+        assert_eq!(json_escape_with(b"\xff", JSON_STYLES[0]), None);
+    }
+
+    #[test]
+    fn percent_styles_cover_the_common_safe_sets() {
+        let value = b"a b/c~d*e!f+g";
+        let spellings: Vec<String> = percent_styles()
+            .map(|s| String::from_utf8(percent_encode_with(value, s)).unwrap())
+            .collect();
+        for want in [
+            "a%20b%2Fc~d%2Ae%21f%2Bg",
+            "a%20b%2fc~d%2ae%21f%2bg",
+            "a+b%2Fc~d%2Ae%21f%2Bg",
+            "a%20b/c~d%2Ae%21f%2Bg",
+            "a%20b%2Fc~d*e!f%2Bg",
+            "a%20b/c~d*e!f+g",
+            "a+b%2Fc%7Ed*e%21f%2Bg",
+        ] {
+            assert!(spellings.iter().any(|s| s == want), "{want}");
+        }
+        assert_eq!(percent_styles().count(), 20);
+        assert_eq!(percent_encode(value, true), spellings[0].as_bytes());
     }
 }
