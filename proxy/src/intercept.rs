@@ -159,10 +159,13 @@ impl Tunnel {
         let probe = HeadProbe::new();
         let tunnel = self.clone();
         let dispatched = probe.clone();
+        let activity = guard.clone();
+        // A request is in flight (never evicted to make room) from its head to its response head.
         let service = service_fn(move |req| {
             dispatched.dispatched();
             let tunnel = tunnel.clone();
-            async move { Ok::<_, Infallible>(tunnel.handle(req).await) }
+            let in_flight = activity.request(&req);
+            async move { Ok::<_, Infallible>(in_flight.answered(tunnel.handle(req).await)) }
         });
         if h2 {
             let io = TokioIo::new(io);
@@ -178,6 +181,9 @@ impl Tunnel {
             }
             let _ = conn.await;
         } else {
+            // Bytes of an unfinished request head are not activity: a client dribbling heads inside
+            // a tunnel is as evictable as one on the proxy port.
+            guard.reading_heads();
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())

@@ -7,9 +7,10 @@
 //! echoed back into responses for their placeholders. Every decision is written to the audit log
 //! before anything is forwarded; when it cannot be written, nothing is.
 //!
-//! Modules, in the order a request meets them: [`server`] (accept, connection cap, shutdown, audit
-//! redaction), `connect` (CONNECT, placeholders in the target), `forward` (plain HTTP and the shared
-//! request phases: body, secrets, MCP, upstream, response scrubbing), `admit` (route, resolve,
+//! Modules, in the order a request meets them: [`server`] (accept, shutdown, audit redaction),
+//! [`capacity`] (the connection cap, idle connections giving way, descriptor limits), `connect`
+//! (CONNECT, placeholders in the target), `forward` (plain HTTP and the shared request phases: body,
+//! secrets, MCP, upstream, response scrubbing), `admit` (route, resolve,
 //! address checks), `intercept` (TLS termination and the Host/SNI checks), `mcp_enforce` (body
 //! buffering and classification), [`secrets`] (placeholders, scanning, substitution, scrubbing),
 //! `upstream` (dialling, upstream TLS, pooling), `tunnel` (pass-through copy), [`tls`] (session CA,
@@ -18,6 +19,7 @@
 
 pub mod audit_sink;
 pub mod audit_writer;
+pub mod capacity;
 pub mod error;
 pub mod net;
 pub mod options;

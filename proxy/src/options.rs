@@ -1,6 +1,7 @@
-//! The proxy's tunables: a timeout wherever a peer can stall, the cap on concurrent connections, the
-//! session CA's lifetime and the extra roots trusted for upstream TLS. Every field has a default that
-//! suits an agent sandbox; `fenzi proxy` and `fenzi run` start from [`ProxyOptions::default`].
+//! The proxy's tunables: a timeout wherever a peer can stall, the cap on concurrent connections (and
+//! when an idle one gives way), the session CA's lifetime and the extra roots trusted for upstream
+//! TLS. Every field has a default that suits an agent sandbox; `fenzi proxy` and `fenzi run` start
+//! from [`ProxyOptions::default`].
 
 use rustls::pki_types::CertificateDer;
 use std::time::Duration;
@@ -23,8 +24,15 @@ pub struct ProxyOptions {
     pub response_header_timeout: Duration,
     /// Reading a request body that is inspected before it is forwarded.
     pub body_read_timeout: Duration,
-    /// Client connections served at once, tunnels included. Further clients wait in the listen backlog.
+    /// Client connections served at once, tunnels included. When all are taken, a new client gets the
+    /// slot of the connection idle longest once that one has been idle for `eviction_grace`; a
+    /// request in flight is never cut (see [`crate::capacity`]). The default is what the hard
+    /// descriptor limit allows (two descriptors a connection, after a reserve), at most
+    /// [`crate::capacity::MAX_DEFAULT_CONNECTIONS`]; the proxy never serves more than its soft limit
+    /// allows, whatever this says.
     pub max_connections: usize,
+    /// At capacity, how long a connection must have been idle before a new client may take its slot.
+    pub eviction_grace: Duration,
     /// At shutdown, how long in-flight connections get to finish before they are cut.
     pub drain_timeout: Duration,
     /// How long the session CA (and so every leaf) is valid.
@@ -48,7 +56,8 @@ impl Default for ProxyOptions {
             tls_handshake_timeout: Duration::from_secs(10),
             response_header_timeout: Duration::from_secs(300),
             body_read_timeout: Duration::from_secs(60),
-            max_connections: 1024,
+            max_connections: crate::capacity::default_max_connections(),
+            eviction_grace: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(10),
             ca_validity: Duration::from_secs(24 * 60 * 60),
             upstream_roots: Vec::new(),

@@ -12,6 +12,7 @@
 
 use crate::audit_sink::{AuditSink, INVALID_TARGET, Subject, logged_authority};
 use crate::audit_writer::AuditEntry;
+use crate::capacity::{Admitted, Capacity, InFlight, Tracked};
 use crate::connect::connect;
 use crate::error::ProxyError;
 use crate::forward::{bad_request, default_port, plain_http};
@@ -32,7 +33,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 
 pub(crate) mod malformed;
 
@@ -103,11 +104,12 @@ impl Shared {
     }
 }
 
-/// Held by a client connection and everything it spawns (tunnels): its slot under the connection cap,
-/// and the signal that the proxy is shutting down.
+/// Held by a client connection and everything it spawns (tunnels): its slot under the connection cap
+/// (freed when the last clone is dropped), its activity as the eviction rule sees it, and the signal
+/// that the proxy is shutting down.
 #[derive(Clone)]
 pub(crate) struct ConnGuard {
-    _permit: Arc<OwnedSemaphorePermit>,
+    conn: Arc<Admitted>,
     stop: watch::Receiver<bool>,
 }
 
@@ -115,6 +117,18 @@ impl ConnGuard {
     /// Resolves once shutdown has begun.
     pub async fn stopping(&mut self) {
         let _ = self.stop.wait_for(|stop| *stop).await;
+    }
+
+    /// A request head on this connection is complete and handed to the service: the connection is
+    /// busy, so never evicted, until the returned value is answered (response head) or dropped.
+    pub fn request<B>(&self, req: &Request<B>) -> InFlight {
+        self.conn.request(req)
+    }
+
+    /// The connection (an intercepted tunnel serving HTTP/1.1) now waits for request heads: their
+    /// bytes are not activity, so a client dribbling a head is evictable like one on the proxy port.
+    pub fn reading_heads(&self) {
+        self.conn.reading_heads();
     }
 }
 
@@ -275,41 +289,43 @@ impl Proxy {
     /// Serves `listener` until `shutdown` resolves, then stops accepting and waits up to
     /// `drain_timeout` for in-flight connections. Returns how many connections were still open when
     /// the drain time ran out (they are cut when the runtime ends).
+    ///
+    /// At most `max_connections` clients are served at once; when all slots are taken, a new client
+    /// takes the slot of the connection idle longest (see [`crate::capacity`]).
     pub async fn serve(
         &self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<usize, ProxyError> {
-        let max = self
-            .shared
-            .options
-            .max_connections
-            .clamp(1, u32::MAX as usize >> 1);
-        let slots = Arc::new(Semaphore::new(max));
+        let options = &self.shared.options;
+        let capacity = Capacity::new(options.max_connections, options.eviction_grace);
+        tracing::debug!(max_connections = capacity.max(), "serving");
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                _ = &mut shutdown => break,
-                permit = slots.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break,
-                },
-            };
             let (stream, peer) = tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        // Out of descriptors and the like: back off instead of spinning.
+                        // Out of descriptors: as good as at capacity, so an idle connection gives
+                        // way. Either way, back off instead of spinning.
+                        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                            capacity.out_of_descriptors();
+                        }
                         tracing::warn!("accept failed: {e}");
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         continue;
                     }
                 },
             };
+            let admitted = tokio::select! {
+                _ = &mut shutdown => break,
+                admitted = capacity.admit(peer) => admitted,
+            };
+            let stream = admitted.track(stream);
             let guard = ConnGuard {
-                _permit: Arc::new(permit),
+                conn: Arc::new(admitted),
                 stop: stop_rx.clone(),
             };
             tokio::spawn(serve_client(self.shared.clone(), stream, peer, guard));
@@ -317,13 +333,17 @@ impl Proxy {
         drop(listener);
         let _ = stop_tx.send(true);
         let drain = self.shared.options.drain_timeout;
-        let all = u32::try_from(max).unwrap_or(u32::MAX);
-        let open = match tokio::time::timeout(drain, slots.acquire_many(all)).await {
-            Ok(_) => 0,
-            Err(_) => max - slots.available_permits(),
-        };
+        let open = capacity.drain(drain).await;
         if open > 0 {
             tracing::warn!("{open} connections still open after {drain:?}; cutting them");
+        }
+        let evicted = capacity.evictions();
+        if evicted > 0 {
+            tracing::warn!(
+                "at capacity, in all: {evicted} idle connections were closed to admit new clients \
+                 (max_connections {})",
+                capacity.max()
+            );
         }
         Ok(open)
     }
@@ -335,7 +355,12 @@ pub fn listener_from_std(listener: std::net::TcpListener) -> std::io::Result<Tcp
     TcpListener::from_std(listener)
 }
 
-async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, guard: ConnGuard) {
+async fn serve_client(
+    shared: Arc<Shared>,
+    stream: Tracked<TcpStream>,
+    peer: SocketAddr,
+    guard: ConnGuard,
+) {
     let _ = stream.set_nodelay(true);
     let mut stopping = guard.clone();
     let probe = HeadProbe::new();
@@ -346,7 +371,8 @@ async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, 
             probe.dispatched();
             let shared = shared.clone();
             let guard = guard.clone();
-            async move { Ok::<_, Infallible>(route(shared, guard, req).await) }
+            let in_flight = guard.request(&req);
+            async move { Ok::<_, Infallible>(in_flight.answered(route(shared, guard, req).await)) }
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();

@@ -133,8 +133,10 @@ async fn an_idle_tunnel_is_closed() {
 
 #[tokio::test]
 async fn connections_beyond_the_cap_wait_for_a_free_slot() {
+    // No eviction during the test: this is about waiting (eviction is in tests/capacity.rs).
     let s = setup(hello(), Arc::new(MemorySink::default()), |o| {
         o.max_connections = 1;
+        o.eviction_grace = std::time::Duration::from_secs(60);
     })
     .await;
     let mut first = h1(TcpStream::connect(s.proxy.addr).await.unwrap()).await;
