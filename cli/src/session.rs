@@ -26,8 +26,8 @@ pub fn open_audit(explicit: Option<&Path>, session: &str) -> Result<(PathBuf, Au
             )?
             .join(format!("{session}.jsonl")),
     };
-    let writer = AuditWriter::open(&path, session)
-        .with_context(|| format!("cannot open the audit log {}", path.display()))?;
+    // Every `AuditError` names the file and its cause already: no context on top, or it says it twice.
+    let writer = AuditWriter::open(&path, session)?;
     Ok((path, writer))
 }
 

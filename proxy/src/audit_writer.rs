@@ -18,8 +18,34 @@
 //! to it was written before the fdatasync began, so the head never names a record that is not
 //! durable. The head may lag the log by one batch, which `fenzi_policy::audit::verify` allows.
 //!
-//! Fail closed: after any write, sync or head failure every later record and flush fails too, naming the
-//! first failure. Nothing is dropped silently.
+//! Failures are of one record, of the head, or of the log; only the last stops the writer:
+//!
+//! - A record that cannot be written (ENOSPC, EDQUOT, EFBIG, EIO) is refused: its caller denies the
+//!   request (`audit_unavailable`), and the chain's tail (`prev`, the next seq) stays as it was.
+//!   write(2) may have stored part of the line before failing (a short write, then the error on the
+//!   rest), so the file is cut back (ftruncate) to the end of the last whole line, a length the
+//!   writer keeps track of under the lock (so nothing of ours appends meanwhile). The descriptor is
+//!   O_APPEND, so every write starts at the end of the file whatever the file offset says: after a
+//!   cut the next line lands right after the last whole one, with no hole where the cut part was.
+//!   The next background sync makes the cut durable (the partial line may have been written back
+//!   already). The next record simply tries again, so service resumes by itself once there is
+//!   room. Only if the cut fails does the file end mid-line, with nothing allowed to follow: then
+//!   the writer stops for good, saying how to repair the file.
+//! - A head file that cannot be rewritten (ENOSPC, EROFS on its directory) is left behind: the records
+//!   are durable and only the head lags, which verify allows. It is tried again after every batch,
+//!   logged when it starts failing and when it catches up (not on every try), and a flush reports it,
+//!   because the head is what shows a log cut short: a stop with a stale head is not a clean stop.
+//! - A failed fdatasync stops the writer for good. After a failed fsync the page cache no longer
+//!   tells what is on disk: Linux reports a writeback error once, then may mark the pages that failed
+//!   clean or drop them, so a later fsync can succeed although the data never reached the disk
+//!   (PostgreSQL's "fsyncgate", 2018). Records acknowledged since the last good sync may be lost, no
+//!   head can be named truthfully, and any later record would chain onto a predecessor that may not
+//!   exist. So every later record and flush fails, naming that failure and the last record known to
+//!   be durable. Lines already written are still made durable if a write fails for good (a failed
+//!   cut), so their head stays true.
+//!
+//! Nothing is dropped silently: a refused record is an error for the caller that must deny, and a
+//! failure of the head or of the log is logged (tracing) when it happens.
 //!
 //! An existing log is continued only when it verifies against its head; the file is locked (flock) so
 //! two processes cannot interleave records in one chain. The lock is held until the last handle is
@@ -107,67 +133,104 @@ impl AuditEntry {
     }
 }
 
-/// Why the audit log could not be opened or written. Every variant names the file concerned.
+/// Why the audit log could not be opened, or a record or the head not written. Every variant names the
+/// file concerned, and its message says the cause once (the I/O error is part of the message, not a
+/// separate `source`, so a chain printer does not repeat it).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AuditError {
-    #[error("cannot create the audit log directory {}: {source}", path.display())]
+    #[error("cannot create the audit log directory {}: {error}", path.display())]
     CreateDir {
         path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
+        error: Arc<io::Error>,
     },
-    #[error("cannot open the audit log {}: {source}", path.display())]
+    #[error("cannot open the audit log {}: {error}", path.display())]
     Open {
         path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
+        error: Arc<io::Error>,
     },
     #[error("the audit log {} is not a regular file", path.display())]
     NotAFile { path: PathBuf },
     #[error("the audit log {} is locked by another process writing to it", path.display())]
     Locked { path: PathBuf },
-    #[error("cannot read the audit log {}: {source}", path.display())]
+    #[error("cannot read the audit log {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
+        error: Arc<io::Error>,
     },
     #[error(
         "the existing audit log {} does not verify ({problem}); refusing to append to it: check it with `fenzi log --verify --file {}`, then move it aside to start a new log",
         path.display(), path.display()
     )]
     Corrupt { path: PathBuf, problem: String },
-    #[error("cannot start the audit writer thread: {source}")]
-    Spawn {
-        #[source]
-        source: Arc<io::Error>,
+    #[error("cannot make the new audit log {} durable (fsync of its directory): {error}", path.display())]
+    CreateSync {
+        path: PathBuf,
+        error: Arc<io::Error>,
     },
-    #[error("cannot write to the audit log {}: {source}", path.display())]
+    #[error("cannot start the audit writer thread: {error}")]
+    Spawn { error: Arc<io::Error> },
+    /// One record could not be written; the log still ends with its last whole record, and the next
+    /// record tries again.
+    #[error("cannot write to the audit log {}: {error}", path.display())]
     Write {
         path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
+        error: Arc<io::Error>,
     },
-    #[error("cannot fsync the audit log {}: {source}", path.display())]
+    /// A record was written in part and the part could not be cut off: the writer has stopped.
+    #[error(
+        "cannot write to the audit log {}: {error}, and cannot cut the partial record off again: {cut}; the file ends mid-line after seq {last}, so no further record is written (to repair it once fenzi has stopped: `truncate -s {len} {}`)",
+        path.display(), path.display()
+    )]
+    Torn {
+        path: PathBuf,
+        error: Arc<io::Error>,
+        cut: Arc<io::Error>,
+        /// The last whole record.
+        last: u64,
+        /// The file's length up to the end of that record.
+        len: u64,
+    },
+    /// fdatasync failed: the writer has stopped (see the module documentation for why).
+    #[error(
+        "cannot fsync the audit log {}: {error}; records after seq {durable} may not be on disk, so no further record is written",
+        path.display()
+    )]
     Sync {
         path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
+        error: Arc<io::Error>,
+        /// The last record known to be durable.
+        durable: u64,
     },
-    #[error("cannot update the audit head file {}: {source}", path.display())]
+    /// The head file could not be rewritten; every record is durable, only the head lags.
+    #[error("cannot update the audit head file {}: {error}; {}", path.display(), head_lag(*named, *last))]
     Head {
         path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
+        error: Arc<io::Error>,
+        /// The seq the head file still names (0: there is none yet).
+        named: u64,
+        /// The last record in the log.
+        last: u64,
     },
-    #[error("the audit log {} is unavailable since an earlier failure: {first}", path.display())]
+    #[error("the audit log {} stopped after an earlier failure: {first}", path.display())]
     Unavailable {
         path: PathBuf,
-        #[source]
         first: Arc<AuditError>,
     },
     #[error("the audit writer for {} has stopped", path.display())]
     Closed { path: PathBuf },
+}
+
+/// What a head that could not be rewritten leaves unprotected.
+fn head_lag(named: u64, last: u64) -> String {
+    if named == 0 {
+        format!(
+            "the records (up to seq {last}) are on disk, but there is no head file yet, and a log without one is not continued"
+        )
+    } else {
+        format!(
+            "the records are on disk, but the head still names seq {named} while the log ends at seq {last}, so a cut after seq {named} would go unnoticed"
+        )
+    }
 }
 
 /// The head file of a log: `<log path>.head`.
@@ -201,8 +264,8 @@ impl Drop for Handles {
 struct Shared {
     path: PathBuf,
     state: Mutex<State>,
-    /// Wakes the sync thread: the first unsynced record of a batch, a full batch, a flush, or the last
-    /// handle gone. Not signalled for every record, so recording wakes no other thread.
+    /// Wakes the sync thread: the first unsynced record (or cut) of a batch, a full batch, a flush, or
+    /// the last handle gone. Not signalled for every record, so recording wakes no other thread.
     wake: Condvar,
 }
 
@@ -211,6 +274,8 @@ struct Shared {
 struct State {
     /// Opened with O_APPEND; the sync thread has a duplicate of this descriptor.
     file: File,
+    /// The file's length up to the end of the last whole line: what a failed write is cut back to.
+    len: u64,
     session: String,
     next_seq: u64,
     /// Hash of the last line written (`prev` of the next record).
@@ -218,11 +283,17 @@ struct State {
     /// Records written since the sync thread's last snapshot.
     unsynced: usize,
     first_unsynced: Option<Instant>,
+    /// A partial line was cut off since the last snapshot: the next sync must make the cut durable.
+    cut: bool,
     /// Callers of `flush` waiting for the next sync.
     flushes: Vec<oneshot::Sender<Result<(), AuditError>>>,
     /// The last handle is gone: sync once more and stop.
     closed: bool,
-    /// The first failure; once set, everything fails.
+    /// The sync thread has ended: no flush would be answered.
+    syncer_gone: bool,
+    /// Records refused so far (their requests were denied).
+    refused: u64,
+    /// The failure that stopped the writer for good; once set, every record and flush fails.
     failed: Option<Arc<AuditError>>,
 }
 
@@ -248,12 +319,12 @@ impl AuditWriter {
                 .create(dir)
                 .map_err(|e| AuditError::CreateDir {
                     path: dir.to_path_buf(),
-                    source: Arc::new(e),
+                    error: Arc::new(e),
                 })?;
         }
         let open_error = |e: io::Error| AuditError::Open {
             path: path.clone(),
-            source: Arc::new(e),
+            error: Arc::new(e),
         };
         let mut file = OpenOptions::new()
             .read(true)
@@ -280,14 +351,14 @@ impl AuditWriter {
         file.read_to_end(&mut existing)
             .map_err(|e| AuditError::Read {
                 path: path.clone(),
-                source: Arc::new(e),
+                error: Arc::new(e),
             })?;
-        let (next_seq, prev) = continue_chain(&path, &existing)?;
+        let tail = continue_chain(&path, &existing)?;
         if created {
             // Make the new directory entry durable, so a crash cannot lose a log that has a head.
-            sync_parent(&path).map_err(|e| AuditError::Sync {
+            sync_parent(&path).map_err(|e| AuditError::CreateSync {
                 path: path.clone(),
-                source: Arc::new(e),
+                error: Arc::new(e),
             })?;
         }
         // Same open file description (and so the same lock): fdatasync through it syncs the log.
@@ -300,13 +371,17 @@ impl AuditWriter {
             path,
             state: Mutex::new(State {
                 file,
+                len: existing.len() as u64,
                 session: session.to_string(),
-                next_seq,
-                prev,
+                next_seq: tail.next_seq,
+                prev: tail.prev,
                 unsynced: 0,
                 first_unsynced: None,
+                cut: false,
                 flushes: Vec::new(),
                 closed: false,
+                syncer_gone: false,
+                refused: 0,
                 failed: None,
             }),
             wake: Condvar::new(),
@@ -317,14 +392,17 @@ impl AuditWriter {
             head_exists: head.exists(),
             head,
             head_tmp: PathBuf::from(head_tmp),
-            synced_seq: next_seq - 1,
+            // Lines after the head may not have been synced by the writer before us: the first
+            // sync covers them before the head names them.
+            synced: tail.head_seq,
+            head_seq: tail.head_seq,
+            head_failing: false,
+            broken: false,
         };
         std::thread::Builder::new()
             .name("fenzi-audit".into())
             .spawn(move || syncer.run())
-            .map_err(|e| AuditError::Spawn {
-                source: Arc::new(e),
-            })?;
+            .map_err(|e| AuditError::Spawn { error: Arc::new(e) })?;
         Ok(AuditWriter {
             inner: Arc::new(Handles { shared }),
         })
@@ -337,7 +415,9 @@ impl AuditWriter {
 
     /// Appends one record and returns its sequence number once its line has been written (write(2)
     /// completed; fdatasync follows within [`SYNC_INTERVAL`]). On `Err` the caller must deny the
-    /// request with `audit_unavailable` and forward nothing.
+    /// request with `audit_unavailable` and forward nothing. A refused record leaves the log as it
+    /// was, and the next call tries again, unless the error is [`AuditError::Unavailable`] (or the
+    /// first failure it names): then the writer has stopped for good.
     ///
     /// Runs to completion without yielding: the write is done inline under the log's lock (see the
     /// module documentation for why).
@@ -346,9 +426,18 @@ impl AuditWriter {
     }
 
     /// Makes every record written so far durable and rewrites the head file now (used at shutdown).
+    /// `Err(Head)`: the records are durable but the head could not be brought up to date (the error
+    /// says how far it lags); any other error: the writer has stopped for good, and the error names
+    /// the failure and what it may have cost.
     pub async fn flush(&self) -> Result<(), AuditError> {
         let done = self.inner.shared.request_flush()?;
         done.await.map_err(|_| self.inner.shared.closed())?
+    }
+
+    /// How many records were refused so far (each one's request was denied), including those refused
+    /// after the writer stopped.
+    pub fn refused(&self) -> u64 {
+        self.inner.shared.lock_anyway().refused
     }
 }
 
@@ -365,11 +454,13 @@ impl Shared {
 
     /// Writes one record's line: seq, `prev`, serialisation and write(2) all under the lock.
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
-        let mut st = self.lock()?;
+        let mut guard = self.lock()?;
+        let st = &mut *guard;
         if let Some(first) = &st.failed {
-            return Err(self.unavailable(first.clone()));
+            let err = self.unavailable(first.clone());
+            st.refused += 1;
+            return Err(err);
         }
-        let st = &mut *st;
         let seq = st.next_seq;
         let record = entry.into_record(
             audit::format_timestamp(now_ms()),
@@ -380,16 +471,13 @@ impl Shared {
         let mut line = audit::to_line(&record);
         let hash = audit::line_hash(line.as_bytes());
         line.push('\n');
-        if let Err(e) = st.file.write_all(line.as_bytes()) {
-            // `prev` is gone, and a partial line may be in the file: nothing may follow it.
-            return Err(self.fail(
-                st,
-                AuditError::Write {
-                    path: self.path.clone(),
-                    source: Arc::new(e),
-                },
-            ));
+        if let Err((error, stored)) = write_line(&st.file, line.as_bytes()) {
+            // The tail stays where it was: the next record follows the last whole line.
+            st.prev = record.prev;
+            st.refused += 1;
+            return Err(self.refuse(st, error, stored));
         }
+        st.len += line.len() as u64;
         st.prev = hash;
         st.next_seq += 1;
         st.unsynced += 1;
@@ -405,12 +493,45 @@ impl Shared {
         Ok(seq)
     }
 
+    /// A line could not be written, `stored` of its bytes are in the file: cuts them off, so the file
+    /// ends with the last whole line again, and returns the error the caller denies with. Only a cut
+    /// that fails stops the writer.
+    fn refuse(&self, st: &mut State, error: io::Error, stored: usize) -> AuditError {
+        let error = Arc::new(error);
+        // A failed write(2) stores nothing: only a short write before it leaves part of the line.
+        if stored > 0 {
+            if let Err(cut) = st.file.set_len(st.len) {
+                let err = AuditError::Torn {
+                    path: self.path.clone(),
+                    error,
+                    cut: Arc::new(cut),
+                    last: st.next_seq - 1,
+                    len: st.len,
+                };
+                tracing::error!("{err}");
+                return self.fail(st, err);
+            }
+            st.cut = true;
+            if st.first_unsynced.is_none() {
+                st.first_unsynced = Some(Instant::now());
+                self.wake.notify_one();
+            }
+        }
+        AuditError::Write {
+            path: self.path.clone(),
+            error,
+        }
+    }
+
     /// Queues a flush for the sync thread; the receiver gets the result of the sync that covers every
-    /// record written before this call.
+    /// record written before this call (an error if the writer has stopped, after that sync).
     fn request_flush(&self) -> Result<oneshot::Receiver<Result<(), AuditError>>, AuditError> {
         let mut st = self.lock()?;
-        if let Some(first) = &st.failed {
-            return Err(self.unavailable(first.clone()));
+        if st.syncer_gone {
+            return Err(match &st.failed {
+                Some(first) => self.unavailable(first.clone()),
+                None => self.closed(),
+            });
         }
         let (ack, done) = oneshot::channel();
         st.flushes.push(ack);
@@ -418,12 +539,9 @@ impl Shared {
         Ok(done)
     }
 
-    /// Records the first failure and returns `err`; from now on everything fails.
+    /// Records the failure that stops the writer (the first one stays) and returns `err`.
     fn fail(&self, st: &mut State, err: AuditError) -> AuditError {
         st.failed.get_or_insert_with(|| Arc::new(err.clone()));
-        // Nothing more will be synced.
-        st.unsynced = 0;
-        st.first_unsynced = None;
         err
     }
 
@@ -441,8 +559,31 @@ impl Shared {
     }
 }
 
-/// Verifies existing content and returns the next sequence number and `prev` to continue with.
-fn continue_chain(path: &Path, existing: &[u8]) -> Result<(u64, String), AuditError> {
+/// write(2) until all of `line` is in the file. On failure also returns how many of its bytes were
+/// stored before it (a short write followed by an error), which the caller must cut off.
+fn write_line(mut file: &File, line: &[u8]) -> Result<(), (io::Error, usize)> {
+    let mut stored = 0;
+    while stored < line.len() {
+        match file.write(&line[stored..]) {
+            Ok(0) => return Err((io::ErrorKind::WriteZero.into(), stored)),
+            Ok(n) => stored += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((e, stored)),
+        }
+    }
+    Ok(())
+}
+
+/// Where an existing log's chain continues.
+struct Tail {
+    next_seq: u64,
+    prev: String,
+    /// The seq its head file names (0: no head).
+    head_seq: u64,
+}
+
+/// Verifies existing content and returns where the chain continues.
+fn continue_chain(path: &Path, existing: &[u8]) -> Result<Tail, AuditError> {
     let corrupt = |problem: String| AuditError::Corrupt {
         path: path.to_path_buf(),
         problem,
@@ -459,35 +600,47 @@ fn continue_chain(path: &Path, existing: &[u8]) -> Result<(u64, String), AuditEr
         Err(e) => {
             return Err(AuditError::Read {
                 path: head_file,
-                source: Arc::new(e),
+                error: Arc::new(e),
             });
         }
     };
     if existing.is_empty() && head.is_none() {
-        return Ok((1, GENESIS.to_string()));
+        return Ok(Tail {
+            next_seq: 1,
+            prev: GENESIS.to_string(),
+            head_seq: 0,
+        });
     }
     if !existing.is_empty() && !existing.ends_with(b"\n") {
         return Err(corrupt(
             "its last line is incomplete (no newline at the end of the file)".into(),
         ));
     }
-    if head.is_none() {
+    let Some(head) = head else {
         return Err(corrupt(format!(
             "it has records but no head file {}, so a cut-short log cannot be ruled out",
             head_file.display()
         )));
-    }
+    };
     let lines = existing[..existing.len().saturating_sub(1)].split(|&b| b == b'\n');
     let lines: Box<dyn Iterator<Item = &[u8]>> = if existing.is_empty() {
         Box::new(std::iter::empty())
     } else {
         Box::new(lines)
     };
-    let verified = audit::verify(lines, head.as_ref()).map_err(|e| corrupt(e.to_string()))?;
-    match verified.head {
-        Some(last) => Ok((last.seq + 1, last.hash)),
-        None => Ok((1, GENESIS.to_string())),
-    }
+    let verified = audit::verify(lines, Some(&head)).map_err(|e| corrupt(e.to_string()))?;
+    Ok(match verified.head {
+        Some(last) => Tail {
+            next_seq: last.seq + 1,
+            prev: last.hash,
+            head_seq: head.seq,
+        },
+        None => Tail {
+            next_seq: 1,
+            prev: GENESIS.to_string(),
+            head_seq: 0,
+        },
+    })
 }
 
 fn sync_parent(path: &Path) -> io::Result<()> {
@@ -513,14 +666,24 @@ struct Syncer {
     head: PathBuf,
     head_tmp: PathBuf,
     head_exists: bool,
-    /// The last seq known durable (and named by the head, once there is one).
-    synced_seq: u64,
+    /// The last seq known durable: made so by this thread's fdatasync, or named by the head found.
+    synced: u64,
+    /// The seq the head file names (0: none yet).
+    head_seq: u64,
+    /// The last head rewrite failed: said once, and again only when it succeeds.
+    head_failing: bool,
+    /// An fdatasync failed: nothing is synced or named by the head any more.
+    broken: bool,
 }
 
 /// What one wake-up of the sync thread must do.
 struct Job {
-    /// The head to make true (`None`: nothing new since the last sync), or the earlier failure.
-    target: Result<Option<Head>, AuditError>,
+    /// The last line written when the job was taken: what the sync makes durable and the head names.
+    tail: Head,
+    /// A partial line was cut off since the last job.
+    cut: bool,
+    /// The writer has stopped for good: flushes get this after the sync.
+    failed: Option<Arc<AuditError>>,
     flushes: Vec<oneshot::Sender<Result<(), AuditError>>>,
     last: bool,
 }
@@ -534,6 +697,7 @@ impl Drop for Stopped {
         let mut st = self.0.lock_anyway();
         let closed = self.0.closed();
         st.failed.get_or_insert_with(|| Arc::new(closed));
+        st.syncer_gone = true;
         st.flushes.clear();
     }
 }
@@ -543,10 +707,12 @@ impl Syncer {
         let _stopped = Stopped(self.shared.clone());
         loop {
             let job = self.next_job();
-            let result = match job.target {
-                Err(e) => Err(e),
-                Ok(None) => Ok(()),
-                Ok(Some(head)) => self.sync(head),
+            // Lines written before a failure are still made durable; a flush then reports the
+            // failure that stopped the writer, which matters more than any head problem.
+            let synced = self.sync(&job);
+            let result = match &job.failed {
+                Some(first) => Err(self.shared.unavailable(first.clone())),
+                None => synced,
             };
             for ack in job.flushes {
                 // A caller that went away needs no answer.
@@ -567,7 +733,7 @@ impl Syncer {
                 break;
             }
             match st.first_unsynced {
-                Some(t0) if st.failed.is_none() => {
+                Some(t0) if !self.broken => {
                     let due = t0 + SYNC_INTERVAL;
                     let now = Instant::now();
                     if st.unsynced >= SYNC_RECORDS || now >= due {
@@ -582,46 +748,79 @@ impl Syncer {
                 _ => st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner()),
             }
         }
-        let flushes = std::mem::take(&mut st.flushes);
-        let last = st.closed;
-        let target = match &st.failed {
-            Some(first) => Err(shared.unavailable(first.clone())),
-            None => {
-                // Every line up to this one has been written: the fdatasync that follows covers it.
-                st.unsynced = 0;
-                st.first_unsynced = None;
-                let seq = st.next_seq - 1;
-                Ok((seq != self.synced_seq).then(|| Head {
-                    seq,
-                    hash: st.prev.clone(),
-                }))
-            }
-        };
+        // Every line up to this one has been written: the fdatasync that follows covers it.
+        st.unsynced = 0;
+        st.first_unsynced = None;
         Job {
-            target,
-            flushes,
-            last,
+            tail: Head {
+                seq: st.next_seq - 1,
+                hash: st.prev.clone(),
+            },
+            cut: std::mem::take(&mut st.cut),
+            failed: st.failed.clone(),
+            flushes: std::mem::take(&mut st.flushes),
+            last: st.closed,
         }
     }
 
-    /// fdatasync, then rewrite the head to name `head`, the last line written before the fdatasync.
-    fn sync(&mut self, head: Head) -> Result<(), AuditError> {
-        let result = match self.file.sync_data() {
-            Err(e) => Err(AuditError::Sync {
-                path: self.shared.path.clone(),
-                source: Arc::new(e),
-            }),
-            Ok(()) => self.write_head(&head).map_err(|e| AuditError::Head {
-                path: self.head.clone(),
-                source: Arc::new(e),
-            }),
-        };
-        match result {
+    /// fdatasync (when anything was written or cut since the last one), then rewrite the head to
+    /// name the job's tail, the last line written before the fdatasync (when it does not already).
+    fn sync(&mut self, job: &Job) -> Result<(), AuditError> {
+        let shared = &*self.shared;
+        if self.broken {
+            return Err(match &job.failed {
+                Some(first) => shared.unavailable(first.clone()),
+                None => shared.closed(),
+            });
+        }
+        let tail = &job.tail;
+        if tail.seq != self.synced || job.cut {
+            if let Err(e) = self.file.sync_data() {
+                // Permanent: see the module documentation ("fsyncgate").
+                self.broken = true;
+                let err = AuditError::Sync {
+                    path: shared.path.clone(),
+                    error: Arc::new(e),
+                    durable: self.synced,
+                };
+                tracing::error!("{err}");
+                return Err(shared.fail(&mut shared.lock_anyway(), err));
+            }
+            self.synced = tail.seq;
+        }
+        if tail.seq == 0 || tail.seq == self.head_seq {
+            return Ok(());
+        }
+        match self.write_head(tail) {
             Ok(()) => {
-                self.synced_seq = head.seq;
+                if self.head_failing {
+                    self.head_failing = false;
+                    tracing::info!(
+                        "the audit head file {} is up to date again (seq {})",
+                        self.head.display(),
+                        tail.seq
+                    );
+                }
+                self.head_seq = tail.seq;
                 Ok(())
             }
-            Err(e) => Err(self.shared.fail(&mut self.shared.lock_anyway(), e)),
+            Err(e) => {
+                // No half-written temporary left behind (on a full disk it holds space).
+                let _ = fs::remove_file(&self.head_tmp);
+                let err = AuditError::Head {
+                    path: self.head.clone(),
+                    error: Arc::new(e),
+                    named: self.head_seq,
+                    last: tail.seq,
+                };
+                if !self.head_failing {
+                    self.head_failing = true;
+                    tracing::warn!(
+                        "{err}; records are still written, and the head is tried again after every batch"
+                    );
+                }
+                Err(err)
+            }
         }
     }
 

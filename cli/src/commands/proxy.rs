@@ -6,13 +6,17 @@
 //! log, makes the session CA and writes its certificate to `--ca-dir/ca.pem`, binds `--listen`,
 //! prints exactly `listening on HOST:PORT` as its first stdout line, and serves until SIGINT or
 //! SIGTERM. Then it stops accepting, lets in-flight requests finish within the drain time, flushes the
-//! log and exits 0. Values and placeholders are never printed: names only.
+//! log and exits 0; 2 when the log is not whole (its writer stopped for good, or its head file could
+//! not be brought up to date), saying what that cost. Records refused earlier and written again since
+//! (a disk full for a while) do not fail the exit: their requests were denied, nothing was lost.
+//! Values and placeholders are never printed: names only.
 
 use crate::config_files::PolicyArgs;
 use crate::session::{self, ProxyFlags};
 use anyhow::{Context, Result};
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::Proxy;
+use fenzi_proxy::audit_writer::AuditWriter;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,6 +70,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let placeholders = secrets.write_placeholders(&ca_dir)?;
     let status = secrets.summary();
     let missing = secrets.missing_line();
+    // Kept for the flush at exit, whose error says more than the proxy's audit-sink error would.
+    let audit = writer.clone();
     let proxy = {
         let _runtime = runtime.enter();
         Proxy::builder(policy, Arc::new(writer))
@@ -90,13 +96,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     .into_iter()
     .chain(missing)
     .collect();
-    let result = runtime.block_on(serve(&args.listen, proxy, &notes));
+    let result = runtime.block_on(serve(&args.listen, proxy, &audit, &notes));
     // Connections cut after the drain time may leave a resolver thread behind; do not wait on it.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
-async fn serve(listen: &str, proxy: Proxy, notes: &[String]) -> Result<ExitCode> {
+async fn serve(
+    listen: &str,
+    proxy: Proxy,
+    audit: &AuditWriter,
+    notes: &[String],
+) -> Result<ExitCode> {
     // Handlers first: a signal right after the listening line must shut down cleanly, not kill.
     let shutdown = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -117,15 +128,25 @@ async fn serve(listen: &str, proxy: Proxy, notes: &[String]) -> Result<ExitCode>
         async move { proxy.serve(listener, shutdown).await }
     });
     let cut = serving.await.context("the proxy task failed")??;
-    proxy
-        .flush_audit()
-        .await
-        .context("cannot flush the audit log")?;
+    // Records refused earlier (a full disk, say) lost nothing: their requests were denied. What
+    // fails the exit is a log that is not whole now: the writer stopped for good (the error says
+    // what it may have cost), or the head still lags its records.
+    let flushed = audit.flush().await;
+    let mut stopped = String::from("fenzi proxy: stopped");
     if cut > 0 {
-        eprintln!("fenzi proxy: stopped; {cut} connections did not finish in time and were cut");
-    } else {
-        eprintln!("fenzi proxy: stopped");
+        stopped += &format!("; {cut} connections did not finish in time and were cut");
     }
+    let refused = audit.refused();
+    if refused > 0 {
+        stopped += &format!(
+            "; {refused} audit records could not be written, and their requests were refused (503 audit_unavailable)"
+        );
+    }
+    if flushed.is_err() {
+        stopped += "; the audit log was not closed cleanly";
+    }
+    eprintln!("{stopped}");
+    flushed?;
     Ok(ExitCode::SUCCESS)
 }
 
