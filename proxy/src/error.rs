@@ -64,12 +64,12 @@ pub enum ProxyError {
     #[error("TLS setup failed: {0}")]
     TlsSetup(String),
     /// The upstream's response cannot be checked for secret values (an encoded body).
-    #[error("{0}")]
+    #[error(transparent)]
     Unscrubbable(#[from] crate::secrets::Unscrubbable),
     /// The session's secrets could not be set up, or a value could not be placed in a request.
-    #[error("{0}")]
+    #[error(transparent)]
     Secrets(#[from] crate::secrets::SecretsError),
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
 }
 
@@ -108,6 +108,44 @@ impl ProxyError {
                     Reason::UpstreamError
                 }
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// The message and every source below it, as a chain printer (anyhow's `{:#}`) shows them.
+    fn chain(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut next = error.source();
+        while let Some(cause) = next {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        text
+    }
+
+    #[test]
+    fn a_cause_is_named_once_in_the_printed_chain() {
+        let io = || io::Error::other("disk gone");
+        let write = crate::secrets::SecretsError::Write {
+            path: "/x/placeholders.env".into(),
+            error: io(),
+        };
+        let cases: Vec<Box<dyn std::error::Error>> = vec![
+            Box::new(ProxyError::Io(io())),
+            Box::new(ProxyError::Secrets(write)),
+            Box::new(crate::tls::CaError::Rustls(rustls::Error::General(
+                "disk gone".into(),
+            ))),
+        ];
+        for error in cases {
+            let text = chain(error.as_ref());
+            assert_eq!(text.matches("disk gone").count(), 1, "{text}");
         }
     }
 }

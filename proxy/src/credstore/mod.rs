@@ -69,8 +69,9 @@ pub enum StoreError {
     )]
     InvalidName { name: String },
 
+    /// The cause is in the message, not also a `source`, so a chain printer names it once.
     #[error("{0}; nothing was stored or used")]
-    InvalidValue(#[from] InvalidValue),
+    InvalidValue(InvalidValue),
 
     #[error("the {backend} cannot be used: {reason}\n  fix: {fix}")]
     Unavailable {
@@ -89,6 +90,12 @@ pub enum StoreError {
 }
 
 /// Which store [`open`] should use.
+impl From<InvalidValue> for StoreError {
+    fn from(error: InvalidValue) -> StoreError {
+        StoreError::InvalidValue(error)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Choice {
     /// The Secret Service when it answers, else the kernel keyring.

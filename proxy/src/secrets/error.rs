@@ -18,7 +18,7 @@ pub enum SecretsError {
     )]
     Unbound(String),
     /// A value that cannot be a secret (see [`crate::credstore::SecretValue`]).
-    #[error("{0}")]
+    #[error(transparent)]
     InvalidValue(#[from] crate::credstore::InvalidValue),
     #[error(
         "secret {name}: the given token is not a placeholder (it must be `fenzi_ph_` followed by at \
@@ -31,10 +31,10 @@ pub enum SecretsError {
     Matcher(String),
     #[error("secret {name}: the value is not UTF-8, so it cannot be written into {place}")]
     Unplaceable { name: String, place: &'static str },
-    #[error("writing {}: {source}", path.display())]
+    /// The cause is in the message, not also a `source`, so a chain printer names it once.
+    #[error("writing {}: {error}", path.display())]
     Write {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }

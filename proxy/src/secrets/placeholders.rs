@@ -225,9 +225,9 @@ impl SecretSet {
     /// temporary name and renamed over it, so a reader never sees half a file and a symlink at
     /// `path` is replaced rather than followed.
     pub fn write_env_file(&self, path: &Path) -> Result<(), SecretsError> {
-        let fail = |source| SecretsError::Write {
+        let fail = |error| SecretsError::Write {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,

@@ -32,12 +32,25 @@ const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
+    // The cause is in each message, not also a `source`, so a chain printer names it once.
     #[error("certificate generation failed: {0}")]
-    Rcgen(#[from] rcgen::Error),
+    Rcgen(rcgen::Error),
     #[error("TLS configuration failed: {0}")]
-    Rustls(#[from] rustls::Error),
+    Rustls(rustls::Error),
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<rcgen::Error> for CaError {
+    fn from(error: rcgen::Error) -> CaError {
+        CaError::Rcgen(error)
+    }
+}
+
+impl From<rustls::Error> for CaError {
+    fn from(error: rustls::Error) -> CaError {
+        CaError::Rustls(error)
+    }
 }
 
 pub struct SessionCa {
