@@ -263,7 +263,9 @@ pub struct ProxyFlags {
     /// Extra root certificates (PEM) trusted for upstream TLS, beside the public roots. Repeatable.
     #[arg(long, value_name = "PEM")]
     upstream_ca: Vec<PathBuf>,
-    /// Client connections served at once; more wait in the listen backlog.
+    /// Client connections served at once, tunnels included. When all are taken, the one idle longest
+    /// (at least a second) is closed to make room. The default is what this machine's descriptor
+    /// limit allows, at most 16384.
     #[arg(long, value_name = "N", default_value_t = ProxyOptions::default().max_connections)]
     max_connections: usize,
     /// Time a client has to send a request head (also the idle keep-alive limit).
@@ -293,7 +295,12 @@ pub struct ProxyFlags {
 impl ProxyFlags {
     /// The async runtime that serves the proxy: `--threads` workers, else `default_threads` (`None`:
     /// one per CPU).
+    /// Also lifts the soft descriptor limit to the hard one first: each connection holds up to two.
     pub fn runtime(&self, default_threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
+        match fenzi_proxy::capacity::raise_fd_limit() {
+            Ok(limit) => tracing::debug!("descriptor limit {limit}"),
+            Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
+        }
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         builder.enable_all();
         if let Some(n) = self.threads.map(usize::from).or(default_threads) {
