@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// A tiny HTTP server on 127.0.0.1 that answers `200 hello` and counts requests.
 fn http_server() -> (u16, Arc<AtomicUsize>) {
@@ -47,7 +48,21 @@ impl Env {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        self.command(&[], args).output().expect("fenzi runs")
+    }
+
+    /// `fenzi run ARGS`, started through `wrapper` (e.g. `setpriv ...`) when it is not empty.
+    fn command(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let fenzi = env!("CARGO_BIN_EXE_fenzi");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(fenzi);
+                c
+            }
+            None => Command::new(fenzi),
+        };
+        command
             .arg("run")
             .args(args)
             .current_dir(&self.dir)
@@ -60,9 +75,8 @@ impl Env {
                 "FENZI_SECRET_SHOULD_NOT_LEAK",
                 "this-value-must-stay-outside",
             )
-            .env("HTTPS_PROXY", "http://192.0.2.1:9")
-            .output()
-            .expect("fenzi runs")
+            .env("HTTPS_PROXY", "http://192.0.2.1:9");
+        command
     }
 
     fn audit_log(&self) -> String {
@@ -276,4 +290,244 @@ fn the_sandbox_holds_a_placeholder_that_works_nowhere_else() {
     let log = env.audit_log();
     assert!(log.contains("\"secrets\":[\"DEMO_TOKEN\"]"), "{log}");
     assert!(!log.contains(real) && !log.contains("fenzi_ph_") && !stderr.contains(real));
+}
+
+/// Says loudly, on the real stderr (not the captured one), that a test did not run.
+fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "\n*** SKIPPED `{test}`: {why}\n");
+}
+
+/// The uid and gid `a_non_root_user_can_run_a_session` switches to (nobody).
+const NOBODY: u32 = 65534;
+
+#[test]
+fn a_non_root_user_can_run_a_session() {
+    const TEST: &str = "a_non_root_user_can_run_a_session";
+    if !rustix::process::geteuid().is_root() || !have("setpriv") || !have("curl") {
+        skip(
+            TEST,
+            "needs root (to become uid 65534 with setpriv), setpriv and curl",
+        );
+        return;
+    }
+    let as_nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let probe = Command::new(as_nobody[0])
+        .args(&as_nobody[1..])
+        .args(["unshare", "--user", "--net", "true"])
+        .output()
+        .expect("setpriv runs");
+    if !probe.status.success() {
+        skip(
+            TEST,
+            &format!(
+                "this kernel refuses user namespaces to unprivileged users: {}",
+                text(&probe.stderr).trim()
+            ),
+        );
+        return;
+    }
+    let (port, hits) = http_server();
+    let env = Env::new(
+        "non-root",
+        &format!("version: 1\nhosts: [\"127.0.0.1:{port}\"]\n"),
+    );
+    for dir in ["state", "runtime"] {
+        let dir = env.dir.join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let script = format!(
+        "curl -s -o /dev/null -w 'allowed=%{{http_code}}\\n' http://127.0.0.1:{port}/as-nobody; \
+         curl --noproxy '*' -s -m 3 -o /dev/null http://127.0.0.1:{port}/direct; echo direct=$?; \
+         echo uid=$(id -u); echo map=$(cat /proc/self/uid_map); \
+         exit 7"
+    );
+    let out = env
+        .command(&as_nobody, &["--", "sh", "-c", &script])
+        .env("HOME", &env.dir)
+        .output()
+        .expect("fenzi runs");
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the command's exit code, as uid {NOBODY}\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("allowed=200"), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains("direct=0"),
+        "a direct connection must fail\n{stdout}"
+    );
+    assert!(stdout.contains("uid=1000"), "{stdout}");
+    let map: Vec<&str> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("map="))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        map,
+        ["1000", &NOBODY.to_string(), "1"],
+        "1000 inside is {NOBODY} outside\n{stdout}"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the server saw exactly the proxied request"
+    );
+    let log = env.audit_log();
+    assert!(
+        log.contains("\"path\":\"/as-nobody\"") && !log.contains("/direct"),
+        "{log}"
+    );
+    // The log was written by fenzi itself running as nobody, not by root.
+    let audit_dir = env.dir.join("state/fenzi/audit");
+    for entry in std::fs::read_dir(&audit_dir).unwrap() {
+        let meta = entry.unwrap().metadata().unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), NOBODY);
+    }
+}
+
+/// Host pids of the processes whose argv is exactly `argv`.
+fn pids_with_argv(argv: &[&str]) -> Vec<u32> {
+    let mut want = Vec::new();
+    for arg in argv {
+        want.extend_from_slice(arg.as_bytes());
+        want.push(0);
+    }
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// Host pids of the children of `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // "pid (comm) state ppid ...": the comm may hold spaces and parentheses.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
+/// Still running: the pid exists and runs the same program (a zombie's cmdline is empty, a
+/// reused pid's differs).
+fn still_running(pid: u32, cmdline: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == cmdline)
+}
+
+/// Kills the fenzi under test if the test ends early, so nothing it started lingers.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn killing_fenzi_ends_the_sandbox() {
+    if !sandbox_available() {
+        return;
+    }
+    let env = Env::new("kill", "version: 1\nhosts: []\n");
+    // Arguments no other process has, to find the sandbox's processes from the host: the command
+    // and a background process it leaves, both in the sandbox's PID namespace.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let tag = format!("{}{nanos:09}", std::process::id());
+    let (command_arg, background_arg) = (format!("3600.{tag}"), format!("3601.{tag}"));
+    let script = format!("sleep {background_arg} & exec sleep {command_arg}");
+    let stderr_path = env.dir.join("fenzi.stderr");
+    let mut fenzi = KillOnDrop(
+        env.command(&[], &["--", "sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path).unwrap())
+            .spawn()
+            .expect("fenzi starts"),
+    );
+    let fenzi_pid = fenzi.0.id();
+    let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (command, background) = loop {
+        let command = pids_with_argv(&["sleep", &command_arg]);
+        let background = pids_with_argv(&["sleep", &background_arg]);
+        if let ([command], [background]) = (&command[..], &background[..]) {
+            break (*command, *background);
+        }
+        if let Some(status) = fenzi.0.try_wait().unwrap() {
+            panic!("fenzi ended before the command ran: {status}\n{}", stderr());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sandboxed command never started\n{}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The sandbox's init: fenzi's only child (a clone of it, with its argv).
+    let init = match children_of(fenzi_pid)[..] {
+        [init] => init,
+        ref other => panic!("fenzi should have one child, the sandbox's init: {other:?}"),
+    };
+    let our_pid_ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let mut tracked = Vec::new();
+    for pid in [init, command, background] {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        assert_ne!(
+            std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap(),
+            our_pid_ns,
+            "pid {pid} runs in the sandbox's PID namespace"
+        );
+        tracked.push((pid, cmdline));
+    }
+
+    fenzi.0.kill().unwrap();
+    let status = fenzi.0.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    let killed = Instant::now();
+    let mut alive: Vec<u32> = tracked.iter().map(|(pid, _)| *pid).collect();
+    while !alive.is_empty() && killed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+        alive = tracked
+            .iter()
+            .filter(|(pid, cmdline)| still_running(*pid, cmdline))
+            .map(|(pid, _)| *pid)
+            .collect();
+    }
+    let waited = killed.elapsed();
+    for &pid in &alive {
+        // Do not leave them behind for the rest of the suite.
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        alive.is_empty(),
+        "{waited:?} after fenzi was killed, these sandbox processes still run: {alive:?} \
+         (init {init}, command {command}, background {background})"
+    );
+    eprintln!("the sandbox ended {waited:?} after fenzi was SIGKILLed");
 }

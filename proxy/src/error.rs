@@ -115,7 +115,6 @@ impl ProxyError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::error::Error as _;
 
     /// The message and every source below it, as a chain printer (anyhow's `{:#}`) shows them.
     fn chain(error: &dyn std::error::Error) -> String {

@@ -18,7 +18,9 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fenzi_proxy::sandbox::{SandboxChild, SandboxError, SandboxSpec, Session, exit_code};
+use fenzi_proxy::sandbox::{
+    SandboxChild, SandboxError, SandboxSpec, Session, exit_code, make_process_undumpable,
+};
 
 /// How long any single sandboxed command may run before the test kills it.
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -728,6 +730,8 @@ import os
 pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
 print('PIDS', len(pids), pids[0])
 print('HOST_PID_VISIBLE', os.path.exists('/proc/{host_pid}'))
+import ctypes
+print('COMMAND_DUMPABLE', ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
 for f in ('/proc/1/environ', '/proc/1/mem', '/proc/1/maps'):
     try:
         open(f, 'rb').read(1)
@@ -745,7 +749,11 @@ for f in ('/proc/1/environ', '/proc/1/mem', '/proc/1/maps'):
         "only the init (1) and the command are visible"
     );
     assert_eq!(got[1], "HOST_PID_VISIBLE False");
-    for line in &got[2..] {
+    assert_eq!(
+        got[2], "COMMAND_DUMPABLE 1",
+        "after its execve the command is an ordinary process of the user (it holds no secret)"
+    );
+    for line in &got[3..] {
         assert!(
             line.ends_with("PermissionError"),
             "the init holds a copy of the parent's memory: {line}"
@@ -870,4 +878,132 @@ fn kill_ends_the_sandbox_and_terminate_reaches_the_command() {
         Some(42),
         "SIGTERM was forwarded to the command"
     );
+}
+
+#[test]
+fn the_sandbox_ends_with_the_thread_that_started_it() {
+    // The parent-death signal follows the thread that cloned the init, not the process: a
+    // session started on a thread that then ends is killed, though this process lives on and
+    // still holds the session's control socket.
+    let starter = std::thread::spawn(|| start("starter thread", spec("sleep", &["1000"])));
+    let Some(mut session) = starter.join().unwrap() else {
+        return;
+    };
+    let handle = session.child.handle();
+    let (done, timer) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let fired = timer.recv_timeout(Duration::from_secs(30)).is_err();
+        if fired {
+            let _ = handle.kill();
+        }
+        fired
+    });
+    let status = session.child.wait().expect("waiting for the sandbox");
+    let _ = done.send(());
+    assert!(
+        !watchdog.join().unwrap(),
+        "the sandbox outlived the thread that started it"
+    );
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+}
+
+#[test]
+fn a_non_root_non_dumpable_parent_can_start_a_sandbox() {
+    // `fenzi run` makes itself non-dumpable, which gives its clone's /proc files to root; as any
+    // other user the init must still write its id maps. Needs root to become another user: this
+    // test re-runs this binary as `nondumpable_probe` under uid 65534.
+    const TEST: &str = "a_non_root_non_dumpable_parent_can_start_a_sandbox";
+    let root = rustix::process::geteuid().is_root();
+    let setpriv = Command::new("setpriv").arg("--version").output();
+    if !root || !setpriv.is_ok_and(|o| o.status.success()) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED `{TEST}`: needs root (to become uid 65534) and setpriv\n"
+        );
+        return;
+    }
+    let as_nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    // Whether this kernel lets an unprivileged user create namespaces at all, asked of another
+    // program: inside the probe, every failure to start is fenzi's.
+    let userns = Command::new("setpriv")
+        .args(as_nobody)
+        .args(["unshare", "--user", "--net", "true"])
+        .output()
+        .unwrap();
+    if !userns.status.success() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED `{TEST}`: this kernel refuses user namespaces to unprivileged users: {}\n",
+            String::from_utf8_lossy(&userns.stderr).trim()
+        );
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args(as_nobody)
+        .arg(&exe)
+        .args([
+            "--exact",
+            "nondumpable_probe",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FENZI_NONDUMPABLE_PROBE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("PROBE OK"),
+        "probe failed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}
+
+/// Run by `a_non_root_non_dumpable_parent_can_start_a_sandbox` as uid 65534. Run any other way,
+/// it has nothing to check and says so.
+#[test]
+#[ignore = "helper of a_non_root_non_dumpable_parent_can_start_a_sandbox"]
+fn nondumpable_probe() {
+    if std::env::var_os("FENZI_NONDUMPABLE_PROBE").is_none() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "nondumpable_probe: nothing to do (run by a_non_root_non_dumpable_parent_can_start_a_sandbox)"
+        );
+        return;
+    }
+    let euid = rustix::process::geteuid().as_raw();
+    assert_ne!(euid, 0, "the probe runs as an unprivileged user");
+    make_process_undumpable().unwrap();
+    // A non-dumpable process's /proc files belong to root: the control for what the init meets.
+    let owner = |path: &str| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(path).unwrap());
+    assert_eq!(owner("/proc/self/uid_map"), 0);
+    let mut spec = spec(
+        "sh",
+        &[
+            "-c",
+            "cat /proc/self/uid_map; \
+             stat -c 'command_environ_owner=%u' /proc/self/environ; \
+             cat /proc/1/environ >/dev/null 2>&1 && echo init=readable || echo init=private",
+        ],
+    );
+    let capture = Capture::attach(&mut spec);
+    let mut session = Session::start(spec)
+        .unwrap_or_else(|err| panic!("the sandbox did not start as uid {euid}: {err}"));
+    let status = wait(&mut session.child);
+    let out = capture.finish(status);
+    assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
+    let got = lines(&out.stdout);
+    let map: Vec<&str> = got[0].split_whitespace().collect();
+    assert_eq!(
+        map,
+        ["1000", euid.to_string().as_str(), "1"],
+        "{}",
+        out.stdout
+    );
+    // The command's own /proc files are its user's (it is dumpable after execve); the init's stay
+    // unreadable to it.
+    assert_eq!(got[1], "command_environ_owner=1000", "{}", out.stdout);
+    assert_eq!(got[2], "init=private", "{}", out.stdout);
+    println!("PROBE OK");
 }

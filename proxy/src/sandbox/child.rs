@@ -8,9 +8,16 @@
 //! the control socket and ends the process with `_exit`).
 //!
 //! The init is a copy of the parent's memory (which holds the CA key and secret values) and never
-//! execs, so it makes itself non-dumpable first thing after the id maps: the command, which runs as
-//! the same user, then cannot read the init's `/proc/1/{mem,environ}` or attach to it. The private
-//! `/proc` hides the parent itself.
+//! execs, so it stays non-dumpable, as fenzi made itself, except for the three `open`s of its
+//! id-map files (`open_id_maps`; the module doc of `sandbox` says why): the command, which runs as
+//! the same user, cannot read the init's `/proc/1/{mem,environ}` or attach to it. The private
+//! `/proc` hides the parent itself. The command's process is non-dumpable until its `execve`,
+//! which drops the copied memory and, the program being readable and not set-id, makes it dumpable:
+//! it is the user's agent and holds placeholders, never a secret value.
+//!
+//! The init dies with the parent thread that cloned it (`PR_SET_PDEATHSIG`, checked against a
+//! parent that died before it was set) and with the parent's end of the control socket; as PID 1
+//! of its namespace, its death kills every process in the sandbox.
 
 use std::os::fd::RawFd;
 
@@ -75,33 +82,39 @@ impl Drop for ExitOnUnwind {
 pub(crate) fn run_init(p: &Prepared) -> ! {
     let _guard = ExitOnUnwind;
     let ctl = p.control;
+    // First of all: die with the thread that cloned us (SIGKILL cannot be blocked or caught, and
+    // the init's death ends the whole PID namespace). Checked below, once we can report.
+    let parent_death = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
     // Nothing of the parent's may run here: block every signal, then drop inherited handlers.
     sys::set_signal_mask(true);
     sys::reset_signal_dispositions();
     // Only the control socket and the command's stdio survive; the parent's sockets, log files
     // and pipes must neither reach the command nor be held open by us.
     sys::close_all_except(&p.keep_fds);
+    step(ctl, SetupStep::ParentDeathSignal, parent_death);
+    // The parent may have died before the prctl, when no signal could be asked for any more
+    // (`getppid` is 0 in a new PID namespace either way). Its end of the control socket is then
+    // closed: our inherited copy went just above, so a hang-up now means it is gone.
+    if sys::peer_gone(ctl) {
+        sys::exit_now(SETUP_EXIT);
+    }
 
     // Identity: the caller's uid/gid outside become the (non-root) spec ids inside.
+    let [setgroups, uid_map, gid_map] = open_id_maps(ctl);
     step(
         ctl,
         SetupStep::SetGroups,
-        sys::write_file(c"/proc/self/setgroups", b"deny"),
+        sys::write_once_and_close(setgroups, b"deny"),
     );
     step(
         ctl,
         SetupStep::UidMap,
-        sys::write_file(c"/proc/self/uid_map", &p.uid_map),
+        sys::write_once_and_close(uid_map, &p.uid_map),
     );
     step(
         ctl,
         SetupStep::GidMap,
-        sys::write_file(c"/proc/self/gid_map", &p.gid_map),
-    );
-    step(
-        ctl,
-        SetupStep::NonDumpable,
-        sys::prctl(libc::PR_SET_DUMPABLE, 0),
+        sys::write_once_and_close(gid_map, &p.gid_map),
     );
 
     // A /proc of our own PID namespace: the command sees only the sandbox's processes, not the
@@ -143,6 +156,8 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
     // Installed here so it binds the init too; the command inherits it across fork and exec.
     step(ctl, SetupStep::Seccomp, sys::install_seccomp(&p.filter));
     step(ctl, SetupStep::Signals, sys::install_forwarders(FORWARDED));
+    // SIGCHLD (blocked, but for the waits below) wakes the reaping loop.
+    step(ctl, SetupStep::Signals, sys::install_wakeup(libc::SIGCHLD));
 
     let (exec_read, exec_write) = step(ctl, SetupStep::ForkCommand, sys::pipe_cloexec());
     let (command, _) = step(
@@ -155,7 +170,7 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
     }
     sys::close(exec_write);
     sys::set_forward_target(command);
-    sys::set_signal_mask(false);
+    sys::block_only(libc::SIGCHLD);
 
     // The pipe is close-on-exec: end of file means the exec succeeded, a record means it failed.
     let mut report = [0u8; protocol::MESSAGE_LEN];
@@ -182,25 +197,76 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
     sys::close(listener);
 
     // Reap everything (orphans are re-parented to us); when the command ends, report its status
-    // and exit, which makes the kernel kill whatever is left in the namespace.
+    // and exit, which makes the kernel kill whatever is left in the namespace. Between reaps,
+    // watch the control socket: the parent never writes to it, so a hang-up means fenzi is gone
+    // (the second line behind the parent-death signal), and the sandbox ends with it.
     loop {
-        match sys::wait_pid(-1, 0) {
-            Ok((pid, status)) if pid == command => {
-                let _ = send(
-                    ctl,
-                    Message {
-                        kind: protocol::EXITED,
-                        a: 0,
-                        b: status,
-                    },
-                    None,
-                );
-                sys::exit_now(0);
+        loop {
+            match sys::wait_pid(-1, libc::WNOHANG) {
+                Ok((0, _)) => break,
+                Ok((pid, status)) if pid == command => {
+                    let _ = send(
+                        ctl,
+                        Message {
+                            kind: protocol::EXITED,
+                            a: 0,
+                            b: status,
+                        },
+                        None,
+                    );
+                    sys::exit_now(0);
+                }
+                Ok(_) => {}
+                Err(_) => sys::exit_now(SETUP_EXIT),
             }
-            Ok(_) => {}
+        }
+        // SIGCHLD is blocked except during this wait, so a child ending after the reaps above
+        // interrupts it rather than being missed.
+        match sys::wait_event_or_signal(ctl) {
+            Ok(revents) if revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 => {
+                sys::exit_now(SETUP_EXIT)
+            }
+            Ok(_) => {
+                // Not part of the protocol: drop it. End of stream is the parent gone.
+                let mut junk = [0u8; protocol::MESSAGE_LEN];
+                if let Ok(0) | Err(_) = sys::read(ctl, &mut junk) {
+                    sys::exit_now(SETUP_EXIT);
+                }
+            }
+            Err(libc::EINTR) => {}
             Err(_) => sys::exit_now(SETUP_EXIT),
         }
     }
+}
+
+/// Opens `/proc/self/{setgroups,uid_map,gid_map}` for writing, in that order, and leaves the init
+/// non-dumpable, or reports the failed step and exits.
+///
+/// The init inherits fenzi's non-dumpable flag, and the kernel gives a non-dumpable process's
+/// `/proc/<pid>` files to root: for any other user, opening its own id maps fails with EACCES.
+/// So the init is dumpable for exactly these three `open`s and non-dumpable again before
+/// anything else; the writes that follow need no dumpable flag (the kernel checks the opener's
+/// credentials, which the open file keeps). The module doc says why this and not the others.
+fn open_id_maps(ctl: RawFd) -> [RawFd; 3] {
+    let opened = sys::prctl(libc::PR_SET_DUMPABLE, 1).map(|()| {
+        [
+            sys::open_write_only(c"/proc/self/setgroups"),
+            sys::open_write_only(c"/proc/self/uid_map"),
+            sys::open_write_only(c"/proc/self/gid_map"),
+        ]
+    });
+    // Unconditionally, before looking at what happened.
+    step(
+        ctl,
+        SetupStep::NonDumpable,
+        sys::prctl(libc::PR_SET_DUMPABLE, 0),
+    );
+    let [setgroups, uid_map, gid_map] = step(ctl, SetupStep::NonDumpable, opened);
+    [
+        step(ctl, SetupStep::SetGroups, setgroups),
+        step(ctl, SetupStep::UidMap, uid_map),
+        step(ctl, SetupStep::GidMap, gid_map),
+    ]
 }
 
 /// The command's process, forked from the init: install stdio, restore signals, `chdir`, `execve`.

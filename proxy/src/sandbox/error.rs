@@ -10,13 +10,16 @@ use std::io;
 pub enum SetupStep {
     /// `clone` with new user, PID, network, mount and IPC namespaces (done by the parent).
     CreateNamespaces,
+    /// Asking for SIGKILL when the parent thread ends (`PR_SET_PDEATHSIG`).
+    ParentDeathSignal,
     /// Writing `deny` to `/proc/self/setgroups`.
     SetGroups,
     /// Writing `/proc/self/uid_map`.
     UidMap,
     /// Writing `/proc/self/gid_map`.
     GidMap,
-    /// Making the sandbox's init non-dumpable (it holds a copy of the parent's memory).
+    /// Switching the init's dumpable flag: on only while it opens its id-map files, then off
+    /// for good (it holds a copy of the parent's memory).
     NonDumpable,
     /// Making every mount private to the new mount namespace.
     PrivateMounts,
@@ -53,8 +56,9 @@ impl SetupStep {
     }
 
     pub(crate) fn from_code(code: u32) -> Option<Self> {
-        const ALL: [SetupStep; 18] = [
+        const ALL: [SetupStep; 19] = [
             SetupStep::CreateNamespaces,
+            SetupStep::ParentDeathSignal,
             SetupStep::SetGroups,
             SetupStep::UidMap,
             SetupStep::GidMap,
@@ -83,10 +87,11 @@ impl fmt::Display for SetupStep {
             SetupStep::CreateNamespaces => {
                 "creating the user, PID, network, mount and IPC namespaces"
             }
+            SetupStep::ParentDeathSignal => "asking to die with the parent (PR_SET_PDEATHSIG)",
             SetupStep::SetGroups => "writing /proc/self/setgroups",
             SetupStep::UidMap => "writing /proc/self/uid_map",
             SetupStep::GidMap => "writing /proc/self/gid_map",
-            SetupStep::NonDumpable => "making the sandbox init non-dumpable",
+            SetupStep::NonDumpable => "setting the sandbox init's dumpable flag",
             SetupStep::PrivateMounts => "making mounts private to the sandbox",
             SetupStep::MountProc => "mounting a private /proc",
             SetupStep::LoopbackUp => "bringing up the loopback interface",

@@ -47,16 +47,25 @@ impl Session {
     ///
     /// Blocking (a few milliseconds). May be called from a multi-threaded program: the child only
     /// makes raw system calls on memory prepared here before the fork.
+    ///
+    /// The sandbox is killed when the *thread* that called `start` ends (the kernel's parent-death
+    /// signal follows the thread that cloned, not the process), and when this process dies, even
+    /// by SIGKILL. Call it from a thread that lives as long as the session, such as the main
+    /// thread; the [`SandboxChild`] itself may be moved to and waited on from any thread.
     pub fn start(mut spec: SandboxSpec) -> Result<Session, SandboxError> {
-        let (parent_end, child_end) = sys::seqpacket_pair()
+        let (parent_low, child_low) = sys::seqpacket_pair()
             .map_err(|e| SandboxError::control("creating the control socket", e))?;
         // Numbered 3 or above so they cannot collide with the command's 0, 1, 2.
         let lift = |fd: &OwnedFd| {
             sys::dup_at_least(fd, 3)
                 .map_err(|e| SandboxError::control("duplicating a descriptor", e))
         };
-        let parent_end = lift(&parent_end)?;
-        let child_end = lift(&child_end)?;
+        let parent_end = lift(&parent_low)?;
+        let child_end = lift(&child_low)?;
+        // Closed before the clone: with a closed stdin, say, the pair may have taken 0, which the
+        // init keeps; it must hold no copy of the parent's end (whose closing tells it fenzi is
+        // gone) and the command must not get one as its stdin.
+        drop((parent_low, child_low));
         let mut stdio_fds: [Option<OwnedFd>; 3] = [None, None, None];
         for (slot, fd) in
             stdio_fds

@@ -154,6 +154,28 @@ pub(crate) fn set_signal_mask(block_all: bool) {
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
 }
 
+/// Blocks exactly `sig` for the calling thread; every other signal is unblocked.
+pub(crate) fn block_only(sig: c_int) {
+    // SAFETY: `sigset_t` is a plain bit array; all-zero is the empty set.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid `sigset_t`; `sig` is a valid signal number.
+    unsafe { libc::sigaddset(&mut set, sig) };
+    // SAFETY: a valid set and a null old-set pointer.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+}
+
+extern "C" fn wake_only(_sig: c_int) {}
+
+/// Installs a handler for `sig` that does nothing: its only effect is to interrupt
+/// [`wait_event_or_signal`] (a signal left at its default "ignore" action would not). For
+/// SIGCHLD, stopped children do not count (`SA_NOCLDSTOP`).
+pub(crate) fn install_wakeup(sig: c_int) -> SysResult<()> {
+    let handler = wake_only as extern "C" fn(c_int) as libc::sighandler_t;
+    let action = signal_action(handler, libc::SA_RESTART | libc::SA_NOCLDSTOP);
+    // SAFETY: the handler does nothing; the action is fully initialised; no old action.
+    check(unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) }).map(drop)
+}
+
 /// The pid the init process forwards signals to (0 until the command is forked).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 
@@ -255,12 +277,17 @@ pub(crate) fn dup_at_least(fd: &OwnedFd, min: RawFd) -> SysResult<OwnedFd> {
     Ok(owned(new))
 }
 
-/// Opens `path` write-only and writes all of `data` (for `/proc/self/{uid,gid}_map`, which must
-/// be written in one `write`).
-pub(crate) fn write_file(path: &CStr, data: &[u8]) -> SysResult<()> {
+/// Opens `path` write-only, close-on-exec. Split from the write for `/proc/self/{uid,gid}_map`
+/// and `setgroups`: the kernel checks the file's owner when it is opened (which needs the process
+/// dumpable, see `child.rs`) and the opener's credentials when it is written.
+pub(crate) fn open_write_only(path: &CStr) -> SysResult<RawFd> {
     // SAFETY: `path` is NUL-terminated.
-    let fd =
-        retry(|| check(unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) }))?;
+    retry(|| check(unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) }))
+}
+
+/// Writes all of `data` to `fd` in one `write` (an id map must be written in one call), then
+/// closes `fd` whatever happened.
+pub(crate) fn write_once_and_close(fd: RawFd, data: &[u8]) -> SysResult<()> {
     // SAFETY: `data` is valid for `data.len()` bytes.
     let written = retry(|| check(unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) }));
     close(fd);
@@ -339,7 +366,8 @@ pub(crate) fn mount(
 
 /// `prctl(option, arg2, 0, 0, 0)`.
 pub(crate) fn prctl(option: c_int, arg2: libc::c_ulong) -> SysResult<()> {
-    // SAFETY: the options used here (NO_NEW_PRIVS, SET_DUMPABLE) take integers, not pointers.
+    // SAFETY: the options used here (NO_NEW_PRIVS, SET_DUMPABLE, SET_PDEATHSIG) take integers,
+    // not pointers.
     check(unsafe {
         libc::prctl(
             option,
@@ -607,6 +635,37 @@ pub(crate) fn poll_readable(fd: &OwnedFd, timeout_ms: c_int) -> SysResult<bool> 
     // SAFETY: one valid `pollfd`.
     let n = retry(|| check(unsafe { libc::poll(&mut pfd, 1, timeout_ms) }))?;
     Ok(n > 0)
+}
+
+/// True when the peer of the connected socket `fd` is gone (hang-up or error), checked without
+/// waiting.
+pub(crate) fn peer_gone(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid `pollfd`.
+    match retry(|| check(unsafe { libc::poll(&mut pfd, 1, 0) })) {
+        Ok(_) => pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0,
+        Err(_) => false,
+    }
+}
+
+/// Waits, with every signal unblocked for the duration (`ppoll`, so a signal blocked before the
+/// call and pending is delivered atomically, never lost), until `fd` is readable, hung up or in
+/// error; returns its `revents`. A caught signal ends the wait with `Err(EINTR)`.
+pub(crate) fn wait_event_or_signal(fd: RawFd) -> SysResult<libc::c_short> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `sigset_t` is a plain bit array; all-zero is the empty set.
+    let none: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: one valid `pollfd`, no timeout (null), a valid signal set.
+    check(unsafe { libc::ppoll(&mut pfd, 1, std::ptr::null(), &none) })?;
+    Ok(pfd.revents)
 }
 
 /// The calling process's effective uid and gid (in its own user namespace).

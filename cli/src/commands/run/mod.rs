@@ -57,6 +57,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    // Defence in depth: other processes of this user cannot read the CA key or secrets from us.
+    // First thing, before any secret is read: a process is dumpable from its exec until this. The
+    // sandbox's init inherits it and handles it (see the `sandbox` module's doc).
+    sandbox::make_process_undumpable().context("cannot make fenzi's own process non-dumpable")?;
     // An invalid policy is a config error: main prints every problem and exits 2.
     let config = args.policy.load()?.result?;
     let policy = Policy::from_config(&config);
@@ -69,8 +73,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .iter()
         .map(|(name, placeholder, _)| (name.to_string(), placeholder.as_str().to_string()))
         .collect();
-    // Defence in depth: other processes of this user cannot read the CA key or secrets from us.
-    sandbox::make_process_undumpable().context("cannot make fenzi's own process non-dumpable")?;
 
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
@@ -83,7 +85,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let proxy = {
         let _enter = runtime.enter();
-        Proxy::builder(policy.clone(), Arc::new(writer))
+        Proxy::builder(policy.clone(), Arc::new(writer.clone()))
             .options(options)
             .secrets(secrets.set)
             .build()
@@ -156,6 +158,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 spec.proxy_addr()
             ),
         );
+        // On this (the main) thread, which lives as long as the session: the sandbox is killed
+        // when the thread that started it ends, and so when fenzi dies in any way.
         let Session { listener, child } = Session::start(spec).map_err(|e| {
             anyhow::anyhow!("{e}\nfenzi run does not start a command it cannot isolate")
         })?;
@@ -179,10 +183,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let status = child.wait_forwarding_signals().await?;
         let _ = stop_tx.send(());
         serving.await.context("the proxy task failed")??;
-        proxy
-            .flush_audit()
-            .await
-            .context("cannot flush the audit log")?;
+        // As for `fenzi proxy`: refused records lost nothing (their requests were denied); a log
+        // that is not whole now fails the session, with the writer's own account of what it cost.
+        let refused = writer.refused();
+        if refused > 0 {
+            eprintln!(
+                "fenzi run: {refused} audit records could not be written, and their requests were refused (503 audit_unavailable)"
+            );
+        }
+        writer.flush().await?;
         anyhow::Ok(status)
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
