@@ -5,11 +5,8 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::*;
 use fenzi_proxy::ProxyOptions;
-use http::Request;
-use http_body_util::Full;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -58,19 +55,6 @@ async fn setup(tune: impl FnOnce(&mut ProxyOptions)) -> Setup {
     )
     .await;
     Setup { proxy, mcp }
-}
-
-fn get(uri: &str) -> Request<Full<Bytes>> {
-    let host = http::Uri::try_from(uri)
-        .unwrap()
-        .authority()
-        .unwrap()
-        .to_string();
-    Request::builder()
-        .uri(uri)
-        .header("host", host)
-        .body(Full::new(Bytes::new()))
-        .unwrap()
 }
 
 /// A passed-through tunnel to the echo server, checked with one round trip.

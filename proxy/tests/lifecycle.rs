@@ -8,8 +8,7 @@ use common::*;
 use fenzi_policy::audit;
 use fenzi_proxy::audit_writer::AuditWriter;
 use fenzi_proxy::{Proxy, ProxyOptions};
-use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,23 +47,6 @@ async fn setup(
     let yaml = "version: 1\nhosts:\n  - web.test:80\n  - echo.test:7000\n  - slow.test:80\n";
     let proxy = start_proxy(policy(yaml, None), opts, network, sink).await;
     Setup { proxy, web, echo }
-}
-
-fn get(uri: &str) -> Request<Full<Bytes>> {
-    let host = http::Uri::try_from(uri)
-        .unwrap()
-        .authority()
-        .unwrap()
-        .to_string();
-    Request::builder()
-        .uri(uri)
-        .header("host", host)
-        .body(Full::new(Bytes::new()))
-        .unwrap()
-}
-
-fn hello() -> Handler {
-    Arc::new(|_, _| respond(200, "text/plain", "hello"))
 }
 
 #[tokio::test]

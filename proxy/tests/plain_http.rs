@@ -45,21 +45,6 @@ async fn setup(handler: Handler) -> (TestProxy, Upstream, Arc<FakeNetwork>) {
     (proxy, upstream, network)
 }
 
-fn get(uri: &str) -> Request<Full<Bytes>> {
-    Request::builder()
-        .uri(uri)
-        .header(
-            "host",
-            http::Uri::try_from(uri)
-                .unwrap()
-                .authority()
-                .unwrap()
-                .as_str(),
-        )
-        .body(Full::new(Bytes::new()))
-        .unwrap()
-}
-
 #[tokio::test]
 async fn allowed_request_is_forwarded_origin_form_without_hop_by_hop_headers() {
     let (proxy, upstream, _) = setup(Arc::new(|_, _| respond(200, "text/plain", "hello"))).await;

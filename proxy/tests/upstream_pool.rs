@@ -102,10 +102,6 @@ async fn get_on_new_connection(proxy: SocketAddr) -> (u16, String) {
     text(client.send_request(req).await.unwrap()).await
 }
 
-fn hello() -> Handler {
-    Arc::new(|_, _| respond(200, "text/plain", "hello"))
-}
-
 #[tokio::test]
 async fn requests_from_different_client_connections_share_one_upstream_connection() {
     let upstream = http_upstream(None, hello()).await;

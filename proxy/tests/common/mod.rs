@@ -566,6 +566,25 @@ pub fn tools_call(host: &str, path: &str, id: u64, tool: &str) -> Request<Full<B
         .unwrap()
 }
 
+/// An absolute-form GET of `uri` (for the proxy port) with its Host header, no body.
+pub fn get(uri: &str) -> Request<Full<Bytes>> {
+    let host = http::Uri::try_from(uri)
+        .unwrap()
+        .authority()
+        .unwrap()
+        .to_string();
+    Request::builder()
+        .uri(uri)
+        .header("host", host)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+/// An upstream handler answering every request 200 `hello`.
+pub fn hello() -> Handler {
+    Arc::new(|_, _| respond(200, "text/plain", "hello"))
+}
+
 /// The response status and its whole body as text.
 pub async fn text(response: Response<Incoming>) -> (u16, String) {
     let status = response.status().as_u16();
