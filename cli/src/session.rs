@@ -257,6 +257,17 @@ fn one_line(text: &str) -> String {
         .join("; ")
 }
 
+/// What the session's refused records cost, for the line printed at exit; `None` when none was
+/// refused. A refused record lost nothing: its request was denied.
+pub fn refused_records(writer: &AuditWriter) -> Option<String> {
+    let refused = writer.refused();
+    (refused > 0).then(|| {
+        format!(
+            "{refused} audit records could not be written, and their requests were refused (503 audit_unavailable)"
+        )
+    })
+}
+
 /// Flags that tune the proxy, shared by `fenzi proxy` and `fenzi run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProxyFlags {

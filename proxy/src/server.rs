@@ -283,7 +283,7 @@ impl Proxy {
     /// Closes every idle upstream connection the session keeps for reuse; the next request to each
     /// destination dials again. Connections in use are left alone.
     pub fn close_idle_upstreams(&self) {
-        self.shared.upstreams.clear();
+        self.shared.upstreams.expire(std::time::Duration::ZERO);
     }
 
     /// Serves `listener` until `shutdown` resolves, then stops accepting and waits up to

@@ -145,18 +145,9 @@ impl Pool {
         });
     }
 
-    /// Drops every ready (idle) connection.
-    pub fn clear(&self) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        for conns in idle.values_mut() {
-            conns.retain(|c| !c.sender.is_closed() && !c.sender.is_ready());
-        }
-        idle.retain(|_, conns| !conns.is_empty());
-    }
-
-    /// Drops connections idle for `max_idle` or longer and destinations left with none; returns how
-    /// many connections were dropped.
-    fn expire(&self, max_idle: Duration) -> usize {
+    /// Drops connections idle for `max_idle` or longer (all idle ones for zero) and destinations left
+    /// with none; returns how many connections were dropped.
+    pub fn expire(&self, max_idle: Duration) -> usize {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let mut dropped = 0;

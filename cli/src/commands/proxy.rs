@@ -136,11 +136,8 @@ async fn serve(
     if cut > 0 {
         stopped += &format!("; {cut} connections did not finish in time and were cut");
     }
-    let refused = audit.refused();
-    if refused > 0 {
-        stopped += &format!(
-            "; {refused} audit records could not be written, and their requests were refused (503 audit_unavailable)"
-        );
+    if let Some(refused) = session::refused_records(audit) {
+        stopped += &format!("; {refused}");
     }
     if flushed.is_err() {
         stopped += "; the audit log was not closed cleanly";

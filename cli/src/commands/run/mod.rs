@@ -185,11 +185,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         serving.await.context("the proxy task failed")??;
         // As for `fenzi proxy`: refused records lost nothing (their requests were denied); a log
         // that is not whole now fails the session, with the writer's own account of what it cost.
-        let refused = writer.refused();
-        if refused > 0 {
-            eprintln!(
-                "fenzi run: {refused} audit records could not be written, and their requests were refused (503 audit_unavailable)"
-            );
+        if let Some(refused) = session::refused_records(&writer) {
+            eprintln!("fenzi run: {refused}");
         }
         writer.flush().await?;
         anyhow::Ok(status)
