@@ -581,6 +581,17 @@ mod tests {
         Scrubber::new(&set).unwrap()
     }
 
+    /// `parts` scrubbed as a stream, one push each, then finished.
+    fn streamed(s: &Scrubber, parts: &[&[u8]]) -> Vec<u8> {
+        let mut st = s.stream();
+        let mut out = Vec::new();
+        for part in parts {
+            out.extend(st.push(part));
+        }
+        out.extend(st.finish());
+        out
+    }
+
     fn scrubbed(s: &Scrubber, input: &[u8]) -> Vec<u8> {
         s.scrub(input).unwrap_or_else(|| input.to_vec())
     }
@@ -626,11 +637,8 @@ mod tests {
         assert!(!String::from_utf8_lossy(&want).contains(VA));
         for i in 0..=body.len() {
             for j in (i..=body.len()).step_by(3) {
-                let mut st = s.stream();
-                let mut out = st.push(&body.as_bytes()[..i]);
-                out.extend(st.push(&body.as_bytes()[i..j]));
-                out.extend(st.push(&body.as_bytes()[j..]));
-                out.extend(st.finish());
+                let b = body.as_bytes();
+                let out = streamed(&s, &[&b[..i], &b[i..j], &b[j..]]);
                 assert_eq!(out, want, "cuts {i},{j}");
             }
         }
@@ -892,11 +900,8 @@ mod tests {
         assert!(body.contains("%2B") && body.contains("\\/"), "{body}");
         for i in 0..=body.len() {
             for j in (i..=body.len()).step_by(5) {
-                let mut st = s.stream();
-                let mut out = st.push(&body.as_bytes()[..i]);
-                out.extend(st.push(&body.as_bytes()[i..j]));
-                out.extend(st.push(&body.as_bytes()[j..]));
-                out.extend(st.finish());
+                let b = body.as_bytes();
+                let out = streamed(&s, &[&b[..i], &b[i..j], &b[j..]]);
                 assert_eq!(out, want, "cuts {i},{j}");
             }
         }
@@ -938,10 +943,8 @@ mod tests {
                     masked(before, value, b"\xff\xff\xff")
                 );
                 for cut in 0..=text.len() {
-                    let mut st = s.stream();
-                    let mut out = st.push(&text.as_bytes()[..cut]);
-                    out.extend(st.push(&text.as_bytes()[cut..]));
-                    out.extend(st.finish());
+                    let (head, tail) = text.as_bytes().split_at(cut);
+                    let out = streamed(&s, &[head, tail]);
                     assert_eq!(out, want, "{text} cut at {cut}");
                 }
             }
