@@ -4,7 +4,7 @@
 
 use crate::commands::log::audit_dir;
 use anyhow::{Context, Result, anyhow, bail};
-use fenzi_policy::engine::{Policy, SecretSource};
+use fenzi_policy::engine::{Policy, SecretBinding, SecretSource};
 use fenzi_proxy::ProxyOptions;
 use fenzi_proxy::audit_writer::AuditWriter;
 use fenzi_proxy::credstore::{self, CredentialStore, StoreError};
@@ -207,10 +207,20 @@ where
     for binding in rest {
         let name = &binding.name;
         match store.get(name) {
-            Ok(Some(value)) => {
-                loaded.set.insert_value(name, value)?;
-                loaded.from_store.push(name.clone());
-            }
+            Ok(Some(stored)) => match hosts_not_stored_for(binding, stored.hosts.as_deref()) {
+                None => {
+                    loaded.set.insert_value(name, stored.value)?;
+                    loaded.from_store.push(name.clone());
+                }
+                Some(why) => loaded.missing.push(MissingSecret {
+                    name: name.clone(),
+                    why,
+                    fix: format!(
+                        "`fenzi mcp token {}` once you have checked those hosts",
+                        token_command_name(binding.sources.as_slice(), name)
+                    ),
+                }),
+            },
             Ok(None) => loaded.missing.push(MissingSecret {
                 name: name.clone(),
                 why: format!(
@@ -234,6 +244,38 @@ where
         }
     }
     Ok(loaded)
+}
+
+/// Why a stored value must not be used for `binding`, or `None` when it may: every host pattern
+/// the policy binds the secret to must be one the value was stored for. The policy is partly the
+/// project's file; the stored hosts are what the user saw when storing the value, so this is what
+/// keeps a cloned repository from sending a stored token to a host of its own.
+fn hosts_not_stored_for(binding: &SecretBinding, stored: Option<&[String]>) -> Option<String> {
+    let Some(stored) = stored else {
+        return Some(
+            "it was stored without the hosts it may be sent to (by an older fenzi), so it is \
+             withheld"
+                .to_string(),
+        );
+    };
+    let extra: Vec<String> = binding
+        .hosts
+        .iter()
+        .map(|h| h.to_string())
+        .filter(|h| !stored.contains(h))
+        .collect();
+    if extra.is_empty() {
+        return None;
+    }
+    let was = if stored.is_empty() {
+        "no host".to_string()
+    } else {
+        stored.join(", ")
+    };
+    Some(format!(
+        "it was stored for {was}, and this policy would also send it to {}, so it is withheld",
+        extra.join(", ")
+    ))
 }
 
 /// The name `fenzi mcp token` takes for a secret: its server for a `token: true` token, else the
@@ -377,7 +419,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fenzi_proxy::credstore::{MemoryStore, SecretValue};
+    use fenzi_proxy::credstore::{MemoryStore, SecretValue, StoredSecret};
     use zeroize::Zeroizing;
 
     const POLICY: &str = "version: 1
@@ -404,11 +446,29 @@ secrets:
             .collect()
     }
 
+    /// A store holding each value for exactly the hosts the policy binds it to.
     fn store(pairs: &[(&str, &str)]) -> Box<dyn CredentialStore> {
+        let hosts_in_policy = |name: &str| -> Vec<String> {
+            let policy = policy();
+            let binding = policy.secrets().iter().find(|b| b.name == name).unwrap();
+            binding.hosts.iter().map(|h| h.to_string()).collect()
+        };
+        let triples: Vec<(&str, &str, Option<Vec<String>>)> = pairs
+            .iter()
+            .map(|(n, v)| (*n, *v, Some(hosts_in_policy(n))))
+            .collect();
+        store_for(&triples)
+    }
+
+    /// A store holding each value for the hosts given (`None`: stored before fenzi kept hosts).
+    fn store_for(entries: &[(&str, &str, Option<Vec<String>>)]) -> Box<dyn CredentialStore> {
         let store = MemoryStore::new();
-        for (name, value) in pairs {
+        for (name, value, hosts) in entries {
             let value = SecretValue::new(name, Zeroizing::new(value.to_string())).unwrap();
-            store.set(name, &value).unwrap();
+            match hosts.clone() {
+                Some(hosts) => store.set(name, &StoredSecret::new(value, hosts)).unwrap(),
+                None => store.write_entry(name, value.as_bytes()).unwrap(),
+            }
         }
         Box::new(store)
     }
@@ -522,6 +582,60 @@ secrets:
             assert!(err.contains("FENZI_SECRET_MCP_LINEAR"), "{err}");
             assert!(!err.contains(bad), "{err}");
         }
+    }
+
+    /// A project can bind a secret name to a host of its own; the value stored for other hosts
+    /// must not follow it there.
+    #[test]
+    fn a_stored_value_is_withheld_from_hosts_it_was_not_stored_for() {
+        let hosts = |list: &[&str]| -> Option<Vec<String>> {
+            Some(list.iter().map(|h| h.to_string()).collect())
+        };
+        let loaded = load_secrets_from(&policy(), env(&[]), || {
+            Ok(store_for(&[
+                // Stored for a subset of what the policy binds: withheld.
+                ("MCP_LINEAR", "lin-from-store", hosts(&["api.linear.app"])),
+                // Stored for more than the policy binds: fine.
+                (
+                    "ANTHROPIC_API_KEY",
+                    "sk-ant-store-1",
+                    hosts(&["api.anthropic.com", "console.anthropic.com"]),
+                ),
+            ]))
+        })
+        .unwrap();
+        assert_eq!(loaded.from_store, ["ANTHROPIC_API_KEY"]);
+        assert_eq!(value(&loaded, "ANTHROPIC_API_KEY"), "sk-ant-store-1");
+        assert!(loaded.set.value("MCP_LINEAR").is_none());
+        let missing = &loaded.missing[0];
+        assert_eq!(missing.name, "MCP_LINEAR");
+        assert_eq!(
+            missing.why,
+            "it was stored for api.linear.app, and this policy would also send it to \
+             mcp.linear.app, so it is withheld"
+        );
+        assert_eq!(
+            missing.fix,
+            "`fenzi mcp token linear` once you have checked those hosts"
+        );
+        let line = loaded.missing_line().unwrap();
+        assert!(!line.contains("lin-from-store"), "{line}");
+
+        // Stored for no host, or before fenzi kept hosts: withheld too.
+        let loaded = load_secrets_from(&policy(), env(&[]), || {
+            Ok(store_for(&[
+                ("MCP_LINEAR", "lin-from-store", hosts(&[])),
+                ("ANTHROPIC_API_KEY", "sk-ant-store-1", None),
+            ]))
+        })
+        .unwrap();
+        assert!(loaded.set.is_empty() && loaded.from_store.is_empty());
+        assert!(
+            loaded.missing[0]
+                .why
+                .starts_with("it was stored for no host,")
+        );
+        assert!(loaded.missing[1].why.contains("by an older fenzi"));
     }
 
     #[test]

@@ -273,15 +273,11 @@ fn kernel_keyring_round_trip() {
     assert!(text(&out.stdout).contains(&format!("stored {secret}")));
     assert!(text(&out.stdout).contains("kernel keyring"));
     assert_eq!(stored(tmp.path()), serde_json::json!(true));
+    assert!(text(&out.stdout).contains(", for rt.example.com"));
     use fenzi_proxy::credstore::CredentialStore;
-    assert_eq!(
-        store
-            .get(&secret)
-            .unwrap()
-            .map(|v| v.expose().to_string())
-            .as_deref(),
-        Some("kr-value \t 42")
-    );
+    let got = store.get(&secret).unwrap().unwrap();
+    assert_eq!(got.value.expose(), "kr-value \t 42");
+    assert_eq!(got.hosts, Some(vec!["rt.example.com".to_string()]));
 
     let out = fenzi(
         tmp.path(),

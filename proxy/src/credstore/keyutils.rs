@@ -17,8 +17,9 @@
 //! each call avoids session keyrings altogether. The low-level `linux-keyutils` crate it is built
 //! on does the system calls.
 
-use super::{CredentialStore, SecretValue, StoreError, check_name};
+use super::{CredentialStore, StoreError, check_name};
 use linux_keyutils::{KeyError, KeyPermissionsBuilder, KeyRing, KeyRingIdentifier, Permission};
+use zeroize::Zeroizing;
 
 const BACKEND: &str = "kernel keyring";
 
@@ -109,25 +110,23 @@ impl CredentialStore for KernelKeyring {
         true
     }
 
-    fn get(&self, name: &str) -> Result<Option<SecretValue>, StoreError> {
+    fn read_entry(&self, name: &str) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError> {
         check_name(name)?;
         let Some(key) = find(name)? else {
             return Ok(None);
         };
         match key.read_to_vec() {
-            Ok(bytes) => SecretValue::from_bytes(name, bytes)
-                .map(Some)
-                .map_err(StoreError::from),
+            Ok(bytes) => Ok(Some(Zeroizing::new(bytes))),
             Err(e) if is_absent(&e) => Ok(None),
             Err(e) => Err(unavailable(e)),
         }
     }
 
-    fn set(&self, name: &str, value: &SecretValue) -> Result<(), StoreError> {
+    fn write_entry(&self, name: &str, entry: &[u8]) -> Result<(), StoreError> {
         check_name(name)?;
         let user = user_keyring()?;
         let key = user
-            .add_key(&description(name), value.expose().as_bytes())
+            .add_key(&description(name), entry)
             .map_err(unavailable)?;
         // Possessor: everything; same user without possession: see and find it, not read it.
         let perms = KeyPermissionsBuilder::builder()

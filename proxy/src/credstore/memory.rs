@@ -2,14 +2,15 @@
 //! and gone when the process exits. For tests and for `FENZI_CREDSTORE=memory`, which stores
 //! nothing across commands; it never writes anywhere.
 
-use super::{CredentialStore, SecretValue, StoreError, check_name};
+use super::{CredentialStore, StoreError, check_name};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use zeroize::Zeroizing;
 
 /// The in-process store.
 #[derive(Default)]
 pub struct MemoryStore {
-    values: Mutex<HashMap<String, SecretValue>>,
+    values: Mutex<HashMap<String, Zeroizing<Vec<u8>>>>,
 }
 
 impl MemoryStore {
@@ -17,7 +18,7 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, SecretValue>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Zeroizing<Vec<u8>>>> {
         // A panic while holding the lock cannot leave the map half-updated (each operation is
         // a single insert/remove), so a poisoned lock is still usable.
         self.values.lock().unwrap_or_else(|p| p.into_inner())
@@ -41,14 +42,15 @@ impl CredentialStore for MemoryStore {
         false
     }
 
-    fn get(&self, name: &str) -> Result<Option<SecretValue>, StoreError> {
+    fn read_entry(&self, name: &str) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError> {
         check_name(name)?;
         Ok(self.map().get(name).cloned())
     }
 
-    fn set(&self, name: &str, value: &SecretValue) -> Result<(), StoreError> {
+    fn write_entry(&self, name: &str, entry: &[u8]) -> Result<(), StoreError> {
         check_name(name)?;
-        self.map().insert(name.to_string(), value.clone());
+        self.map()
+            .insert(name.to_string(), Zeroizing::new(entry.to_vec()));
         Ok(())
     }
 

@@ -7,7 +7,9 @@
 //! Every entry is service `fenzi`, account = the secret name (`MCP_LINEAR`,
 //! `DIGITALOCEAN_API_TOKEN`). Names are checked (`[A-Z_][A-Z0-9_]*`); values are [`SecretValue`]s
 //! (the one value type fenzi has), checked when made (UTF-8, 8 bytes to 16 KiB, no control
-//! characters but TAB) and never printed. Errors name the secret and the store, never the value.
+//! characters but TAB) and never printed. Each entry keeps its value together with the hosts the
+//! user stored it for ([`StoredSecret`]), so a project's policy cannot send a stored value
+//! anywhere else. Errors name the secret and the store, never the value.
 //!
 //! [`open`] picks the store from `FENZI_CREDSTORE`:
 //! - unset or `auto`: the Secret Service when a D-Bus session bus is there and the service
@@ -22,11 +24,15 @@
 mod keyutils;
 mod memory;
 mod secret_service;
+mod stored;
 mod value;
 
 pub use keyutils::KernelKeyring;
 pub use memory::MemoryStore;
 pub use secret_service::SecretService;
+pub use stored::StoredSecret;
+use zeroize::Zeroizing;
+
 pub use value::{InvalidValue, MAX_SECRET_BYTES, MIN_SECRET_BYTES, SecretValue};
 
 /// The keyring service name every fenzi entry uses.
@@ -35,7 +41,10 @@ pub const SERVICE: &str = "fenzi";
 /// The environment variable that picks the store.
 pub const STORE_ENV: &str = "FENZI_CREDSTORE";
 
-/// A place secret values are kept, by secret name.
+/// A place secret values are kept, by secret name. Backends keep opaque entry text
+/// ([`read_entry`](CredentialStore::read_entry), [`write_entry`](CredentialStore::write_entry));
+/// everyone else uses [`get`](CredentialStore::get) and [`set`](CredentialStore::set), which
+/// carry a value with the hosts it was stored for ([`StoredSecret`]).
 pub trait CredentialStore: Send + Sync + std::fmt::Debug {
     /// A short name for status lines and errors (`kernel keyring`).
     fn backend(&self) -> &'static str;
@@ -43,12 +52,11 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
     /// False when values do not outlive this process ([`MemoryStore`]).
     fn persistent(&self) -> bool;
 
-    /// The value stored under `name`, if any. A stored value that is not valid (see
-    /// [`SecretValue`]) is an error, never returned.
-    fn get(&self, name: &str) -> Result<Option<SecretValue>, StoreError>;
+    /// The entry text stored under `name`, if any (backends only).
+    fn read_entry(&self, name: &str) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError>;
 
-    /// Stores `value` under `name`, replacing any earlier value.
-    fn set(&self, name: &str, value: &SecretValue) -> Result<(), StoreError>;
+    /// Stores entry text under `name`, replacing any earlier entry (backends only).
+    fn write_entry(&self, name: &str, entry: &[u8]) -> Result<(), StoreError>;
 
     /// Removes the value; `Ok(false)` when there was none.
     fn delete(&self, name: &str) -> Result<bool, StoreError>;
@@ -56,7 +64,23 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
     /// Whether a value is stored, without returning it (backends avoid reading it when they
     /// can).
     fn is_stored(&self, name: &str) -> Result<bool, StoreError> {
-        Ok(self.get(name)?.is_some())
+        Ok(self.read_entry(name)?.is_some())
+    }
+
+    /// The value stored under `name` and the hosts it was stored for, if any. A stored value
+    /// that is not valid (see [`SecretValue`]) or an entry that does not read is an error, never
+    /// returned.
+    fn get(&self, name: &str) -> Result<Option<StoredSecret>, StoreError> {
+        match self.read_entry(name)? {
+            Some(entry) => StoredSecret::decode(name, entry).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores `secret` under `name`, replacing any earlier value and hosts.
+    fn set(&self, name: &str, secret: &StoredSecret) -> Result<(), StoreError> {
+        check_name(name)?;
+        self.write_entry(name, &secret.encode(name)?)
     }
 }
 
@@ -79,6 +103,11 @@ pub enum StoreError {
         reason: String,
         fix: String,
     },
+
+    #[error(
+        "the stored entry for {name} cannot be read: {what}\n  fix: store it again with `fenzi mcp token`"
+    )]
+    Damaged { name: String, what: &'static str },
 
     #[error("{backend}: {what}")]
     Backend { backend: &'static str, what: String },
@@ -223,28 +252,53 @@ pub(crate) fn map_keyring_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zeroize::Zeroizing;
 
     fn value(v: &str) -> SecretValue {
         SecretValue::new("T", Zeroizing::new(v.to_string())).unwrap()
+    }
+
+    fn for_hosts(v: &str, hosts: &[&str]) -> StoredSecret {
+        StoredSecret::new(value(v), hosts.iter().map(|h| h.to_string()).collect())
     }
 
     /// The contract every backend meets; run on each one the machine has.
     pub(crate) fn round_trip(store: &dyn CredentialStore, name: &str) {
         assert!(!store.is_stored(name).unwrap(), "{name} left over");
         assert!(store.get(name).unwrap().is_none());
-        store.set(name, &value("first-value")).unwrap();
+        store
+            .set(name, &for_hosts("first-value", &["a.example.com"]))
+            .unwrap();
         assert!(store.is_stored(name).unwrap());
-        assert_eq!(store.get(name).unwrap().unwrap().expose(), "first-value");
-        store.set(name, &value("second-value")).unwrap();
-        assert_eq!(store.get(name).unwrap().unwrap().expose(), "second-value");
+        let got = store.get(name).unwrap().unwrap();
+        assert_eq!(got.value.expose(), "first-value");
+        assert_eq!(got.hosts, Some(vec!["a.example.com".to_string()]));
+        // Storing again replaces the value and the hosts together.
+        store
+            .set(
+                name,
+                &for_hosts("second-value", &["b.example.com", "c.example.com:8443"]),
+            )
+            .unwrap();
+        let got = store.get(name).unwrap().unwrap();
+        assert_eq!(got.value.expose(), "second-value");
+        assert_eq!(
+            got.hosts,
+            Some(vec![
+                "b.example.com".to_string(),
+                "c.example.com:8443".to_string()
+            ])
+        );
+        // An entry written before fenzi kept hosts reads as stored for none.
+        store.write_entry(name, b"legacy-value").unwrap();
+        let got = store.get(name).unwrap().unwrap();
+        assert_eq!((got.value.expose(), got.hosts), ("legacy-value", None));
         assert!(store.delete(name).unwrap());
         assert!(store.get(name).unwrap().is_none());
         assert!(!store.is_stored(name).unwrap());
         assert!(!store.delete(name).unwrap());
         for bad in ["lower", "A-B", "", "A@fenzi", "A\nB"] {
             assert!(matches!(
-                store.set(bad, &value("xxxxxxxx")),
+                store.set(bad, &for_hosts("xxxxxxxx", &[])),
                 Err(StoreError::InvalidName { .. })
             ));
             assert!(matches!(
@@ -277,7 +331,7 @@ mod tests {
                 round_trip(&store, &name);
                 // Another thread sees the same keys (key permissions are checked per thread).
                 let other = unique("KEYUTILS_TEST");
-                store.set(&other, &value("from-main")).unwrap();
+                store.set(&other, &for_hosts("from-main", &[])).unwrap();
                 let seen = std::thread::spawn({
                     let other = other.clone();
                     move || {
@@ -285,7 +339,7 @@ mod tests {
                             .unwrap()
                             .get(&other)
                             .unwrap()
-                            .map(|v| v.expose().to_string())
+                            .map(|v| v.value.expose().to_string())
                     }
                 })
                 .join()

@@ -6,9 +6,10 @@
 //! `spawn_blocking`, never from an async task. Reaching a locked collection may show the desktop's
 //! unlock prompt.
 
-use super::{CredentialStore, SERVICE, SecretValue, StoreError, check_name, map_keyring_error};
+use super::{CredentialStore, SERVICE, StoreError, check_name, map_keyring_error};
 use keyring_core::api::CredentialStoreApi;
 use std::sync::Arc;
+use zeroize::Zeroizing;
 
 const BACKEND: &str = "Secret Service";
 
@@ -84,19 +85,17 @@ impl CredentialStore for SecretService {
         true
     }
 
-    fn get(&self, name: &str) -> Result<Option<SecretValue>, StoreError> {
+    fn read_entry(&self, name: &str) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError> {
         match self.entry(name)?.get_secret() {
-            Ok(bytes) => SecretValue::from_bytes(name, bytes)
-                .map(Some)
-                .map_err(StoreError::from),
+            Ok(bytes) => Ok(Some(Zeroizing::new(bytes))),
             Err(keyring_core::Error::NoEntry) => Ok(None),
             Err(e) => Err(map_keyring_error(BACKEND, Some(name), e)),
         }
     }
 
-    fn set(&self, name: &str, value: &SecretValue) -> Result<(), StoreError> {
+    fn write_entry(&self, name: &str, entry: &[u8]) -> Result<(), StoreError> {
         self.entry(name)?
-            .set_secret(value.expose().as_bytes())
+            .set_secret(entry)
             .map_err(|e| map_keyring_error(BACKEND, Some(name), e))
     }
 

@@ -14,12 +14,16 @@
 //! CR, LF, NUL or other control character but TAB; a second line is refused), so a stored value
 //! never stops a session later. The value goes to the store only: never to a file, never to the
 //! output, which names the secret.
+//!
+//! The value is stored with the hosts this folder's policy binds it to, and they are shown before
+//! the value is asked for. A session uses a stored value only for those hosts (see
+//! `session::load_secrets`): a project file that later binds the name elsewhere gets nothing.
 
 use super::files::{FileArgs, Files};
 use anyhow::{Context, Result, anyhow, bail};
 use fenzi_policy::config::{Config, ServerKind};
 use fenzi_policy::secret_name::{is_valid_secret_name, reserved_reason, server_token_name};
-use fenzi_proxy::credstore::{self, MAX_SECRET_BYTES, SecretValue};
+use fenzi_proxy::credstore::{self, MAX_SECRET_BYTES, SecretValue, StoredSecret};
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
 use zeroize::Zeroizing;
@@ -34,7 +38,9 @@ Examples:
   fenzi mcp token linear --delete
 
 Values go to the OS credential store (the kernel keyring, or the Secret Service in a desktop session;
-FENZI_CREDSTORE=keyutils|secret-service picks one), never to a file.")]
+FENZI_CREDSTORE=keyutils|secret-service picks one), never to a file. Each is stored with the hosts this
+folder's policy binds it to, printed before the value is asked for; a session sends it nowhere else.
+Run the command again to store it for the hosts of a changed policy.")]
 pub struct Args {
     /// A server name, or a secret's variable name.
     name: String,
@@ -52,6 +58,29 @@ pub struct Args {
 struct Target {
     secret: String,
     purpose: Option<String>,
+}
+
+/// The host patterns this folder's policy binds `secret` to, as the policy writes them: what the
+/// value is stored for, and all a session will send it to.
+fn bound_hosts(config: Option<&Config>, secret: &str) -> Vec<String> {
+    let Some(config) = config else {
+        return Vec::new();
+    };
+    fenzi_policy::engine::Policy::from_config(config)
+        .secrets()
+        .iter()
+        .find(|b| b.name == secret)
+        .map(|b| b.hosts.iter().map(|h| h.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// `api.github.com, *.example.com`, or `no host`.
+fn host_list(hosts: &[String]) -> String {
+    if hosts.is_empty() {
+        "no host".to_string()
+    } else {
+        hosts.join(", ")
+    }
 }
 
 impl Target {
@@ -206,10 +235,28 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
+    let hosts = bound_hosts(config.as_ref(), &target.secret);
+    // Said before the value is asked for, so the user can stop here: these are the only hosts a
+    // session will ever send this value to, whatever a project file binds it to later.
+    eprintln!(
+        "{} will be sent only to: {}",
+        target.secret,
+        host_list(&hosts)
+    );
     let value = read_value(&target)?;
-    store.set(&target.secret, &value)?;
-    drop(value);
-    println!("stored {} in the {}", target.label(), store.backend());
+    store.set(&target.secret, &StoredSecret::new(value, hosts.clone()))?;
+    println!(
+        "stored {} in the {}, for {}",
+        target.label(),
+        store.backend(),
+        host_list(&hosts)
+    );
+    if hosts.is_empty() {
+        eprintln!(
+            "note: no session will send it anywhere until it is stored again from a folder whose \
+             policy binds it to a host"
+        );
+    }
     if !store.persistent() {
         eprintln!(
             "warning: the {} keeps values only while this command runs: nothing was saved \

@@ -1,0 +1,180 @@
+//! A stored secret goes only to the hosts it was stored for, through the real binary and the real
+//! kernel keyring: `fenzi mcp token` in one folder stores a value for that folder's host; a second
+//! folder whose `fenzi.yaml` binds the same name to a host of its own (a cloned repository
+//! reaching for the user's token) gets a `fenzi proxy` session that withholds the value, says so,
+//! and mints no placeholder for it, while the first folder's session still loads it.
+
+mod mcp_support;
+
+use fenzi_proxy::credstore::{CredentialStore, KernelKeyring};
+use mcp_support::fenzi;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Deletes the test's key however the test ends.
+struct Cleanup<'a>(&'a KernelKeyring, String);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.delete(&self.1);
+    }
+}
+
+fn folder(secret: &str, hosts: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("fenzi.yaml"),
+        format!("version: 1\nsecrets:\n  {secret}:\n    hosts: [{hosts}]\n"),
+    )
+    .unwrap();
+    tmp
+}
+
+/// Starts `fenzi proxy` in `dir`, waits for it to listen, stops it, and returns its stderr and
+/// the `placeholders.env` it wrote.
+fn proxy_session(dir: &Path) -> (String, String) {
+    let ca_dir = dir.join("ca");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(["proxy", "--listen", "127.0.0.1:0", "--audit"])
+        .arg(dir.join("audit.jsonl"))
+        .arg("--ca-dir")
+        .arg(&ca_dir)
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("HOME", dir.join("home"))
+        .env("NO_COLOR", "1")
+        .env("FENZI_CREDSTORE", "keyutils")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("listening on "), "{first:?}");
+    let placeholders = std::fs::read_to_string(ca_dir.join("placeholders.env")).unwrap();
+    // SIGTERM: a clean shutdown, after which stderr is complete.
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    child.wait().unwrap();
+    (stderr, placeholders)
+}
+
+#[test]
+fn a_project_cannot_send_a_stored_value_to_a_host_of_its_own() {
+    let store = match KernelKeyring::open() {
+        Ok(s) => s,
+        Err(e) => {
+            assert!(
+                std::env::var_os("FENZI_REQUIRE_KEYRING").is_none(),
+                "kernel keyring required but unavailable: {e}"
+            );
+            eprintln!("SKIPPED stored-secret hosts test (no kernel keyring): {e}");
+            return;
+        }
+    };
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut b)
+        .unwrap();
+    let secret = format!("HOSTS_TEST_{:08X}", u32::from_le_bytes(b));
+    let _cleanup = Cleanup(&store, secret.clone());
+    let value = "real-token-value-0042";
+    let env = [("FENZI_CREDSTORE", "keyutils")];
+
+    // The user stores the token where the policy binds it to the service it belongs to.
+    let own = folder(&secret, "127.0.0.1:18443");
+    let out = fenzi(
+        own.path(),
+        &["mcp", "token", &secret],
+        Some(format!("{value}\n").as_bytes()),
+        &env,
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{secret} will be sent only to: 127.0.0.1:18443")),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "stored {secret} in the kernel keyring, for 127.0.0.1:18443"
+        )),
+        "{stdout}"
+    );
+
+    // That folder's session loads it and mints its placeholder.
+    let (stderr, placeholders) = proxy_session(own.path());
+    assert!(
+        stderr.contains(&format!("{secret} from the kernel keyring")),
+        "{stderr}"
+    );
+    assert!(
+        placeholders.contains(&format!("{secret}=")),
+        "{placeholders}"
+    );
+
+    // A repository binding the same name to its own host, alone or beside the right one.
+    for hosts in ["127.0.0.1:19443", "127.0.0.1:18443, 127.0.0.1:19443"] {
+        let cloned = folder(&secret, hosts);
+        let (stderr, placeholders) = proxy_session(cloned.path());
+        assert!(
+            stderr.contains(&format!(
+                "no value for secret {secret}, so it is not substituted: it was stored for \
+                 127.0.0.1:18443, and this policy would also send it to 127.0.0.1:19443, so it \
+                 is withheld"
+            )),
+            "{hosts}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("missing: {secret}")),
+            "{hosts}: {stderr}"
+        );
+        assert!(
+            !placeholders.contains(&format!("{secret}=")),
+            "{hosts}: a placeholder was minted: {placeholders}"
+        );
+        assert!(!stderr.contains(value), "{stderr}");
+    }
+
+    // Storing it again from the second folder (after reading the hosts it names) rebinds it.
+    let cloned = folder(&secret, "127.0.0.1:19443");
+    let out = fenzi(
+        cloned.path(),
+        &["mcp", "token", &secret],
+        Some(format!("{value}\n").as_bytes()),
+        &env,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_, placeholders) = proxy_session(cloned.path());
+    assert!(
+        placeholders.contains(&format!("{secret}=")),
+        "{placeholders}"
+    );
+    let (stderr, placeholders) = proxy_session(own.path());
+    assert!(
+        !placeholders.contains(&format!("{secret}=")),
+        "{placeholders}"
+    );
+    assert!(
+        stderr.contains("it was stored for 127.0.0.1:19443"),
+        "{stderr}"
+    );
+}
