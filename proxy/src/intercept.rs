@@ -5,13 +5,14 @@
 //! upstream transport follows the policy for an MCP server (an `https` server is reached over verified
 //! TLS only, so plain HTTP inside its tunnel is refused, never sent on in clear text) and mirrors the
 //! client for a plain host. A TLS server name holding one of the session's placeholders is refused
-//! (`credential_endpoint_mismatch`, recorded with the secret's name) and the handshake abandoned. A
+//! (`credential_endpoint_mismatch`, recorded with the secret's name) and the handshake abandoned; so
+//! is a request whose Host or `:authority` holds one, before it is compared with the target. A
 //! request hyper refuses as malformed HTTP/1.1 is recorded through [`crate::server::malformed`].
 
 use crate::admit::Destination;
 use crate::audit_sink::Subject;
 use crate::error::ProxyError;
-use crate::forward::{authority_refusal, bad_request, exchange};
+use crate::forward::{authority_refusal, bad_request, exchange, refuse_authority};
 use crate::io::Prefixed;
 use crate::respond::{self, Body};
 use crate::server::malformed::{HeadProbe, Probed, record_refused};
@@ -222,6 +223,13 @@ impl Tunnel {
             }
             return respond::denied(refused);
         }
+        // An authority holding a placeholder is an attempt to carry a secret out in a name: it is
+        // named as such, before the authority is compared with the target.
+        for (what, authority) in named_authorities(&req) {
+            if let Some((refused, names)) = authority_refusal(&self.shared, &authority, what) {
+                return refuse_authority(&self.shared, &subject, &refused, names).await;
+            }
+        }
         if let Some(problem) = &self.sni_problem {
             return bad_request(&self.shared, &subject, problem).await;
         }
@@ -236,6 +244,27 @@ impl Tunnel {
         };
         exchange(&self.shared, &self.dest, &self.upstream, req, host).await
     }
+}
+
+/// Every authority a request inside a tunnel names (each Host header, then the absolute or h2
+/// `:authority`), as text for the placeholder scan; bytes that are not UTF-8 are replaced, which
+/// cannot hide a placeholder (placeholders are ASCII).
+fn named_authorities<B>(req: &Request<B>) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = req
+        .headers()
+        .get_all(HOST)
+        .iter()
+        .map(|v| {
+            (
+                "the Host header",
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    if let Some(authority) = req.uri().authority() {
+        out.push(("the request's authority", authority.as_str().to_string()));
+    }
+    out
 }
 
 /// The Host value to forward, once every authority the request names (Host header, absolute or h2
