@@ -7,7 +7,8 @@
 //! client for a plain host. A TLS server name holding one of the session's placeholders is refused
 //! (`credential_endpoint_mismatch`, recorded with the secret's name) and the handshake abandoned; so
 //! is a request whose Host or `:authority` holds one, before it is compared with the target. A
-//! request hyper refuses as malformed HTTP/1.1 is recorded through [`crate::server::malformed`].
+//! request hyper refuses as malformed HTTP/1.1, and an h2 connection that ends in a protocol error of
+//! the client's, are recorded through [`crate::server::malformed`].
 
 use crate::admit::Destination;
 use crate::audit_sink::Subject;
@@ -176,11 +177,24 @@ impl Tunnel {
                 .keep_alive_interval(Some(H2_PING_INTERVAL));
             let conn = builder.serve_connection(io, service);
             tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                _ = guard.stopping() => conn.as_mut().graceful_shutdown(),
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                _ = guard.stopping() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                match h2_protocol_error(&e) {
+                    // The connection ends with it: one record, like a malformed HTTP/1.1 head.
+                    Some(what) => {
+                        let subject = self.dest.subject("-", None);
+                        let detail = format!("the connection broke the HTTP/2 protocol: {what}");
+                        record_refused(&self.shared, &subject, detail).await;
+                    }
+                    None => tracing::debug!(host = %self.dest.host, "h2 tunnel ended: {e}"),
+                }
             }
-            let _ = conn.await;
         } else {
             // Bytes of an unfinished request head are not activity: a client dribbling heads inside
             // a tunnel is as evictable as one on the proxy port.
@@ -205,7 +219,8 @@ impl Tunnel {
                     let line = probe.refused();
                     let method = line.method.as_deref().unwrap_or("-");
                     let subject = self.dest.subject(method, line.target.path());
-                    record_refused(&self.shared, &subject, &e).await;
+                    let detail = format!("the request is not valid HTTP/1.1: {e}");
+                    record_refused(&self.shared, &subject, detail).await;
                 }
                 Err(e) => tracing::debug!(host = %self.dest.host, "tunnel connection ended: {e}"),
                 Ok(()) => {}
@@ -244,6 +259,23 @@ impl Tunnel {
         };
         exchange(&self.shared, &self.dest, &self.upstream, req, host).await
     }
+}
+
+/// What a client did wrong, when an h2 connection ended because our side found it breaking the
+/// protocol (h2 answered with GOAWAY and an error code); `None` for a client that hung up, sent its
+/// own GOAWAY, or a timeout. Streams the library resets one by one (a malformed request on a
+/// healthy connection) never reach here: hyper does not report them.
+fn h2_protocol_error(error: &hyper::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            let reason = h2.reason()?;
+            return (h2.is_go_away() && h2.is_library() && reason != h2::Reason::NO_ERROR)
+                .then(|| reason.description().to_string());
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// Every authority a request inside a tunnel names (each Host header, then the absolute or h2

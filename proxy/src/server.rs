@@ -395,7 +395,8 @@ async fn serve_client(
         tracing::debug!(%peer, "client connection ended: {e}");
         if e.is_parse() {
             let subject = refused_subject(probe.refused());
-            malformed::record_refused(&shared, &subject, &e).await;
+            let detail = format!("the request is not valid HTTP/1.1: {e}");
+            malformed::record_refused(&shared, &subject, detail).await;
         }
     }
 }

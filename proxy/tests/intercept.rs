@@ -699,3 +699,87 @@ async fn malformed_requests_in_a_tunnel_are_recorded() {
     assert_eq!(entries[1].server.as_deref(), Some("local"));
     assert_eq!(s.upstream.connection_count(), 0);
 }
+
+/// The HTTP/2 client preface and an empty SETTINGS frame.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// Raw HTTP/2 inside an intercepted tunnel (ALPN h2): bytes that break the protocol end the
+/// connection with one `bad_request` record from the client; a client that merely hangs up, or says
+/// goodbye with its own GOAWAY, gets none. The upstream never hears of any of it.
+#[tokio::test]
+async fn h2_protocol_errors_in_a_tunnel_are_recorded() {
+    // (name, bytes after the preface, whether it breaks the protocol)
+    let cases: [(&str, &[u8], bool); 6] = [
+        (
+            "DATA on stream 0",
+            b"\x00\x00\x01\x00\x00\x00\x00\x00\x00x",
+            true,
+        ),
+        (
+            "HEADERS with an upper-case header name",
+            b"\x00\x00\x0e\x01\x05\x00\x00\x00\x01\x83\x87\x84\x41\x01x\x00\x04X-Upx\x01v",
+            true,
+        ),
+        (
+            "a frame longer than the maximum",
+            b"\xff\xff\xff\x00\x00\x00\x00\x00\x01",
+            true,
+        ),
+        ("nothing more, then hang up", b"", false),
+        (
+            "hang up halfway through a frame",
+            b"\x00\x00\x10\x00",
+            false,
+        ),
+        (
+            "the client's own GOAWAY, naming an error of ours",
+            b"\x00\x00\x08\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01",
+            false,
+        ),
+    ];
+    for (name, bytes, broken) in cases {
+        let s = setup_ip(mcp_handler(), None).await;
+        let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
+        assert_eq!(status, 200);
+        let mut tls = tls_over(stream, &s.proxy_ca(), "127.0.0.1", &[b"h2"])
+            .await
+            .expect("TLS with the proxy");
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
+        tls.write_all(H2_PREFACE).await.unwrap();
+        tls.write_all(bytes).await.unwrap();
+        if broken {
+            // The proxy ends the connection.
+            let mut sink = Vec::new();
+            let ended = tokio::time::timeout(
+                Duration::from_secs(5),
+                tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut sink),
+            )
+            .await;
+            assert!(ended.is_ok(), "{name}: the connection stayed open");
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            tls.shutdown().await.unwrap();
+            drop(tls);
+        }
+        let want = if broken { 2 } else { 1 };
+        for _ in 0..200 {
+            if s.proxy.entries().len() >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Anything late would show here.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut expected = vec![format!("allowed CONNECT {}", s.target)];
+        if broken {
+            expected.push(format!("denied - {} -> bad_request", s.target));
+        }
+        assert_eq!(s.proxy.summaries(), expected, "{name}");
+        if broken {
+            let entry = &s.proxy.entries()[1];
+            assert_eq!(entry.source.as_deref(), Some("client"), "{name}");
+            assert_eq!(entry.rule.as_deref(), Some("malformed request"), "{name}");
+        }
+        assert_eq!(s.upstream.connection_count(), 0, "{name}");
+    }
+}

@@ -203,13 +203,10 @@ impl Target {
     }
 }
 
-/// Records the `bad_request` denial of a request hyper refused and answered itself.
-pub(crate) async fn record_refused(shared: &Shared, subject: &Subject, error: &hyper::Error) {
-    let decision = Decision::deny(
-        Reason::BadRequest,
-        "malformed request",
-        format!("the request is not valid HTTP/1.1: {error}"),
-    );
+/// Records the `bad_request` denial of a request (or an h2 connection) hyper refused and answered
+/// itself; `detail` says what was wrong with it.
+pub(crate) async fn record_refused(shared: &Shared, subject: &Subject, detail: String) {
+    let decision = Decision::deny(Reason::BadRequest, "malformed request", detail);
     let mut entry = subject.decided(&decision);
     entry.source = Some(ErrorSource::Client.label().to_string());
     // The answer has gone out and nothing was forwarded; a failure to record is logged by `record`.
