@@ -7,8 +7,9 @@
 //! client for a plain host. A TLS server name holding one of the session's placeholders is refused
 //! (`credential_endpoint_mismatch`, recorded with the secret's name) and the handshake abandoned; so
 //! is a request whose Host or `:authority` holds one, before it is compared with the target. A
-//! request hyper refuses as malformed HTTP/1.1, and an h2 connection that ends in a protocol error of
-//! the client's, are recorded through [`crate::server::malformed`].
+//! request hyper refuses as malformed HTTP/1.1, an h2 request the h2 library refuses by itself
+//! ([`crate::server::h2_streams`]), and an h2 connection that ends in a protocol error of the
+//! client's, are each recorded through [`crate::server::malformed`].
 
 use crate::admit::Destination;
 use crate::audit_sink::Subject;
@@ -16,6 +17,7 @@ use crate::error::ProxyError;
 use crate::forward::{authority_refusal, bad_request, exchange, refuse_authority};
 use crate::io::Prefixed;
 use crate::respond::{self, Body};
+use crate::server::h2_streams::{ClientFrames, H2Streams};
 use crate::server::malformed::{HeadProbe, Probed, record_refused};
 use crate::server::{ConnGuard, Shared};
 use crate::upstream::Upstream;
@@ -159,18 +161,20 @@ impl Tunnel {
     {
         let idle = self.shared.options.idle_timeout;
         let probe = HeadProbe::new();
+        let streams = H2Streams::new();
         let tunnel = self.clone();
-        let dispatched = probe.clone();
+        let (dispatched, dispatched_h2) = (probe.clone(), streams.clone());
         let activity = guard.clone();
         // A request is in flight (never evicted to make room) from its head to its response head.
         let service = service_fn(move |req| {
             dispatched.dispatched();
+            dispatched_h2.dispatched();
             let tunnel = tunnel.clone();
             let in_flight = activity.request(&req);
             async move { Ok::<_, Infallible>(in_flight.answered(tunnel.handle(req).await)) }
         });
         if h2 {
-            let io = TokioIo::new(io);
+            let io = TokioIo::new(ClientFrames::new(io, streams.clone()));
             let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             builder
                 .timer(TokioTimer::new())
@@ -184,16 +188,28 @@ impl Tunnel {
                     conn.await
                 }
             };
-            if let Err(e) = result {
-                match h2_protocol_error(&e) {
-                    // The connection ends with it: one record, like a malformed HTTP/1.1 head.
-                    Some(what) => {
-                        let subject = self.dest.subject("-", None);
-                        let detail = format!("the connection broke the HTTP/2 protocol: {what}");
-                        record_refused(&self.shared, &subject, detail).await;
-                    }
-                    None => tracing::debug!(host = %self.dest.host, "h2 tunnel ended: {e}"),
-                }
+            if let Err(e) = &result {
+                tracing::debug!(host = %self.dest.host, "h2 tunnel ended: {e}");
+            }
+            // One record per request that never reached `handle`. A protocol error that ends the
+            // connection is one too, when it did not come with such a request (DATA on stream 0).
+            let broken = result.as_ref().err().and_then(h2_protocol_error);
+            let refused = streams.undispatched();
+            let (count, detail) = match broken {
+                Some(what) => (
+                    refused.max(1),
+                    format!("the connection broke the HTTP/2 protocol: {what}"),
+                ),
+                None => (
+                    refused,
+                    "an HTTP/2 request the h2 layer refused before the proxy could decide it \
+                     (a malformed head, over the stream limit, or cancelled by the client)"
+                        .to_string(),
+                ),
+            };
+            let subject = self.dest.subject("-", None);
+            for _ in 0..count {
+                record_refused(&self.shared, &subject, detail.clone()).await;
             }
         } else {
             // Bytes of an unfinished request head are not activity: a client dribbling heads inside
@@ -264,7 +280,7 @@ impl Tunnel {
 /// What a client did wrong, when an h2 connection ended because our side found it breaking the
 /// protocol (h2 answered with GOAWAY and an error code); `None` for a client that hung up, sent its
 /// own GOAWAY, or a timeout. Streams the library resets one by one (a malformed request on a
-/// healthy connection) never reach here: hyper does not report them.
+/// healthy connection) are not reported by hyper: [`H2Streams`] counts them.
 fn h2_protocol_error(error: &hyper::Error) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {

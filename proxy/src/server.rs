@@ -35,6 +35,7 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+pub(crate) mod h2_streams;
 pub(crate) mod malformed;
 
 use malformed::{HeadProbe, Probed, RequestLine, Target};

@@ -703,41 +703,81 @@ async fn malformed_requests_in_a_tunnel_are_recorded() {
 /// The HTTP/2 client preface and an empty SETTINGS frame.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 
-/// Raw HTTP/2 inside an intercepted tunnel (ALPN h2): bytes that break the protocol end the
-/// connection with one `bad_request` record from the client; a client that merely hangs up, or says
-/// goodbye with its own GOAWAY, gets none. The upstream never hears of any of it.
+/// Raw HTTP/2 inside an intercepted tunnel (ALPN h2). Bytes that break the protocol end the
+/// connection with one `bad_request` record from the client; a request the h2 layer refuses by
+/// itself (a stream reset, the connection carrying on) gets one record per request when the
+/// connection ends; a client that merely hangs up, or says goodbye with its own GOAWAY, gets none.
+/// The upstream never hears of any of it.
 #[tokio::test]
 async fn h2_protocol_errors_in_a_tunnel_are_recorded() {
-    // (name, bytes after the preface, whether it breaks the protocol)
-    let cases: [(&str, &[u8], bool); 6] = [
-        (
+    struct Case {
+        name: &'static str,
+        /// Bytes after the preface.
+        bytes: &'static [u8],
+        /// Whether the proxy ends the connection (else the client hangs up).
+        proxy_closes: bool,
+        records: usize,
+    }
+    let case = |name, bytes, proxy_closes, records| Case {
+        name,
+        bytes,
+        proxy_closes,
+        records,
+    };
+    let cases = [
+        case(
             "DATA on stream 0",
             b"\x00\x00\x01\x00\x00\x00\x00\x00\x00x",
             true,
+            1,
         ),
-        (
+        case(
             "HEADERS with an upper-case header name",
             b"\x00\x00\x0e\x01\x05\x00\x00\x00\x01\x83\x87\x84\x41\x01x\x00\x04X-Up\x01v",
             true,
+            1,
         ),
-        (
+        case(
             "a frame longer than the maximum",
             b"\xff\xff\xff\x00\x00\x00\x00\x00\x01",
             true,
+            1,
         ),
-        ("nothing more, then hang up", b"", false),
-        (
+        // POST, https, :authority x, and no :path: the library resets the stream.
+        case(
+            "a request without :path",
+            b"\x00\x00\x05\x01\x05\x00\x00\x00\x01\x83\x87\x41\x01x",
+            false,
+            1,
+        ),
+        case(
+            "two requests without :path",
+            b"\x00\x00\x05\x01\x05\x00\x00\x00\x01\x83\x87\x41\x01x\
+              \x00\x00\x05\x01\x05\x00\x00\x00\x03\x83\x87\x41\x01x",
+            false,
+            2,
+        ),
+        case("nothing more, then hang up", b"", false, 0),
+        case(
             "hang up halfway through a frame",
             b"\x00\x00\x10\x00",
             false,
+            0,
         ),
-        (
+        case(
             "the client's own GOAWAY, naming an error of ours",
             b"\x00\x00\x08\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01",
-            false,
+            true,
+            0,
         ),
     ];
-    for (name, bytes, broken) in cases {
+    for Case {
+        name,
+        bytes,
+        proxy_closes,
+        records,
+    } in cases
+    {
         let s = setup_ip(mcp_handler(), None).await;
         let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
         assert_eq!(status, 200);
@@ -747,23 +787,19 @@ async fn h2_protocol_errors_in_a_tunnel_are_recorded() {
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
         tls.write_all(H2_PREFACE).await.unwrap();
         tls.write_all(bytes).await.unwrap();
-        if broken {
-            // The proxy ends the connection.
-            let mut sink = Vec::new();
-            let ended = tokio::time::timeout(
-                Duration::from_secs(5),
-                tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut sink),
-            )
-            .await;
-            assert!(ended.is_ok(), "{name}: the connection stayed open");
-        } else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            tls.shutdown().await.unwrap();
+        let mut sink = Vec::new();
+        let ended = tokio::time::timeout(
+            Duration::from_millis(if proxy_closes { 5000 } else { 300 }),
+            tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut sink),
+        )
+        .await;
+        assert_eq!(ended.is_ok(), proxy_closes, "{name}: did the proxy close?");
+        if !proxy_closes {
+            let _ = tls.shutdown().await;
             drop(tls);
         }
-        let want = if broken { 2 } else { 1 };
         for _ in 0..200 {
-            if s.proxy.entries().len() >= want {
+            if s.proxy.entries().len() > records {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -771,15 +807,50 @@ async fn h2_protocol_errors_in_a_tunnel_are_recorded() {
         // Anything late would show here.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut expected = vec![format!("allowed CONNECT {}", s.target)];
-        if broken {
-            expected.push(format!("denied - {} -> bad_request", s.target));
-        }
+        expected.extend((0..records).map(|_| format!("denied - {} -> bad_request", s.target)));
         assert_eq!(s.proxy.summaries(), expected, "{name}");
-        if broken {
-            let entry = &s.proxy.entries()[1];
+        for entry in &s.proxy.entries()[1..] {
             assert_eq!(entry.source.as_deref(), Some("client"), "{name}");
             assert_eq!(entry.rule.as_deref(), Some("malformed request"), "{name}");
         }
         assert_eq!(s.upstream.connection_count(), 0, "{name}");
     }
+}
+
+/// Requests a real h2 client sends are served and recorded once each: none of them is counted again
+/// as refused when the connection ends.
+#[tokio::test]
+async fn served_h2_requests_are_not_counted_as_refused() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let (stream, status, _) = connect(s.proxy.addr, &s.target).await;
+    assert_eq!(status, 200);
+    let tls = tls_over(stream, &s.proxy_ca(), "127.0.0.1", &[b"h2"])
+        .await
+        .unwrap();
+    let mut client = h2(tls).await;
+    for id in 1..=3 {
+        let mut req = tools_call(&s.target, &format!("https://{}/mcp", s.target), id, "echo");
+        req.headers_mut().remove("host");
+        let (status, body) = text(client.send_request(req).await.unwrap()).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    drop(client);
+    for _ in 0..200 {
+        if s.proxy.entries().len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let allowed = format!("allowed POST {} /mcp tools/call echo", s.target);
+    assert_eq!(
+        s.proxy.summaries(),
+        [
+            format!("allowed CONNECT {}", s.target),
+            allowed.clone(),
+            allowed.clone(),
+            allowed
+        ],
+        "served h2 requests must not be counted as refused"
+    );
 }
