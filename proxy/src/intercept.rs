@@ -17,7 +17,7 @@ use crate::error::ProxyError;
 use crate::forward::{authority_refusal, bad_request, exchange, refuse_authority};
 use crate::io::Prefixed;
 use crate::respond::{self, Body};
-use crate::server::h2_streams::{ClientFrames, H2Streams};
+use crate::server::h2_streams::{H2Streams, client_frames};
 use crate::server::malformed::{HeadProbe, Probed, record_refused};
 use crate::server::{ConnGuard, Shared};
 use crate::upstream::Upstream;
@@ -174,7 +174,7 @@ impl Tunnel {
             async move { Ok::<_, Infallible>(in_flight.answered(tunnel.handle(req).await)) }
         });
         if h2 {
-            let io = TokioIo::new(ClientFrames::new(io, streams.clone()));
+            let io = TokioIo::new(client_frames(io, streams.clone()));
             let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             builder
                 .timer(TokioTimer::new())

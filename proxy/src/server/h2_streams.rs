@@ -4,7 +4,7 @@
 //! a request is not forwarded, but it is a request, and each request gets one record (DESIGN.md §3,
 //! §5). This module counts them.
 //!
-//! [`ClientFrames`] reads the frame headers of what the client sends (after the connection preface)
+//! [`client_frames`] reads the frame headers of what the client sends (after the connection preface)
 //! and counts the streams it opens: a HEADERS frame on a new client stream id. The service calls
 //! [`H2Streams::dispatched`] for each request it is handed. When the connection ends, every opened
 //! stream that was never dispatched is a request refused below us: the tunnel records that many
@@ -13,11 +13,9 @@
 //!
 //! Reading frame headers costs a few comparisons per read; payloads are skipped, never copied.
 
-use std::pin::Pin;
+use crate::io::{Observed, ReadObserver};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, ReadBuf};
 
 /// The client connection preface (RFC 9113 §3.4), before the first frame.
 const PREFACE_LEN: usize = 24;
@@ -108,43 +106,34 @@ impl FrameScan {
     }
 }
 
-/// A client stream whose frame headers are counted into an [`H2Streams`].
-pub(crate) struct ClientFrames<T> {
-    inner: T,
+/// Counts the streams a client opens into an [`H2Streams`], from the bytes it sends.
+pub(crate) struct StreamCounter {
     scan: FrameScan,
     streams: Arc<H2Streams>,
 }
 
-impl<T> ClientFrames<T> {
-    pub fn new(inner: T, streams: Arc<H2Streams>) -> ClientFrames<T> {
-        ClientFrames {
-            inner,
+impl ReadObserver for StreamCounter {
+    fn observe(&mut self, bytes: &[u8]) {
+        let opened = self.scan.feed(bytes);
+        if opened > 0 {
+            self.streams.opened.fetch_add(opened, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A client stream whose frame headers are counted into an [`H2Streams`].
+pub(crate) type ClientFrames<T> = Observed<T, StreamCounter>;
+
+/// Wraps the client's stream of one h2 connection.
+pub(crate) fn client_frames<T>(inner: T, streams: Arc<H2Streams>) -> ClientFrames<T> {
+    Observed::new(
+        inner,
+        StreamCounter {
             scan: FrameScan::new(),
             streams,
-        }
-    }
+        },
+    )
 }
-
-impl<T: AsyncRead + Unpin> AsyncRead for ClientFrames<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            let opened = this.scan.feed(&buf.filled()[before..]);
-            if opened > 0 {
-                this.streams.opened.fetch_add(opened, Ordering::Relaxed);
-            }
-        }
-        polled
-    }
-}
-
-crate::io::delegate_async_write!(ClientFrames);
 
 #[cfg(test)]
 mod tests {

@@ -13,15 +13,12 @@
 
 use crate::audit_sink::Subject;
 use crate::error::ErrorSource;
+use crate::io::{Observed, ReadObserver};
 use crate::server::Shared;
 use fenzi_policy::{Decision, Reason};
 use http::Uri;
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, ReadBuf};
 
 /// The most of a first line kept: enough for a method and a path, bounded per connection.
 const MAX_LINE: usize = 8 * 1024;
@@ -214,34 +211,13 @@ pub(crate) async fn record_refused(shared: &Shared, subject: &Subject, detail: S
 }
 
 /// A client stream whose reads the probe sees.
-pub(crate) struct Probed<T> {
-    inner: T,
-    probe: Arc<HeadProbe>,
-}
+pub(crate) type Probed<T> = Observed<T, Arc<HeadProbe>>;
 
-impl<T> Probed<T> {
-    pub fn new(inner: T, probe: Arc<HeadProbe>) -> Probed<T> {
-        Probed { inner, probe }
+impl ReadObserver for Arc<HeadProbe> {
+    fn observe(&mut self, bytes: &[u8]) {
+        HeadProbe::observe(self, bytes);
     }
 }
-
-impl<T: AsyncRead + Unpin> AsyncRead for Probed<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            this.probe.observe(&buf.filled()[before..]);
-        }
-        polled
-    }
-}
-
-crate::io::delegate_async_write!(Probed);
 
 #[cfg(test)]
 mod tests {
@@ -250,7 +226,7 @@ mod tests {
     fn seen(chunks: &[&[u8]]) -> RequestLine {
         let probe = HeadProbe::new();
         for chunk in chunks {
-            probe.observe(chunk);
+            HeadProbe::observe(&probe, chunk);
         }
         probe.refused()
     }
@@ -340,9 +316,12 @@ mod tests {
     #[test]
     fn nothing_is_known_of_a_request_after_the_first() {
         let probe = HeadProbe::new();
-        probe.observe(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /second HTTP/1.1\r\n");
+        HeadProbe::observe(
+            &probe,
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /second HTTP/1.1\r\n",
+        );
         probe.dispatched();
-        probe.observe(b"POST /third HTTP/1.1\r\n");
+        HeadProbe::observe(&probe, b"POST /third HTTP/1.1\r\n");
         assert_eq!(probe.refused(), RequestLine::default());
     }
 }
