@@ -4,7 +4,7 @@
 
 mod mcp_support;
 
-use mcp_support::fenzi;
+use mcp_support::{fenzi, kernel_keyring_or_skip, random_hex};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -229,24 +229,11 @@ fn prompts_without_echo_on_a_terminal() {
 /// line without its newline, `--delete` removes it.
 #[test]
 fn kernel_keyring_round_trip() {
-    let store = match fenzi_proxy::credstore::KernelKeyring::open() {
-        Ok(s) => s,
-        Err(e) => {
-            assert!(
-                std::env::var_os("FENZI_REQUIRE_KEYRING").is_none(),
-                "kernel keyring required but unavailable: {e}"
-            );
-            eprintln!("SKIPPED kernel keyring round trip (the in-memory tests still ran): {e}");
-            return;
-        }
+    let Some(store) = kernel_keyring_or_skip("kernel keyring round trip") else {
+        return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let mut b = [0u8; 4];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut b)
-        .unwrap();
-    let server = format!("rt-{:08x}", u32::from_le_bytes(b));
+    let server = format!("rt-{}", random_hex());
     let secret = fenzi_policy::secret_name::server_token_name(&server);
     std::fs::write(
         tmp.path().join("fenzi.yaml"),

@@ -7,10 +7,10 @@
 mod mcp_support;
 
 use fenzi_proxy::credstore::{CredentialStore, KernelKeyring};
-use mcp_support::fenzi;
+use mcp_support::{command, fenzi, kernel_keyring_or_skip, random_hex};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -39,19 +39,19 @@ fn folder(secret: &str, hosts: &str) -> tempfile::TempDir {
 /// the `placeholders.env` it wrote.
 fn proxy_session(dir: &Path) -> (String, String) {
     let ca_dir = dir.join("ca");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
-        .args(["proxy", "--listen", "127.0.0.1:0", "--audit"])
-        .arg(dir.join("audit.jsonl"))
-        .arg("--ca-dir")
-        .arg(&ca_dir)
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join("xdg"))
-        .env("HOME", dir.join("home"))
-        .env("NO_COLOR", "1")
+    let audit = dir.join("audit.jsonl");
+    let (audit, ca) = (audit.to_str().unwrap(), ca_dir.to_str().unwrap());
+    let args = [
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--audit",
+        audit,
+        "--ca-dir",
+        ca,
+    ];
+    let mut child = command(dir, &args)
         .env("FENZI_CREDSTORE", "keyutils")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut first = String::new();
@@ -78,23 +78,10 @@ fn proxy_session(dir: &Path) -> (String, String) {
 
 #[test]
 fn a_project_cannot_send_a_stored_value_to_a_host_of_its_own() {
-    let store = match KernelKeyring::open() {
-        Ok(s) => s,
-        Err(e) => {
-            assert!(
-                std::env::var_os("FENZI_REQUIRE_KEYRING").is_none(),
-                "kernel keyring required but unavailable: {e}"
-            );
-            eprintln!("SKIPPED stored-secret hosts test (no kernel keyring): {e}");
-            return;
-        }
+    let Some(store) = kernel_keyring_or_skip("stored-secret hosts test") else {
+        return;
     };
-    let mut b = [0u8; 4];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut b)
-        .unwrap();
-    let secret = format!("HOSTS_TEST_{:08X}", u32::from_le_bytes(b));
+    let secret = format!("HOSTS_TEST_{}", random_hex().to_uppercase());
     let _cleanup = Cleanup(&store, secret.clone());
     let value = "real-token-value-0042";
     let env = [("FENZI_CREDSTORE", "keyutils")];

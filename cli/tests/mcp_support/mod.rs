@@ -36,8 +36,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `fenzi ARGS` in `dir` with a clean, deterministic environment.
-pub fn fenzi(dir: &Path, args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
+/// `fenzi ARGS` to run in `dir` with a clean, deterministic environment (stdout and stderr piped).
+pub fn command(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenzi"));
     cmd.args(args)
         .current_dir(dir)
@@ -50,6 +50,38 @@ pub fn fenzi(dir: &Path, args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    cmd
+}
+
+/// The kernel keyring, or `None` (having said so) where this machine has none to use;
+/// `FENZI_REQUIRE_KEYRING=1` makes its absence a failure (CI machines have one).
+pub fn kernel_keyring_or_skip(test: &str) -> Option<fenzi_proxy::credstore::KernelKeyring> {
+    match fenzi_proxy::credstore::KernelKeyring::open() {
+        Ok(store) => Some(store),
+        Err(e) => {
+            assert!(
+                std::env::var_os("FENZI_REQUIRE_KEYRING").is_none(),
+                "kernel keyring required but unavailable: {e}"
+            );
+            eprintln!("SKIPPED {test} (no kernel keyring): {e}");
+            None
+        }
+    }
+}
+
+/// Eight random hex digits, for names that must not meet another run's.
+pub fn random_hex() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .expect("read /dev/urandom");
+    format!("{:08x}", u32::from_le_bytes(b))
+}
+
+/// Runs `fenzi ARGS` in `dir` with a clean, deterministic environment.
+pub fn fenzi(dir: &Path, args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
+    let mut cmd = command(dir, args);
     for (k, v) in env {
         cmd.env(k, v);
     }
