@@ -256,10 +256,8 @@ impl Tunnel {
         }
         // An authority holding a placeholder is an attempt to carry a secret out in a name: it is
         // named as such, before the authority is compared with the target.
-        for (what, authority) in named_authorities(&req) {
-            if let Some((refused, names)) = authority_refusal(&self.shared, &authority, what) {
-                return refuse_authority(&self.shared, &subject, &refused, names).await;
-            }
+        if let Some((refused, names)) = placeholder_in_authority(&self.shared, &req) {
+            return refuse_authority(&self.shared, &subject, &refused, names).await;
         }
         if let Some(problem) = &self.sni_problem {
             return bad_request(&self.shared, &subject, problem).await;
@@ -294,25 +292,26 @@ fn h2_protocol_error(error: &hyper::Error) -> Option<String> {
     None
 }
 
-/// Every authority a request inside a tunnel names (each Host header, then the absolute or h2
-/// `:authority`), as text for the placeholder scan; bytes that are not UTF-8 are replaced, which
-/// cannot hide a placeholder (placeholders are ASCII).
-fn named_authorities<B>(req: &Request<B>) -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = req
-        .headers()
-        .get_all(HOST)
-        .iter()
-        .map(|v| {
-            (
-                "the Host header",
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    if let Some(authority) = req.uri().authority() {
-        out.push(("the request's authority", authority.as_str().to_string()));
+/// The refusal of a request inside a tunnel whose Host header or `:authority` (absolute or h2)
+/// holds one of the session's placeholders; `None` when none does, or the session has no secrets.
+/// Bytes that are not UTF-8 are replaced for the scan, which cannot hide a placeholder (placeholders
+/// are ASCII). Borrows the text: this runs on every request.
+fn placeholder_in_authority<B>(
+    shared: &Shared,
+    req: &Request<B>,
+) -> Option<(Decision, Vec<String>)> {
+    if shared.secrets.is_empty() {
+        return None;
     }
-    out
+    let hosts = req.headers().get_all(HOST).iter();
+    hosts
+        .map(|v| ("the Host header", String::from_utf8_lossy(v.as_bytes())))
+        .chain(
+            req.uri()
+                .authority()
+                .map(|a| ("the request's authority", a.as_str().into())),
+        )
+        .find_map(|(what, text)| authority_refusal(shared, &text, what))
 }
 
 /// The Host value to forward, once every authority the request names (Host header, absolute or h2
