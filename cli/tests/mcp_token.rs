@@ -127,8 +127,19 @@ fn resolves_names_to_secrets() {
         "stored DIGITALOCEAN_API_TOKEN",
     );
     ok(
+        &["mcp", "token", "DIGITALOCEAN_API_TOKEN"],
+        "stored DIGITALOCEAN_API_TOKEN in the in-process memory store, for api.digitalocean.com",
+    );
+    // Not bound by this policy: stored for no host, and said so before the value is read.
+    ok(
         &["mcp", "token", "ANTHROPIC_API_KEY"],
-        "stored ANTHROPIC_API_KEY",
+        "stored ANTHROPIC_API_KEY in the in-process memory store, for no host",
+    );
+    let out = run(&["mcp", "token", "ANTHROPIC_API_KEY"]);
+    assert!(
+        text(&out.stderr).contains("ANTHROPIC_API_KEY is bound to no host here"),
+        "{}",
+        text(&out.stderr)
     );
     err(
         &["mcp", "token", "droplets", "--secret", "OTHER"],

@@ -238,11 +238,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let hosts = bound_hosts(config.as_ref(), &target.secret);
     // Said before the value is asked for, so the user can stop here: these are the only hosts a
     // session will ever send this value to, whatever a project file binds it to later.
-    eprintln!(
-        "{} will be sent only to: {}",
-        target.secret,
-        host_list(&hosts)
-    );
+    if hosts.is_empty() {
+        eprintln!(
+            "{} is bound to no host here: no session will send it anywhere until it is stored \
+             again from a folder whose policy binds it to a host",
+            target.secret
+        );
+    } else {
+        eprintln!(
+            "{} will be sent only to: {}",
+            target.secret,
+            host_list(&hosts)
+        );
+    }
     let value = read_value(&target)?;
     store.set(&target.secret, &StoredSecret::new(value, hosts.clone()))?;
     println!(
@@ -251,12 +259,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         store.backend(),
         host_list(&hosts)
     );
-    if hosts.is_empty() {
-        eprintln!(
-            "note: no session will send it anywhere until it is stored again from a folder whose \
-             policy binds it to a host"
-        );
-    }
     if !store.persistent() {
         eprintln!(
             "warning: the {} keeps values only while this command runs: nothing was saved \
