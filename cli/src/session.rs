@@ -250,7 +250,7 @@ where
 /// the policy binds the secret to must be one the value was stored for. The policy is partly the
 /// project's file; the stored hosts are what the user saw when storing the value, so this is what
 /// keeps a cloned repository from sending a stored token to a host of its own.
-fn hosts_not_stored_for(binding: &SecretBinding, stored: Option<&[String]>) -> Option<String> {
+pub fn hosts_not_stored_for(binding: &SecretBinding, stored: Option<&[String]>) -> Option<String> {
     let Some(stored) = stored else {
         return Some(
             "it was stored without the hosts it may be sent to (by an older fenzi), so it is \

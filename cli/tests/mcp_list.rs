@@ -65,19 +65,20 @@ fn json_lists_sources_tools_and_stored_state() {
              "file": machine, "line": 3, "kind": "remote", "url": "https://mcp.linear.app/mcp",
              "token": true, "tools": {"allow": ["list_issues"], "deny": ["delete_issue"]},
              "secrets": [{"name": "MCP_LINEAR", "hosts": ["mcp.linear.app:443"], "stored": false,
-                          "store_error": null}]},
+                          "withheld": null, "store_error": null}]},
             {"name": "droplets", "source": "machine", "narrowed_by_project": false,
              "file": machine, "line": 8, "kind": "local",
              "command": ["npx", "-y", "@digitalocean/mcp"], "hosts": ["api.digitalocean.com"],
              "secrets": [{"name": "DIGITALOCEAN_API_TOKEN", "hosts": ["api.digitalocean.com"],
-                          "stored": false, "store_error": null}]},
+                          "stored": false, "withheld": null, "store_error": null}]},
             {"name": "claude-ai", "source": "project", "narrowed_by_project": false,
              "file": "fenzi.yaml", "line": 9, "kind": "account", "account": "claude",
              "host": "mcp-proxy.anthropic.com", "tools": {"allow": ["*"], "deny": []},
              "secrets": []}
         ],
         "secrets": [
-            {"name": "ANTHROPIC_API_KEY", "hosts": ["api.anthropic.com"], "body": false, "stored": false}
+            {"name": "ANTHROPIC_API_KEY", "hosts": ["api.anthropic.com"], "body": false, "stored": false,
+             "withheld": null}
         ]
     });
     assert_eq!(got, want, "{}", serde_json::to_string_pretty(&got).unwrap());

@@ -141,6 +141,35 @@ fn a_project_cannot_send_a_stored_value_to_a_host_of_its_own() {
         assert!(!stderr.contains(value), "{stderr}");
     }
 
+    // `fenzi mcp list` says the same before any session is started.
+    let listed = |dir: &Path| -> serde_json::Value {
+        let out = fenzi(dir, &["mcp", "list", "--json"], None, &env);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["secrets"][0].clone()
+    };
+    let own_listed = listed(own.path());
+    assert_eq!(own_listed["stored"], true);
+    assert_eq!(own_listed["withheld"], serde_json::Value::Null);
+    let cloned = folder(&secret, "127.0.0.1:19443");
+    let cloned_listed = listed(cloned.path());
+    assert_eq!(cloned_listed["stored"], true);
+    assert_eq!(
+        cloned_listed["withheld"],
+        "it was stored for 127.0.0.1:18443, and this policy would also send it to \
+         127.0.0.1:19443, so it is withheld"
+    );
+    let out = fenzi(cloned.path(), &["mcp", "list"], None, &env);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "{secret} -> 127.0.0.1:19443: stored, not used here: it was stored for \
+             127.0.0.1:18443"
+        )) && stdout.contains(&format!("(fenzi mcp token {secret})")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(value), "{stdout}");
+
     // Storing it again from the second folder (after reading the hosts it names) rebinds it.
     let cloned = folder(&secret, "127.0.0.1:19443");
     let out = fenzi(

@@ -1,13 +1,17 @@
 //! `fenzi mcp list [--json]`: the servers agents get in this folder (machine file, then project
 //! file), where each comes from, what it is, its tools, and whether the secrets it needs are in
-//! the credential store. The store is only asked whether a name is stored, never for a value;
-//! when it cannot be used, each answer is "unknown" with the reason.
+//! the credential store, stored for the hosts this policy sends them to. A session withholds a
+//! stored value from a policy that binds it to a host it was not stored for (`session`), and the
+//! list says so: for that it reads the entry, keeps only its hosts, and wipes the value at once; the
+//! value is never printed. When the store cannot be used, each answer is "unknown" with the reason.
 
 use super::files::{FileArgs, Files};
+use crate::session::hosts_not_stored_for;
 use anyhow::Result;
 use fenzi_policy::config::{
     AccountProvider, Config, McpServerConfig, Origin, ServerKind, ToolRules,
 };
+use fenzi_policy::engine::Policy;
 use fenzi_policy::secret_name::server_token_name;
 use fenzi_proxy::credstore::{self, CredentialStore};
 use serde_json::{Value, json};
@@ -22,10 +26,12 @@ pub struct Args {
     files: FileArgs,
 }
 
-/// Whether a secret is stored, as far as the store can say.
+/// Whether a secret is stored, and for this policy's hosts, as far as the store can say.
 enum Stored {
     Yes,
     No,
+    /// Stored, but a session here withholds it; why, naming the hosts.
+    Withheld(String),
     Unknown(String),
 }
 
@@ -34,29 +40,57 @@ impl Stored {
         match self {
             Stored::Yes => "stored".into(),
             Stored::No => "not stored".into(),
+            Stored::Withheld(why) => format!("stored, not used here: {why}"),
             Stored::Unknown(why) => format!("unknown ({why})"),
         }
     }
     fn json(&self) -> Value {
         match self {
-            Stored::Yes => json!(true),
+            Stored::Yes | Stored::Withheld(_) => json!(true),
             Stored::No => json!(false),
             Stored::Unknown(_) => Value::Null,
         }
     }
+    fn withheld_json(&self) -> Value {
+        match self {
+            Stored::Withheld(why) => json!(why),
+            _ => Value::Null,
+        }
+    }
+    /// Whether storing it (again) is the fix.
+    fn needs_token(&self) -> bool {
+        matches!(self, Stored::No | Stored::Withheld(_))
+    }
 }
 
-struct Store(Result<Box<dyn CredentialStore>, String>);
+struct Store {
+    store: Result<Box<dyn CredentialStore>, String>,
+    policy: Policy,
+}
 
 impl Store {
     fn check(&self, name: &str) -> Stored {
-        match &self.0 {
-            Err(why) => Stored::Unknown(format!("store unavailable: {why}")),
-            Ok(s) => match s.is_stored(name) {
-                Ok(true) => Stored::Yes,
-                Ok(false) => Stored::No,
-                Err(e) => Stored::Unknown(e.to_string()),
+        let store = match &self.store {
+            Err(why) => return Stored::Unknown(format!("store unavailable: {why}")),
+            Ok(store) => store,
+        };
+        match store.is_stored(name) {
+            Ok(true) => {}
+            Ok(false) => return Stored::No,
+            Err(e) => return Stored::Unknown(e.to_string()),
+        }
+        let Some(binding) = self.policy.secrets().iter().find(|b| b.name == name) else {
+            return Stored::Yes;
+        };
+        match store.get(name) {
+            Ok(Some(stored)) => match hosts_not_stored_for(binding, stored.hosts.as_deref()) {
+                None => Stored::Yes,
+                Some(why) => Stored::Withheld(why),
             },
+            Ok(None) => Stored::No,
+            Err(e) => Stored::Unknown(format!(
+                "stored, but which hosts it was stored for cannot be read: {e}"
+            )),
         }
     }
 }
@@ -164,6 +198,7 @@ fn server_json(s: &McpServerConfig, store: &Store) -> Value {
         .map(|(name, hosts)| {
             let stored = store.check(&name);
             json!({"name": name, "hosts": hosts, "stored": stored.json(),
+                   "withheld": stored.withheld_json(),
                    "store_error": match &stored { Stored::Unknown(w) => json!(w), _ => Value::Null }})
         })
         .collect::<Vec<_>>();
@@ -198,17 +233,16 @@ fn print_text(config: &Config, store: &Store) {
         }
         for (name, hosts) in server_secrets(s) {
             let stored = store.check(&name);
-            let hint = match stored {
-                Stored::No => {
-                    let arg = match &s.kind {
-                        ServerKind::Local { secrets, .. } if secrets.len() > 1 => {
-                            format!("{} --secret {name}", s.name)
-                        }
-                        _ => s.name.clone(),
-                    };
-                    format!(" (fenzi mcp token {arg})")
-                }
-                _ => String::new(),
+            let hint = if stored.needs_token() {
+                let arg = match &s.kind {
+                    ServerKind::Local { secrets, .. } if secrets.len() > 1 => {
+                        format!("{} --secret {name}", s.name)
+                    }
+                    _ => s.name.clone(),
+                };
+                format!(" (fenzi mcp token {arg})")
+            } else {
+                String::new()
             };
             println!(
                 "{pad}secret {name} -> {}: {}{hint}",
@@ -225,11 +259,17 @@ fn print_text(config: &Config, store: &Store) {
                 .iter()
                 .map(|h| h.value.to_string())
                 .collect::<Vec<_>>();
+            let stored = store.check(&sec.name);
+            let hint = if stored.needs_token() {
+                format!(" (fenzi mcp token {})", sec.name)
+            } else {
+                String::new()
+            };
             println!(
-                "  {} -> {}: {}",
+                "  {} -> {}: {}{hint}",
                 sec.name,
                 hosts.join(", "),
-                store.check(&sec.name).text()
+                stored.text()
             );
         }
     }
@@ -238,13 +278,16 @@ fn print_text(config: &Config, store: &Store) {
 pub fn run(args: Args) -> Result<ExitCode> {
     let files = Files::read(&args.files)?;
     let config = files.load()?.unwrap_or_default();
-    let store = Store(credstore::open().map_err(|e| e.to_string()));
-    let backend = store.0.as_ref().map(|s| s.backend()).ok();
+    let store = Store {
+        store: credstore::open().map_err(|e| e.to_string()),
+        policy: Policy::from_config(&config),
+    };
+    let backend = store.store.as_ref().map(|s| s.backend()).ok();
     if args.json {
         let doc = json!({
             "store": {
                 "backend": backend,
-                "error": store.0.as_ref().err(),
+                "error": store.store.as_ref().err(),
             },
             "servers": config.mcp.iter().map(|s| server_json(s, &store)).collect::<Vec<_>>(),
             "secrets": config.secrets.iter().map(|sec| {
@@ -254,6 +297,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     "hosts": sec.hosts.iter().map(|h| h.value.to_string()).collect::<Vec<_>>(),
                     "body": sec.body,
                     "stored": stored.json(),
+                    "withheld": stored.withheld_json(),
                 })
             }).collect::<Vec<_>>(),
         });
@@ -265,10 +309,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "no MCP servers in {} or the machine file; add one with `fenzi mcp add`",
             files.project.name()
         );
-    } else {
-        print_text(&config, &store);
     }
-    match &store.0 {
+    // Top-level secrets are listed with or without servers.
+    print_text(&config, &store);
+    match &store.store {
         Ok(s) => println!("credential store: {}", s.backend()),
         Err(e) => println!("credential store: unavailable: {e}"),
     }
