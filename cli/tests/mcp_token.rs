@@ -191,18 +191,19 @@ fn an_unusable_store_says_what_is_missing() {
 }
 
 /// On a terminal the value is read without echo: the terminal shows the prompt, not the value.
-#[test]
-fn prompts_without_echo_on_a_terminal() {
+/// Runs `fenzi mcp token linear` on a terminal (`script` gives it one) in a folder whose own file
+/// binds the token's host, answering the confirmation with `answer` and, when asked, typing the
+/// value. Returns the exit status and everything the terminal showed; `None` without `script`.
+fn token_on_a_terminal(dir: &Path, answer: &str) -> Option<(std::process::ExitStatus, String)> {
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("SKIPPED: no `script` command to give fenzi a terminal");
-        return;
+        return None;
     }
-    let tmp = folder();
     let cmd = format!("{} mcp token linear", env!("CARGO_BIN_EXE_fenzi"));
     let mut child = Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
-        .current_dir(tmp.path())
-        .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
         .env("FENZI_CREDSTORE", "memory")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -210,29 +211,61 @@ fn prompts_without_echo_on_a_terminal() {
         .spawn()
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
-    // Type the value only once the prompt is there (and echo is off).
+    let mut stdin = child.stdin.take().unwrap();
     let mut seen = Vec::new();
-    let mut buf = [0u8; 256];
-    while !String::from_utf8_lossy(&seen).contains("not shown:") {
-        let n = stdout.read(&mut buf).unwrap();
-        assert!(n > 0, "no prompt: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
+    let mut wait_for = |want: &str, seen: &mut Vec<u8>| {
+        let mut buf = [0u8; 256];
+        while !String::from_utf8_lossy(seen).contains(want) {
+            let n = stdout.read(&mut buf).unwrap();
+            assert!(n > 0, "no {want:?}: {}", String::from_utf8_lossy(seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    };
+    wait_for("[y/N]", &mut seen);
+    stdin.write_all(format!("{answer}\n").as_bytes()).unwrap();
+    if answer == "y" {
+        // Type the value only once the prompt is there (and echo is off): rpassword prints the
+        // prompt, then turns echo off; give it that moment, as a person would.
+        wait_for("not shown:", &mut seen);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stdin.write_all(b"typed-s3cr3t\n").unwrap();
     }
-    // rpassword prints the prompt, then turns echo off: give it that moment, as a person would.
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"typed-s3cr3t\n")
-        .unwrap();
+    drop(stdin);
     stdout.read_to_end(&mut seen).unwrap();
-    assert!(child.wait().unwrap().success());
-    let screen = String::from_utf8_lossy(&seen);
+    let status = child.wait().unwrap();
+    Some((status, String::from_utf8_lossy(&seen).into_owned()))
+}
+
+#[test]
+fn prompts_without_echo_on_a_terminal_after_the_hosts_are_approved() {
+    let tmp = folder();
+    let Some((status, screen)) = token_on_a_terminal(tmp.path(), "y") else {
+        return;
+    };
+    assert!(status.success(), "{screen}");
+    assert!(
+        screen.contains("MCP_LINEAR will be sent only to:")
+            && screen.contains("mcp.linear.app  fenzi.yaml:3 (this folder's policy)"),
+        "{screen}"
+    );
     assert!(screen.contains("stored MCP_LINEAR"), "{screen}");
     assert!(
         !screen.contains("typed-s3cr3t"),
         "the value was echoed: {screen}"
+    );
+}
+
+#[test]
+fn a_terminal_user_who_does_not_approve_the_hosts_stores_nothing() {
+    let tmp = folder();
+    let Some((status, screen)) = token_on_a_terminal(tmp.path(), "n") else {
+        return;
+    };
+    assert_eq!(status.code(), Some(1), "{screen}");
+    assert!(screen.contains("nothing was stored"), "{screen}");
+    assert!(
+        !screen.contains("not shown:"),
+        "the value was asked for: {screen}"
     );
 }
 
@@ -342,4 +375,41 @@ printf 'ss-s3cr3t\\n' | {fenzi} mcp token linear
     assert_eq!(before["store"]["backend"], "Secret Service");
     assert_eq!(before["servers"][0]["secrets"][0]["stored"], true);
     assert_eq!(after["servers"][0]["secrets"][0]["stored"], false);
+}
+
+/// A value is stored for the hosts the policy binds, so a policy that does not load stops storing
+/// (a value stored for no host would replace a good entry), but not deleting.
+#[test]
+fn a_broken_policy_stops_storing_but_not_deleting() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("fenzi.yaml"),
+        "version: 1\nsecrets:\n  API_KEY:\n    hosts: [api.example.com]\n    colour: blue\n",
+    )
+    .unwrap();
+    let out = fenzi(
+        tmp.path(),
+        &["mcp", "token", "API_KEY"],
+        Some(b"v-12345678\n"),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("nothing was stored") && stderr.contains("colour"),
+        "{stderr}"
+    );
+    assert!(!text(&out.stdout).contains("stored API_KEY"));
+    let out = fenzi(
+        tmp.path(),
+        &["mcp", "token", "API_KEY", "--delete"],
+        None,
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("API_KEY was not stored"),
+        "{}",
+        text(&out.stdout)
+    );
 }

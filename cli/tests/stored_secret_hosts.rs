@@ -97,7 +97,9 @@ fn a_project_cannot_send_a_stored_value_to_a_host_of_its_own() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains(&format!("{secret} will be sent only to: 127.0.0.1:18443")),
+        stderr.contains(&format!(
+            "{secret} will be sent only to:\n  127.0.0.1:18443  fenzi.yaml:4 (this folder's policy)\n"
+        )),
         "{stderr}"
     );
     assert!(

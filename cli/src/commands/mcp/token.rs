@@ -15,13 +15,14 @@
 //! never stops a session later. The value goes to the store only: never to a file, never to the
 //! output, which names the secret.
 //!
-//! The value is stored with the hosts this folder's policy binds it to, and they are shown before
-//! the value is asked for. A session uses a stored value only for those hosts (see
+//! The value is stored with the hosts this folder's policy binds it to, and they are shown, each with
+//! the file and line that binds it, before the value is asked for; on a terminal, when this folder's
+//! own file binds any of them, the user must say yes first. A session uses a stored value only for those hosts (see
 //! `session::load_secrets`): a project file that later binds the name elsewhere gets nothing.
 
 use super::files::{FileArgs, Files};
 use anyhow::{Context, Result, anyhow, bail};
-use fenzi_policy::config::{Config, ServerKind};
+use fenzi_policy::config::{Config, Location, ServerKind};
 use fenzi_policy::secret_name::{is_valid_secret_name, reserved_reason, server_token_name};
 use fenzi_proxy::credstore::{self, MAX_SECRET_BYTES, SecretValue, StoredSecret};
 use std::io::{IsTerminal, Read};
@@ -58,29 +59,6 @@ pub struct Args {
 struct Target {
     secret: String,
     purpose: Option<String>,
-}
-
-/// The host patterns this folder's policy binds `secret` to, as the policy writes them: what the
-/// value is stored for, and all a session will send it to.
-fn bound_hosts(config: Option<&Config>, secret: &str) -> Vec<String> {
-    let Some(config) = config else {
-        return Vec::new();
-    };
-    fenzi_policy::engine::Policy::from_config(config)
-        .secrets()
-        .iter()
-        .find(|b| b.name == secret)
-        .map(|b| b.hosts.iter().map(|h| h.to_string()).collect())
-        .unwrap_or_default()
-}
-
-/// `api.github.com, *.example.com`, or `no host`.
-fn host_list(hosts: &[String]) -> String {
-    if hosts.is_empty() {
-        "no host".to_string()
-    } else {
-        hosts.join(", ")
-    }
 }
 
 impl Target {
@@ -162,7 +140,7 @@ fn resolve(args: &Args, config: Option<&Config>) -> Result<Target> {
             .iter()
             .any(|b| b.name == args.name)
     });
-    if !used {
+    if !used && !args.delete {
         eprintln!(
             "note: no server or `secrets:` entry in this folder's policy uses {}; storing it anyway",
             args.name
@@ -172,6 +150,111 @@ fn resolve(args: &Args, config: Option<&Config>) -> Result<Target> {
         secret: args.name.clone(),
         purpose: None,
     })
+}
+
+/// A host the value will be sent to, and where the policy says so.
+struct BoundHost {
+    /// As the policy writes it, and as it is stored.
+    pattern: String,
+    /// `fenzi.yaml:4`, or empty when no entry names it.
+    place: String,
+    /// Written in this folder's file (which came with the folder), not the machine file.
+    from_project: bool,
+}
+
+/// The host patterns this folder's policy binds `secret` to, as the policy writes them: what the
+/// value is stored for, and all a session will send it to. Each with the file and line that binds
+/// it there.
+fn bound_hosts(config: Option<&Config>, files: &Files, secret: &str) -> Vec<BoundHost> {
+    let Some(config) = config else {
+        return Vec::new();
+    };
+    // Where each pattern is written for this secret (a token server's host is its url's).
+    let mut written: Vec<(String, &Location)> = Vec::new();
+    for sec in config.secrets.iter().filter(|s| s.name == secret) {
+        written.extend(sec.hosts.iter().map(|h| (h.value.to_string(), &h.at)));
+    }
+    let mut token_server: Option<&Location> = None;
+    for server in &config.mcp {
+        match &server.kind {
+            ServerKind::Local { secrets, hosts, .. }
+                if secrets.iter().any(|s| s.value == secret) =>
+            {
+                written.extend(hosts.iter().map(|h| (h.value.to_string(), &h.at)));
+            }
+            ServerKind::Remote { token: true, .. } if server_token_name(&server.name) == secret => {
+                token_server = Some(&server.at);
+            }
+            _ => {}
+        }
+    }
+    let machine = files.machine.as_ref().map(|m| m.name());
+    fenzi_policy::engine::Policy::from_config(config)
+        .secrets()
+        .iter()
+        .find(|b| b.name == secret)
+        .map(|b| {
+            b.hosts
+                .iter()
+                .map(|h| {
+                    let pattern = h.to_string();
+                    let at = written
+                        .iter()
+                        .find(|(p, _)| *p == pattern)
+                        .map(|(_, at)| *at)
+                        .or(token_server);
+                    BoundHost {
+                        place: at
+                            .map(|a| format!("{}:{}", a.file, a.line))
+                            .unwrap_or_default(),
+                        from_project: at.is_none_or(|a| Some(&*a.file) != machine.as_deref()),
+                        pattern,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `api.github.com, *.example.com`, or `no host`.
+fn host_list(hosts: &[String]) -> String {
+    if hosts.is_empty() {
+        "no host".to_string()
+    } else {
+        hosts.join(", ")
+    }
+}
+
+/// Says where the value will go, before it is asked for, so the user can stop there. On a terminal,
+/// when this folder's own file binds any of the hosts (a cloned repository's file could name a host
+/// of its own), asks to go on. `Ok(false)`: the user said no.
+fn approve_hosts(secret: &str, hosts: &[BoundHost]) -> Result<bool> {
+    if hosts.is_empty() {
+        eprintln!(
+            "{secret} is bound to no host here: no session will send it anywhere until it is \
+             stored again from a folder whose policy binds it to a host"
+        );
+        return Ok(true);
+    }
+    eprintln!("{secret} will be sent only to:");
+    let width = hosts.iter().map(|h| h.pattern.len()).max().unwrap_or(0);
+    for h in hosts {
+        let whose = if h.from_project {
+            "this folder's policy"
+        } else {
+            "your machine policy"
+        };
+        eprintln!("  {:<width$}  {} ({whose})", h.pattern, h.place);
+    }
+    if !std::io::stdin().is_terminal() || !hosts.iter().any(|h| h.from_project) {
+        return Ok(true);
+    }
+    eprint!("Store it for these hosts? [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .context("cannot read the answer from the terminal")?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
 }
 
 /// Reads the value: from the terminal without echo, or one line of stdin.
@@ -209,13 +292,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let files = Files::read(&args.files)?;
     let config = match files.load() {
         Ok(c) => c,
-        // A broken policy must not stop storing a secret named directly, but server names need it.
-        Err(e) if is_valid_secret_name(&args.name) && args.secret.is_none() => {
+        // A broken policy must not stop deleting a secret named directly. Storing needs the
+        // policy: the value is stored for the hosts it binds (and storing it for none would
+        // replace a good entry with one no session uses).
+        Err(e) if args.delete && is_valid_secret_name(&args.name) && args.secret.is_none() => {
             eprintln!(
                 "warning: the policy does not load, so `{}` is taken as a secret name:\n{e}",
                 args.name
             );
             None
+        }
+        Err(e) if !args.delete => {
+            return Err(e.context(
+                "nothing was stored: a value is stored for the hosts the policy binds it to, so \
+                 the policy must load first",
+            ));
         }
         Err(e) => return Err(e),
     };
@@ -235,22 +326,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let hosts = bound_hosts(config.as_ref(), &target.secret);
-    // Said before the value is asked for, so the user can stop here: these are the only hosts a
-    // session will ever send this value to, whatever a project file binds it to later.
-    if hosts.is_empty() {
-        eprintln!(
-            "{} is bound to no host here: no session will send it anywhere until it is stored \
-             again from a folder whose policy binds it to a host",
-            target.secret
-        );
-    } else {
-        eprintln!(
-            "{} will be sent only to: {}",
-            target.secret,
-            host_list(&hosts)
-        );
+    let bound = bound_hosts(config.as_ref(), &files, &target.secret);
+    if !approve_hosts(&target.secret, &bound)? {
+        eprintln!("nothing was stored");
+        return Ok(ExitCode::from(1));
     }
+    let hosts: Vec<String> = bound.into_iter().map(|h| h.pattern).collect();
     let value = read_value(&target)?;
     store.set(&target.secret, &StoredSecret::new(value, hosts.clone()))?;
     println!(
