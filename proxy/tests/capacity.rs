@@ -13,9 +13,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const WEB_IP: &str = "93.184.216.34";
-const ECHO_IP: &str = "93.184.216.35";
-const SLOW_IP: &str = "93.184.216.36";
 /// The cap the tests fill.
 const MAX: usize = 8;
 /// Generous bound for "promptly" on a loaded CI machine; the grace is 1 s.
@@ -31,20 +28,12 @@ async fn setup(tune: impl FnOnce(&mut ProxyOptions)) -> Setup {
     let web = http_upstream(None, Arc::new(|_, _| respond(200, "text/plain", "hello"))).await;
     let echo = echo_upstream().await;
     let mcp = http_upstream(Some(pki.server_config(&["127.0.0.1"])), mcp_handler()).await;
-    let network = Arc::new(
-        FakeNetwork::default()
-            .name("web.test", &[WEB_IP])
-            .route(&format!("{WEB_IP}:80"), web.addr)
-            .name("echo.test", &[ECHO_IP])
-            .route(&format!("{ECHO_IP}:7000"), echo.addr)
-            .name("slow.test", &[SLOW_IP])
-            .blackhole(&format!("{SLOW_IP}:80")),
-    );
+    let network = Arc::new(plain_hosts_network(web.addr, echo.addr));
     let mut opts = options(&pki);
     opts.max_connections = MAX;
     tune(&mut opts);
     let yaml = format!(
-        "version: 1\nhosts:\n  - web.test:80\n  - echo.test:7000\n  - slow.test:80\nmcp:\n  local:\n    url: https://127.0.0.1:{}/mcp\n    tools:\n      allow: [echo]\n",
+        "version: 1\n{PLAIN_HOSTS_POLICY}mcp:\n  local:\n    url: https://127.0.0.1:{}/mcp\n    tools:\n      allow: [echo]\n",
         mcp.port()
     );
     let proxy = start_proxy(

@@ -7,8 +7,6 @@ use common::*;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const ECHO_IP: &str = "93.184.216.35";
-
 async fn setup(extra_hosts: &[String]) -> (TestProxy, Upstream, Arc<FakeNetwork>) {
     let echo = echo_upstream().await;
     let mut yaml =

@@ -15,10 +15,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-const WEB_IP: &str = "93.184.216.34";
-const ECHO_IP: &str = "93.184.216.35";
-const SLOW_IP: &str = "93.184.216.36";
-
 struct Setup {
     proxy: TestProxy,
     web: Upstream,
@@ -32,20 +28,12 @@ async fn setup(
 ) -> Setup {
     let web = http_upstream(None, handler).await;
     let echo = echo_upstream().await;
-    let network = Arc::new(
-        FakeNetwork::default()
-            .name("web.test", &[WEB_IP])
-            .route(&format!("{WEB_IP}:80"), web.addr)
-            .name("echo.test", &[ECHO_IP])
-            .route(&format!("{ECHO_IP}:7000"), echo.addr)
-            .name("slow.test", &[SLOW_IP])
-            .blackhole(&format!("{SLOW_IP}:80")),
-    );
+    let network = Arc::new(plain_hosts_network(web.addr, echo.addr));
     let pki = TestPki::new();
     let mut opts = options(&pki);
     tune(&mut opts);
-    let yaml = "version: 1\nhosts:\n  - web.test:80\n  - echo.test:7000\n  - slow.test:80\n";
-    let proxy = start_proxy(policy(yaml, None), opts, network, sink).await;
+    let yaml = format!("version: 1\n{PLAIN_HOSTS_POLICY}");
+    let proxy = start_proxy(policy(&yaml, None), opts, network, sink).await;
     Setup { proxy, web, echo }
 }
 

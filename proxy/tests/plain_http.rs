@@ -21,8 +21,6 @@ hosts:
   - gone.test:80
 ";
 
-const WEB_IP: &str = "93.184.216.34";
-
 async fn setup(handler: Handler) -> (TestProxy, Upstream, Arc<FakeNetwork>) {
     let upstream = http_upstream(None, handler).await;
     let network = Arc::new(

@@ -346,6 +346,28 @@ pub fn mcp_handler() -> Handler {
 // ---------------------------------------------------------------------------------------------
 // Fake network
 
+/// The public address `web.test` resolves to in [`plain_hosts_network`].
+pub const WEB_IP: &str = "93.184.216.34";
+/// The public address `echo.test` resolves to in [`plain_hosts_network`].
+pub const ECHO_IP: &str = "93.184.216.35";
+/// The public address `slow.test` resolves to in [`plain_hosts_network`].
+pub const SLOW_IP: &str = "93.184.216.36";
+/// The `hosts:` lines that admit the names of [`plain_hosts_network`].
+pub const PLAIN_HOSTS_POLICY: &str =
+    "hosts:\n  - web.test:80\n  - echo.test:7000\n  - slow.test:80\n";
+
+/// Three plain hosts: `web.test:80` reaches `web`, `echo.test:7000` reaches `echo`, and a dial to
+/// `slow.test:80` never completes.
+pub fn plain_hosts_network(web: SocketAddr, echo: SocketAddr) -> FakeNetwork {
+    FakeNetwork::default()
+        .name("web.test", &[WEB_IP])
+        .route(&format!("{WEB_IP}:80"), web)
+        .name("echo.test", &[ECHO_IP])
+        .route(&format!("{ECHO_IP}:7000"), echo)
+        .name("slow.test", &[SLOW_IP])
+        .blackhole(&format!("{SLOW_IP}:80"))
+}
+
 /// Resolves test names to the addresses the test chose and connects addresses to loopback servers.
 #[derive(Default)]
 pub struct FakeNetwork {
