@@ -163,15 +163,11 @@ pub fn forms(value: &[u8]) -> Vec<Form> {
 }
 
 fn hex_text(bytes: &[u8], upper: bool) -> Vec<u8> {
-    let digits: &[u8; 16] = if upper {
-        b"0123456789ABCDEF"
+    if upper {
+        hex::encode_upper(bytes).into_bytes()
     } else {
-        b"0123456789abcdef"
-    };
-    bytes
-        .iter()
-        .flat_map(|&b| [digits[usize::from(b >> 4)], digits[usize::from(b & 15)]])
-        .collect()
+        hex::encode(bytes).into_bytes()
+    }
 }
 
 /// The 6-bit values base64 makes of `bytes` (a multiple of 3 long).

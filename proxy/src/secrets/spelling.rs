@@ -336,9 +336,7 @@ pub fn json_escape_with(bytes: &[u8], style: JsonStyle) -> Option<Vec<u8>> {
 /// The value as it appears inside a JSON string (serde_json's escaping, without the quotes).
 /// `None` for a value that is not UTF-8: JSON text cannot carry it.
 pub fn json_escape(bytes: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let quoted = serde_json::to_string(text).ok()?;
-    Some(quoted.as_bytes()[1..quoted.len() - 1].to_vec())
+    json_escape_with(bytes, JSON_STYLES[0])
 }
 
 #[cfg(test)]
@@ -422,7 +420,9 @@ mod tests {
         let spelled = |i: usize| {
             String::from_utf8(json_escape_with(value.as_bytes(), JSON_STYLES[i]).unwrap()).unwrap()
         };
-        // The first style is serde_json's own.
+        // The first style is serde_json's own, and what `json_escape` writes.
+        let serde = serde_json::to_string(value).unwrap();
+        assert_eq!(spelled(0), serde[1..serde.len() - 1]);
         assert_eq!(
             spelled(0).as_bytes(),
             json_escape(value.as_bytes()).unwrap()
