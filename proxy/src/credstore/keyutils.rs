@@ -4,7 +4,7 @@
 //! the kernel's expiry (3 days by default). Keys live in kernel memory only: a reboot clears them.
 //!
 //! Permissions: the possessor may do everything; the user (same uid, not possessing) may only see
-//! and find the key, so `is_stored` works everywhere but reading the value needs possession, which
+//! and find the key; reading the value (and so the hosts stored with it) needs possession, which
 //! a process has when its session keyring reaches `@u` (the default user-session keyring, or a
 //! login session from pam_keyinit). The sandbox has a fresh session keyring without `@u` and no
 //! `keyctl` at all.
@@ -156,10 +156,5 @@ impl CredentialStore for KernelKeyring {
             Err(e) if is_absent(&e) => Ok(false),
             Err(e) => Err(unavailable(e)),
         }
-    }
-
-    fn is_stored(&self, name: &str) -> Result<bool, StoreError> {
-        check_name(name)?;
-        Ok(find(name)?.is_some())
     }
 }

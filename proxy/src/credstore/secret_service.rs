@@ -106,12 +106,4 @@ impl CredentialStore for SecretService {
             Err(e) => Err(map_keyring_error(BACKEND, Some(name), e)),
         }
     }
-
-    fn is_stored(&self, name: &str) -> Result<bool, StoreError> {
-        match self.entry(name)?.get_credential() {
-            Ok(_) => Ok(true),
-            Err(keyring_core::Error::NoEntry) => Ok(false),
-            Err(e) => Err(map_keyring_error(BACKEND, Some(name), e)),
-        }
-    }
 }

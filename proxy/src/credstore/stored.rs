@@ -17,22 +17,14 @@ use zeroize::Zeroizing;
 
 const HEADER: &str = "fenzi:1 hosts=";
 
-/// A stored value and the hosts it was stored for. Never printed: `Debug` shows the hosts only.
-#[derive(Clone)]
+/// A stored value and the hosts it was stored for. Never printed: `Debug` shows the hosts (the
+/// value's own `Debug` is redacted).
+#[derive(Clone, Debug)]
 pub struct StoredSecret {
     pub value: SecretValue,
     /// The host patterns the value may be sent to; `None` for an entry from before fenzi recorded
     /// them, which no session uses.
     pub hosts: Option<Vec<String>>,
-}
-
-impl std::fmt::Debug for StoredSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoredSecret")
-            .field("value", &self.value)
-            .field("hosts", &self.hosts)
-            .finish()
-    }
 }
 
 impl StoredSecret {
@@ -52,9 +44,9 @@ impl StoredSecret {
             .iter()
             .find(|h| h.is_empty() || h.contains([' ', ',']) || h.chars().any(char::is_control))
         {
-            return Err(StoreError::Backend {
-                backend: "fenzi",
-                what: format!("{name}: `{}` is not a host pattern", bad.escape_debug()),
+            return Err(StoreError::InvalidHost {
+                name: name.to_string(),
+                host: bad.escape_debug().to_string(),
             });
         }
         let mut out = Zeroizing::new(Vec::with_capacity(

@@ -74,23 +74,17 @@ impl Store {
             Err(why) => return Stored::Unknown(format!("store unavailable: {why}")),
             Ok(store) => store,
         };
-        match store.is_stored(name) {
-            Ok(true) => {}
-            Ok(false) => return Stored::No,
-            Err(e) => return Stored::Unknown(e.to_string()),
-        }
-        let Some(binding) = self.policy.secrets().iter().find(|b| b.name == name) else {
-            return Stored::Yes;
-        };
+        // Every name listed comes from this policy, so it has a binding.
+        let binding = self.policy.secrets().iter().find(|b| b.name == name);
         match store.get(name) {
-            Ok(Some(stored)) => match hosts_not_stored_for(binding, stored.hosts.as_deref()) {
-                None => Stored::Yes,
-                Some(why) => Stored::Withheld(why),
-            },
             Ok(None) => Stored::No,
-            Err(e) => Stored::Unknown(format!(
-                "stored, but which hosts it was stored for cannot be read: {e}"
-            )),
+            Ok(Some(stored)) => {
+                match binding.and_then(|b| hosts_not_stored_for(b, stored.hosts.as_deref())) {
+                    None => Stored::Yes,
+                    Some(why) => Stored::Withheld(why),
+                }
+            }
+            Err(e) => Stored::Unknown(e.to_string()),
         }
     }
 }
