@@ -236,6 +236,15 @@ where
                 "{e}\n  fix: store it again with `fenzi mcp token {}`",
                 token_command_name(binding.sources.as_slice(), name)
             ),
+            // The store works but the entry does not read: storing it again is the fix.
+            Err(e @ StoreError::Damaged { .. }) => loaded.missing.push(MissingSecret {
+                name: name.clone(),
+                why: one_line(&e.to_string()),
+                fix: format!(
+                    "`fenzi mcp token {}`",
+                    token_command_name(binding.sources.as_slice(), name)
+                ),
+            }),
             Err(e) => loaded.missing.push(MissingSecret {
                 name: name.clone(),
                 why: one_line(&e.to_string()),
@@ -258,12 +267,7 @@ pub fn hosts_not_stored_for(binding: &SecretBinding, stored: Option<&[String]>) 
                 .to_string(),
         );
     };
-    let extra: Vec<String> = binding
-        .hosts
-        .iter()
-        .map(|h| h.to_string())
-        .filter(|h| !stored.contains(h))
-        .collect();
+    let extra = binding.hosts_beyond(stored);
     if extra.is_empty() {
         return None;
     }

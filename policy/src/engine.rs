@@ -82,6 +82,17 @@ impl SecretBinding {
     pub fn is_bound_to(&self, host: &Host, port: u16) -> bool {
         self.hosts.iter().any(|p| p.matches(host, port))
     }
+
+    /// The host patterns this binding sends the secret to that are not among `approved` (patterns
+    /// as written, e.g. the hosts a stored value was stored for), in the binding's order. A value
+    /// approved for fewer hosts than its binding names must not be used.
+    pub fn hosts_beyond(&self, approved: &[String]) -> Vec<String> {
+        self.hosts
+            .iter()
+            .map(|h| h.to_string())
+            .filter(|h| !approved.contains(h))
+            .collect()
+    }
 }
 
 /// How a destination that the policy admits is to be handled.

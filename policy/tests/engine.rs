@@ -87,6 +87,23 @@ fn secrets_are_bound_to_their_hosts_only() {
     assert!(token.default_bearer);
     assert!(token.is_bound_to(&host("mcp.linear.app"), 443));
     assert!(!token.is_bound_to(&host("mcp.deepwiki.com"), 443));
+    // Approval is by pattern as written: a value approved for other hosts covers none of these.
+    let approved = |hosts: &[&str]| hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>();
+    assert!(
+        token
+            .hosts_beyond(&approved(&["mcp.linear.app"]))
+            .is_empty()
+    );
+    assert!(
+        token
+            .hosts_beyond(&approved(&["mcp.linear.app", "x.com"]))
+            .is_empty()
+    );
+    assert_eq!(
+        token.hosts_beyond(&approved(&["api.linear.app"])),
+        ["mcp.linear.app"]
+    );
+    assert_eq!(token.hosts_beyond(&[]), ["mcp.linear.app"]);
     assert_eq!(
         token.sources,
         [SecretSource::ServerToken {
