@@ -1,5 +1,6 @@
 //! Replacing a fixed set of byte patterns in text that may arrive in chunks, without buffering it:
-//! the engine under both substitution (placeholder → value) and scrubbing (value → placeholder).
+//! the engine under both substitution (placeholder → value) and scrubbing (value → placeholder;
+//! the scrubber drives [`Patterns`] itself, for its encoded forms' edges).
 //!
 //! Matches are leftmost-longest and never overlap, as a one-shot replace of the whole text would
 //! find them. Streaming holds back only the longest suffix of what has arrived that is a proper
@@ -18,6 +19,9 @@ pub(crate) struct Patterns {
     automaton: AhoCorasick,
     patterns: Vec<Zeroizing<Vec<u8>>>,
     longest: usize,
+    /// A bit per (first byte, second byte) pair some pattern starts with: most tails of ordinary
+    /// text start no pattern, and this rules them out without comparing against every pattern.
+    starts: Vec<u64>,
 }
 
 impl Patterns {
@@ -34,11 +38,35 @@ impl Patterns {
             .build(patterns.iter().map(|p| p.as_slice()))
             .map_err(|e| SecretsError::Matcher(e.to_string()))?;
         let longest = patterns.iter().map(|p| p.len()).max().unwrap_or(0);
+        let mut starts = vec![0u64; 1 << 10];
+        for p in &patterns {
+            // A 1-byte pattern (none is that short in practice) would start every pair.
+            let seconds = match p.get(1) {
+                Some(&b) => b..=b,
+                None => 0..=255,
+            };
+            if let Some(&first) = p.first() {
+                for second in seconds {
+                    let pair = pair(first, second);
+                    starts[pair >> 6] |= 1 << (pair & 63);
+                }
+            }
+        }
         Ok(Patterns {
             automaton,
             patterns,
             longest,
+            starts,
         })
+    }
+
+    pub(crate) fn automaton(&self) -> &AhoCorasick {
+        &self.automaton
+    }
+
+    /// The longest pattern's length.
+    pub(crate) fn longest(&self) -> usize {
+        self.longest
     }
 
     /// `hay` with every match of pattern `i` replaced by `with[i]` (a `None` leaves that match as is).
@@ -65,18 +93,35 @@ impl Patterns {
 
     /// The length of the longest suffix of `buf` that is a proper prefix of some pattern: the bytes
     /// that must wait for the next chunk.
-    fn held_back(&self, buf: &[u8]) -> usize {
+    pub(crate) fn held_back(&self, buf: &[u8]) -> usize {
         let most = self.longest.saturating_sub(1).min(buf.len());
         (1..=most)
             .rev()
             .find(|&k| {
                 let suffix = &buf[buf.len() - k..];
-                self.patterns
-                    .iter()
-                    .any(|p| p.len() > k && p.starts_with(suffix))
+                let may_start = match suffix {
+                    // The pairs that start with `first` are the 256 bits of 4 words.
+                    [first] => self.starts[usize::from(*first) * 4..][..4]
+                        .iter()
+                        .any(|&w| w != 0),
+                    [a, b, ..] => {
+                        let pair = pair(*a, *b);
+                        self.starts[pair >> 6] & 1 << (pair & 63) != 0
+                    }
+                    [] => false,
+                };
+                may_start
+                    && self
+                        .patterns
+                        .iter()
+                        .any(|p| p.len() > k && p.starts_with(suffix))
             })
             .unwrap_or(0)
     }
+}
+
+fn pair(a: u8, b: u8) -> usize {
+    usize::from(a) << 8 | usize::from(b)
 }
 
 impl fmt::Debug for Patterns {

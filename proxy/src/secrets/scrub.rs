@@ -40,9 +40,10 @@
 use super::SecretsError;
 use super::encoded::{self, After, Form};
 use super::placeholders::SecretSet;
+use super::replace::Patterns;
 use super::spelling::{self, json_escape_with, percent_encode_with};
 use crate::BoxError;
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, Match, MatchKind, PatternID};
+use aho_corasick::{Input, Match, PatternID};
 use bytes::Bytes;
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH};
 use http::{HeaderMap, HeaderValue};
@@ -73,13 +74,10 @@ enum Kind {
 }
 
 struct Inner {
-    automaton: AhoCorasick,
-    /// Secret material: zeroed on drop, never printed.
-    patterns: Vec<Zeroizing<Vec<u8>>>,
+    /// Every spelling of every value (secret material: zeroed on drop, never printed); `kinds`
+    /// says what each one is.
+    patterns: Patterns,
     kinds: Vec<Kind>,
-    /// The first two bytes of the patterns (a bit per pair), to skip most tails quickly.
-    starts: Vec<u64>,
-    longest: usize,
     placeholders: Vec<Vec<u8>>,
     forms: Vec<Form>,
     /// Some form has a lead edge: bytes that could be one are held back at a chunk's end.
@@ -149,33 +147,12 @@ impl Scrubber {
                 forms.push(form);
             }
         }
-        // No prefilter: values start with common bytes, so it would fire on ordinary text and halve
-        // throughput (measured with benches/secrets.rs).
-        let automaton = AhoCorasickBuilder::new()
-            .match_kind(MatchKind::LeftmostLongest)
-            .prefilter(false)
-            .build(patterns.iter().map(|p| p.as_slice()))
-            .map_err(|e| SecretsError::Matcher(e.to_string()))?;
-        let mut starts = vec![0u64; 1 << 10];
-        for p in &patterns {
-            // Patterns are at least 8 bytes (values) or `MIN_CORE` (cores); a 1-byte one would
-            // start every pair.
-            let seconds = match p.get(1) {
-                Some(&b) => b..=b,
-                None => 0..=255,
-            };
-            for second in seconds {
-                let pair = pair(p[0], second);
-                starts[pair >> 6] |= 1 << (pair & 63);
-            }
-        }
+        // No prefilter: values start with common bytes (see `Patterns::new`).
+        let patterns = Patterns::new(patterns, false)?;
         Ok(Scrubber {
             inner: Arc::new(Inner {
-                automaton,
-                longest: patterns.iter().map(|p| p.len()).max().unwrap_or(0),
                 patterns,
                 kinds,
-                starts,
                 placeholders,
                 leads: forms.iter().any(|f| f.lead().is_some()),
                 forms,
@@ -190,7 +167,7 @@ impl Scrubber {
 
     /// `bytes` with every value replaced (by its placeholder or mask); `None` when there was none.
     pub fn scrub(&self, bytes: &[u8]) -> Option<Vec<u8>> {
-        self.inner.automaton.find(bytes)?;
+        self.inner.patterns.automaton().find(bytes)?;
         let mut out = Vec::with_capacity(bytes.len());
         self.inner.step(bytes, true, &mut out);
         Some(out)
@@ -264,11 +241,15 @@ impl Inner {
         let open = if last {
             buf.len()
         } else {
-            buf.len() - self.open_tail(buf)
+            buf.len() - self.patterns.held_back(buf)
         };
         let mut cursor = 0;
         let mut wait = None;
-        while let Some(m) = self.automaton.find(Input::new(buf).span(cursor..buf.len())) {
+        while let Some(m) = self
+            .patterns
+            .automaton()
+            .find(Input::new(buf).span(cursor..buf.len()))
+        {
             if m.start() >= open {
                 break;
             }
@@ -368,50 +349,19 @@ impl Inner {
     /// be told before more input arrives.
     fn match_at(&self, buf: &[u8], at: usize, last: bool) -> Option<Option<PatternID>> {
         let rest = &buf[at..];
-        if !last && self.open_tail(rest) == rest.len() {
+        if !last && self.patterns.held_back(rest) == rest.len() {
             return None;
         }
         // A match is at most `longest` long, so the search need not look further.
-        let window = at..buf.len().min(at + self.longest);
+        let window = at..buf.len().min(at + self.patterns.longest());
         Some(
-            self.automaton
+            self.patterns
+                .automaton()
                 .find(Input::new(buf).span(window))
                 .filter(|m| m.start() == at)
                 .map(|m| m.pattern()),
         )
     }
-
-    /// The length of the longest tail of `buf` that is a proper prefix of some pattern: the bytes
-    /// that must wait for the next chunk.
-    fn open_tail(&self, buf: &[u8]) -> usize {
-        let most = self.longest.saturating_sub(1).min(buf.len());
-        (1..=most)
-            .rev()
-            .find(|&k| {
-                let tail = &buf[buf.len() - k..];
-                let may_start = match tail {
-                    // The pairs that start with `first` are the 256 bits of 4 words.
-                    [first] => self.starts[usize::from(*first) * 4..][..4]
-                        .iter()
-                        .any(|&w| w != 0),
-                    [a, b, ..] => {
-                        let pair = pair(*a, *b);
-                        self.starts[pair >> 6] & 1 << (pair & 63) != 0
-                    }
-                    [] => false,
-                };
-                may_start
-                    && self
-                        .patterns
-                        .iter()
-                        .any(|p| p.len() > k && p.starts_with(tail))
-            })
-            .unwrap_or(0)
-    }
-}
-
-fn pair(a: u8, b: u8) -> usize {
-    usize::from(a) << 8 | usize::from(b)
 }
 
 impl fmt::Debug for Scrubber {
@@ -906,7 +856,7 @@ mod tests {
             }
         }
         // Byte by byte, holding back no more than the bound in the module doc.
-        let longest = s.inner.longest;
+        let longest = s.inner.patterns.longest();
         let mut st = s.stream();
         let mut out = vec![];
         for b in body.as_bytes() {
