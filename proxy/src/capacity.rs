@@ -23,7 +23,13 @@
 //!   response head is sent, the connection is busy: the request has been decided and recorded, may
 //!   already be at the upstream (a tool call with effects), and its answer is what the client waits
 //!   for. Cutting it would lose that answer for a reason that is not about the request, so it is
-//!   never a victim; a silent upstream is bounded by `response_header_timeout` instead. A response
+//!   never a victim; a silent upstream is bounded by `response_header_timeout` instead. Starting a
+//!   request and evicting exclude each other atomically: a connection's in-flight count and its
+//!   evicted mark are one atomic word, a request's start increments it, and an eviction succeeds
+//!   only by swapping it from 0 (nothing in flight, not evicted) to evicted. The scan for the
+//!   longest idle only proposes a victim; if a request started since, the swap fails and the next
+//!   longest idle is tried. A request that starts after an eviction (a head already buffered) runs
+//!   against a socket that fails every read and write: it was not cut once started. A response
 //!   body that stalls (an event stream with nothing to say) is idle like any other connection:
 //!   Streamable HTTP clients resume such streams. The flip side: a client that stalls in the middle
 //!   of its own request body keeps its slot until `body_read_timeout` (an inspected body) or
@@ -140,17 +146,22 @@ fn now_ms() -> u64 {
     (t.tv_sec as u64).saturating_mul(1000) + (t.tv_nsec as u64) / 1_000_000
 }
 
+/// The bit of [`Slot::state`] that marks the connection evicted; the bits below count its requests
+/// in flight.
+const EVICTED: u32 = 1 << 31;
+
 /// One connection's state, shared by its stream wrapper and the registry.
 struct Slot {
     peer: SocketAddr,
     /// When bytes last moved ([`now_ms`]).
     last: AtomicU64,
-    /// Requests dispatched and not yet answered.
-    in_flight: AtomicU32,
+    /// Requests dispatched and not yet answered (low bits) and whether the connection has been
+    /// evicted ([`EVICTED`]). One atomic, so starting a request and evicting exclude each other:
+    /// eviction succeeds only from exactly 0 (nothing in flight, not yet evicted).
+    state: AtomicU32,
     /// Whether the connection is waiting for request heads (their bytes are not activity) rather than
     /// carrying a tunnel.
     heads: AtomicBool,
-    evicted: AtomicBool,
     /// The tasks last blocked reading from and writing to the client, woken on eviction.
     wakers: Mutex<[Option<Waker>; 2]>,
 }
@@ -159,22 +170,59 @@ const READ: usize = 0;
 const WRITE: usize = 1;
 
 impl Slot {
+    fn new(peer: SocketAddr) -> Slot {
+        Slot {
+            peer,
+            last: AtomicU64::new(now_ms()),
+            state: AtomicU32::new(0),
+            heads: AtomicBool::new(true),
+            wakers: Mutex::new([None, None]),
+        }
+    }
+
     fn touch(&self) {
         self.last.store(now_ms(), Ordering::Relaxed);
     }
 
     fn evicted(&self) -> bool {
-        self.evicted.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) & EVICTED != 0
     }
 
-    /// Marks the connection evicted and wakes whatever waits on its socket; the wrapper then fails
-    /// every read and write, which ends the connection's tasks and frees its slot.
-    fn evict(&self) {
-        self.evicted.store(true, Ordering::Release);
+    /// Neither a request in flight nor evicted: a candidate victim (checked again by [`Slot::evict`]).
+    fn evictable(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == 0
+    }
+
+    /// A request starts. Returns whether the connection had already been evicted: that request then
+    /// runs against a socket that fails every read and write, so no answer reaches the client, but it
+    /// was never cut after it started.
+    fn start(&self) -> bool {
+        self.state.fetch_add(1, Ordering::AcqRel) & EVICTED != 0
+    }
+
+    /// A request started by [`Slot::start`] has been answered or dropped.
+    fn end(&self) {
+        self.state.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Marks the connection evicted, unless a request is in flight (or it already is evicted), and
+    /// wakes whatever waits on its socket; the wrapper then fails every read and write, which ends
+    /// the connection's tasks and frees its slot. Returns whether it was evicted now.
+    fn evict(&self) -> bool {
+        if self
+            .state
+            .compare_exchange(0, EVICTED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // The waker lock orders this with `Tracked::blocked`: a task that registers after the take
+        // sees the flag when it checks, one that registered before is woken here.
         let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|p| p.into_inner()));
         for waker in wakers.into_iter().flatten() {
             waker.wake();
         }
+        true
     }
 }
 
@@ -273,14 +321,7 @@ impl Capacity {
     }
 
     fn register(self: &Arc<Self>, permit: OwnedSemaphorePermit, peer: SocketAddr) -> Admitted {
-        let slot = Arc::new(Slot {
-            peer,
-            last: AtomicU64::new(now_ms()),
-            in_flight: AtomicU32::new(0),
-            heads: AtomicBool::new(true),
-            evicted: AtomicBool::new(false),
-            wakers: Mutex::new([None, None]),
-        });
+        let slot = Arc::new(Slot::new(peer));
         let mut registry = self.lock();
         let index = match registry.free.pop() {
             Some(index) => {
@@ -306,46 +347,53 @@ impl Capacity {
 
     fn evict_longest_idle(&self) -> Victim {
         let now = now_ms();
-        let victim = {
-            let registry = self.lock();
-            let longest = registry
-                .slots
-                .iter()
-                .flatten()
-                .filter(|s| s.in_flight.load(Ordering::Relaxed) == 0 && !s.evicted())
-                .max_by_key(|s| now.saturating_sub(s.last.load(Ordering::Relaxed)));
-            match longest {
-                None => return Victim::None,
-                Some(slot) => slot.clone(),
+        let idle_ms = |s: &Arc<Slot>| now.saturating_sub(s.last.load(Ordering::Relaxed));
+        // The scan only proposes a victim; `evict` decides, atomically with any request starting
+        // on it. When a request won (its head completed after the scan), that slot is busy and the
+        // next scan passes it over, so the next-longest idle is tried. Bounded all the same.
+        let mut attempts = self.max;
+        let (victim, idle) = loop {
+            let longest = {
+                let registry = self.lock();
+                registry
+                    .slots
+                    .iter()
+                    .flatten()
+                    .filter(|s| s.evictable())
+                    .max_by_key(|s| idle_ms(s))
+                    .cloned()
+            };
+            let Some(slot) = longest.filter(|_| attempts > 0) else {
+                return Victim::None;
+            };
+            let idle = idle_ms(&slot);
+            if idle < self.grace_ms {
+                return Victim::NotYet(Duration::from_millis(self.grace_ms - idle));
             }
+            if slot.evict() {
+                break (slot, idle);
+            }
+            attempts -= 1;
         };
-        let idle = now.saturating_sub(victim.last.load(Ordering::Relaxed));
-        if idle < self.grace_ms {
-            return Victim::NotYet(Duration::from_millis(self.grace_ms - idle));
-        }
-        victim.evict();
         self.evictions.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(peer = %victim.peer, idle_ms = idle, "at capacity: closed the connection idle longest");
         self.report(now, idle);
         Victim::Evicted
     }
 
-    /// The rate-limited warning about evictions.
+    /// The rate-limited warning about evictions. Only the accept loop evicts (`admit` and
+    /// `out_of_descriptors` are called from [`crate::Proxy::serve`]'s loop alone), so plain loads and
+    /// stores suffice: no two calls race.
     fn report(&self, now: u64, idle: u64) {
-        let pending = self.unreported.fetch_add(1, Ordering::Relaxed) + 1;
+        let pending = self.unreported.load(Ordering::Relaxed) + 1;
         let last = self.reported_at.load(Ordering::Relaxed);
         let every = REPORT_EVERY.as_millis() as u64;
         if last != 0 && now.saturating_sub(last) < every {
+            self.unreported.store(pending, Ordering::Relaxed);
             return;
         }
-        if self
-            .reported_at
-            .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
-        }
-        self.unreported.fetch_sub(pending, Ordering::Relaxed);
+        self.reported_at.store(now.max(1), Ordering::Relaxed);
+        self.unreported.store(0, Ordering::Relaxed);
         tracing::warn!(
             "at capacity ({} connections): closed {pending} idle connection(s) to admit new clients \
              ({} in all; the latest had been idle {idle} ms)",
@@ -386,7 +434,7 @@ impl Admitted {
     /// A request head is complete: the connection is busy until the returned value is answered or
     /// dropped.
     pub fn request<B>(&self, req: &http::Request<B>) -> InFlight {
-        self.slot.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.slot.start();
         self.slot.touch();
         InFlight {
             slot: self.slot.clone(),
@@ -431,7 +479,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.slot.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.slot.end();
     }
 }
 
@@ -616,6 +664,81 @@ mod tests {
         drop(busy);
         drop((a, b, c));
         assert_eq!(capacity.lock().free.len(), 3);
+    }
+
+    #[test]
+    fn a_started_request_and_an_eviction_exclude_each_other() {
+        let slot = Slot::new(peer());
+        assert!(!slot.start(), "not evicted when the request started");
+        assert!(!slot.evictable());
+        assert!(!slot.evict(), "a request is in flight");
+        assert!(!slot.evicted());
+        slot.end();
+        assert!(slot.evictable());
+        assert!(slot.evict());
+        assert!(slot.evicted() && !slot.evictable());
+        assert!(!slot.evict(), "evicted once only");
+        // A request that starts afterwards sees the mark, and ending it leaves the mark.
+        assert!(slot.start());
+        assert!(slot.evicted());
+        slot.end();
+        assert!(slot.evicted() && !slot.evictable());
+    }
+
+    /// Whichever of a request's start and an eviction comes first, the other sees it: never both an
+    /// eviction and a request that started on a live connection. Holds for every interleaving, so
+    /// the threads only make more interleavings happen.
+    #[test]
+    fn racing_a_request_and_an_eviction_never_cuts_the_request() {
+        use std::sync::Barrier;
+        const ROUNDS: usize = 20_000;
+        let round: Arc<Mutex<Arc<Slot>>> = Arc::new(Mutex::new(Arc::new(Slot::new(peer()))));
+        let barrier = Arc::new(Barrier::new(2));
+        let requests = {
+            let (round, barrier) = (round.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                (0..ROUNDS)
+                    .map(|_| {
+                        barrier.wait();
+                        let slot = round.lock().unwrap().clone();
+                        let late = slot.start();
+                        barrier.wait();
+                        late
+                    })
+                    .collect::<Vec<bool>>()
+            })
+        };
+        let mut evictions = Vec::with_capacity(ROUNDS);
+        for _ in 0..ROUNDS {
+            let slot = Arc::new(Slot::new(peer()));
+            *round.lock().unwrap() = slot.clone();
+            barrier.wait();
+            evictions.push(slot.evict());
+            barrier.wait();
+        }
+        let late = requests.join().unwrap();
+        for (evicted, late) in evictions.into_iter().zip(late) {
+            // Evicted exactly when the request saw the mark, i.e. the eviction came first.
+            assert_eq!(evicted, late);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_in_flight_is_passed_over_and_one_started_after_eviction_keeps_the_mark() {
+        let capacity = Capacity::new(1, Duration::ZERO);
+        let admitted = capacity.admit(peer()).await;
+        let busy = admitted.request(&http::Request::new(()));
+        assert!(matches!(capacity.evict_longest_idle(), Victim::None));
+        assert!(!admitted.slot.evicted());
+        drop(busy);
+        assert!(matches!(capacity.evict_longest_idle(), Victim::Evicted));
+        assert!(admitted.slot.evicted());
+        let late = admitted.request(&http::Request::new(()));
+        assert!(admitted.slot.evicted());
+        assert!(matches!(capacity.evict_longest_idle(), Victim::None));
+        drop(late);
+        assert!(admitted.slot.evicted());
+        assert_eq!(capacity.evictions(), 1);
     }
 
     #[tokio::test]
