@@ -35,6 +35,8 @@ fn http_server() -> (u16, Arc<AtomicUsize>) {
 
 struct Env {
     dir: PathBuf,
+    /// The `fenzi` binary to run: the one cargo built, unless a test needs a copy of it.
+    fenzi: PathBuf,
 }
 
 impl Env {
@@ -44,7 +46,10 @@ impl Env {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("xdg")).unwrap();
         std::fs::write(dir.join("fenzi.yaml"), policy).unwrap();
-        Env { dir }
+        Env {
+            dir,
+            fenzi: PathBuf::from(env!("CARGO_BIN_EXE_fenzi")),
+        }
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -53,14 +58,13 @@ impl Env {
 
     /// `fenzi run ARGS`, started through `wrapper` (e.g. `setpriv ...`) when it is not empty.
     fn command(&self, wrapper: &[&str], args: &[&str]) -> Command {
-        let fenzi = env!("CARGO_BIN_EXE_fenzi");
         let mut command = match wrapper.split_first() {
             Some((program, rest)) => {
                 let mut c = Command::new(program);
-                c.args(rest).arg(fenzi);
+                c.args(rest).arg(&self.fenzi);
                 c
             }
-            None => Command::new(fenzi),
+            None => Command::new(&self.fenzi),
         };
         command
             .arg("run")
@@ -101,17 +105,31 @@ impl Drop for Env {
     }
 }
 
+/// Says loudly, on the real stderr (not the captured one), that a test did not run.
+fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "\n*** SKIPPED `{test}`: {why}\n");
+}
+
+/// [`skip`] for a test the sandbox cannot run here (`why`); a failure instead under
+/// `FENZI_REQUIRE_SANDBOX`, which says it can.
+fn sandbox_unavailable(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("FENZI_REQUIRE_SANDBOX").is_none(),
+        "{test}: the sandbox cannot run here ({why}) but FENZI_REQUIRE_SANDBOX is set"
+    );
+    skip(test, why);
+}
+
 fn sandbox_available() -> bool {
     let ok = Command::new("unshare")
         .args(["--user", "--net", "true"])
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(
-            std::env::var_os("FENZI_REQUIRE_SANDBOX").is_none(),
-            "user namespaces are unavailable but FENZI_REQUIRE_SANDBOX is set"
+        sandbox_unavailable(
+            "a `fenzi run` test",
+            "user namespaces are unavailable on this machine",
         );
-        eprintln!("SKIPPED: user namespaces are unavailable on this machine");
     }
     ok
 }
@@ -292,9 +310,23 @@ fn the_sandbox_holds_a_placeholder_that_works_nowhere_else() {
     assert!(!log.contains(real) && !log.contains("fenzi_ph_") && !stderr.contains(real));
 }
 
-/// Says loudly, on the real stderr (not the captured one), that a test did not run.
-fn skip(test: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "\n*** SKIPPED `{test}`: {why}\n");
+/// A copy of the program `exe` in a fresh directory, both mode 0755, so that any user can run it:
+/// the build directory may lie under a directory only its owner can enter (a clone under /root).
+/// `install` writes the copy in a process of its own, so no thread here holds the file open for
+/// writing when it is executed (which would fail with ETXTBSY).
+fn runnable_by_anyone(exe: &Path) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.path().join(exe.file_name().unwrap());
+    let status = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(exe)
+        .arg(&copy)
+        .status()
+        .expect("install (coreutils) runs");
+    assert!(status.success(), "copying {} failed", exe.display());
+    (dir, copy)
 }
 
 /// The uid and gid `a_non_root_user_can_run_a_session` switches to (nobody).
@@ -303,11 +335,13 @@ const NOBODY: u32 = 65534;
 #[test]
 fn a_non_root_user_can_run_a_session() {
     const TEST: &str = "a_non_root_user_can_run_a_session";
-    if !rustix::process::geteuid().is_root() || !have("setpriv") || !have("curl") {
-        skip(
-            TEST,
-            "needs root (to become uid 65534 with setpriv), setpriv and curl",
-        );
+    if !rustix::process::geteuid().is_root() || !have("curl") {
+        // Not a shortcoming of the sandbox: only root can become another user.
+        skip(TEST, "needs root (to become uid 65534) and curl");
+        return;
+    }
+    if !have("setpriv") {
+        sandbox_unavailable(TEST, "needs setpriv (util-linux) to become uid 65534");
         return;
     }
     let as_nobody = [
@@ -322,7 +356,7 @@ fn a_non_root_user_can_run_a_session() {
         .output()
         .expect("setpriv runs");
     if !probe.status.success() {
-        skip(
+        sandbox_unavailable(
             TEST,
             &format!(
                 "this kernel refuses user namespaces to unprivileged users: {}",
@@ -332,10 +366,12 @@ fn a_non_root_user_can_run_a_session() {
         return;
     }
     let (port, hits) = http_server();
-    let env = Env::new(
+    let mut env = Env::new(
         "non-root",
         &format!("version: 1\nhosts: [\"127.0.0.1:{port}\"]\n"),
     );
+    let (_copy_dir, fenzi) = runnable_by_anyone(&env.fenzi);
+    env.fenzi = fenzi;
     for dir in ["state", "runtime"] {
         let dir = env.dir.join(dir);
         std::fs::create_dir_all(&dir).unwrap();

@@ -7,6 +7,7 @@
 use fenzi_policy::Reason;
 use fenzi_policy::audit::{self, AuditRecord, Head, Outcome};
 use fenzi_proxy::audit_writer::{AuditEntry, AuditError, AuditWriter, head_path};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -256,7 +257,10 @@ async fn read_only_files_and_directories_fail() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     if permissions_ignored(dir.path()) {
-        eprintln!("skipped: permission bits are not enforced for this user (root)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED read_only_files_and_directories_fail: permission bits are not enforced for this user (root)\n"
+        );
         return;
     }
     let ro_file: PathBuf = dir.path().join("ro.jsonl");
@@ -763,7 +767,8 @@ fn a_full_disk_refuses_records_and_service_resumes_once_there_is_room() {
             Err(e) => tried.push(format!("unshare: {e}")),
         }
     }
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "\n*** SKIPPED a_full_disk_refuses_records_and_service_resumes_once_there_is_room: no tmpfs of our own ({})\n",
         tried.join("; ")
     );

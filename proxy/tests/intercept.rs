@@ -544,12 +544,7 @@ async fn a_client_that_rejects_the_session_ca_is_recorded_and_nothing_is_forward
     assert!(result.is_err(), "the client must refuse the leaf");
     let port = s.upstream.port();
     let expected = format!("failed CONNECT 127.0.0.1:{port} -> bad_request");
-    for _ in 0..50 {
-        if s.proxy.summaries().len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    s.proxy.wait_for_entries(2).await;
     assert_eq!(s.proxy.summaries()[1..], [expected]);
     assert_eq!(s.proxy.entries()[1].source.as_deref(), Some("client"));
     assert_eq!(s.upstream.connection_count(), 0);
@@ -684,12 +679,7 @@ async fn malformed_requests_in_a_tunnel_are_recorded() {
     tls.write_all(request.as_bytes()).await.unwrap();
     let (status, _) = read_head(&mut tls).await;
     assert_eq!(status, 400);
-    for _ in 0..200 {
-        if s.proxy.entries().len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    s.proxy.wait_for_entries(2).await;
     let entries = s.proxy.entries();
     assert_eq!(
         s.proxy.summaries()[1..],
@@ -798,12 +788,7 @@ async fn h2_protocol_errors_in_a_tunnel_are_recorded() {
             let _ = tls.shutdown().await;
             drop(tls);
         }
-        for _ in 0..200 {
-            if s.proxy.entries().len() > records {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        s.proxy.wait_for_entries(records + 1).await;
         // Anything late would show here.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut expected = vec![format!("allowed CONNECT {}", s.target)];
@@ -835,12 +820,7 @@ async fn served_h2_requests_are_not_counted_as_refused() {
         assert_eq!(status, 200, "{body}");
     }
     drop(client);
-    for _ in 0..200 {
-        if s.proxy.entries().len() >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    s.proxy.wait_for_entries(4).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let allowed = format!("allowed POST {} /mcp tools/call echo", s.target);
     assert_eq!(

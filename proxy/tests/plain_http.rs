@@ -250,18 +250,6 @@ async fn keep_alive_and_pipelined_requests_are_answered_in_order() {
     assert_eq!(proxy.entries().len(), 5);
 }
 
-/// Polls the sink until it holds `n` entries (the record of a request hyper refused is written once
-/// the connection has ended, after hyper's answer).
-async fn wait_for_entries(proxy: &TestProxy, n: usize) {
-    for _ in 0..200 {
-        if proxy.entries().len() >= n {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("expected {n} entries, got {:?}", proxy.summaries());
-}
-
 #[tokio::test]
 async fn requests_hyper_refuses_are_recorded_once_as_the_clients_bad_request() {
     let (proxy, upstream, network) = setup(Arc::new(|_, _| respond(200, "text/plain", ""))).await;
@@ -271,7 +259,7 @@ async fn requests_hyper_refuses_are_recorded_once_as_the_clients_bad_request() {
     stream.write_all(malformed.as_bytes()).await.unwrap();
     let (status, _) = read_head(&mut stream).await;
     assert_eq!(status, 400, "hyper's own answer");
-    wait_for_entries(&proxy, 1).await;
+    proxy.wait_for_entries(1).await;
     let entries = proxy.entries();
     assert_eq!(
         proxy.summaries(),
@@ -288,7 +276,7 @@ async fn requests_hyper_refuses_are_recorded_once_as_the_clients_bad_request() {
     stream.write_all(two.as_bytes()).await.unwrap();
     assert_eq!(read_response(&mut stream).await.0, 200);
     assert_eq!(read_head(&mut stream).await.0, 400);
-    wait_for_entries(&proxy, 3).await;
+    proxy.wait_for_entries(3).await;
     assert_eq!(
         proxy.summaries()[1..],
         ["allowed GET web.test:80 /ok", "denied - -:0 -> bad_request"]
@@ -352,7 +340,7 @@ async fn a_response_body_cut_short_aborts_the_client_and_is_recorded_as_failed()
         body.is_err(),
         "a cut body must not arrive as a complete one"
     );
-    wait_for_entries(&proxy, 2).await;
+    proxy.wait_for_entries(2).await;
     assert_eq!(
         proxy.summaries(),
         [

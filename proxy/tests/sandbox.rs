@@ -12,7 +12,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::OnceLock;
 use std::sync::mpsc;
@@ -91,15 +91,21 @@ impl Capture {
     }
 }
 
-/// Says loudly, on the real stderr, that a test did not run.
-fn skip(test: &str, err: &SandboxError) {
+/// Says loudly, on the real stderr, that a test did not run because the sandbox cannot run here
+/// (`why`); under `FENZI_REQUIRE_SANDBOX=1` that is a failure instead.
+fn skip(test: &str, why: &dyn std::fmt::Display) {
     if std::env::var_os("FENZI_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
-        panic!("{test}: the sandbox is required (FENZI_REQUIRE_SANDBOX=1) but unavailable: {err}");
+        panic!("{test}: the sandbox is required (FENZI_REQUIRE_SANDBOX=1) but cannot run: {why}");
     }
     let _ = writeln!(
         std::io::stderr(),
-        "\n*** SKIPPED sandbox test `{test}`: this kernel refuses user namespaces: {err}\n"
+        "\n*** SKIPPED sandbox test `{test}`: {why}\n"
     );
+}
+
+/// The reason [`skip`] gives when [`Session::start`] finds user namespaces refused.
+fn namespaces_refused(err: &SandboxError) -> String {
+    format!("this kernel refuses user namespaces: {err}")
 }
 
 /// Starts `spec`, or returns `None` (after a loud skip notice) when namespaces are unavailable.
@@ -107,33 +113,35 @@ fn start(test: &str, spec: SandboxSpec) -> Option<Session> {
     match Session::start(spec) {
         Ok(session) => Some(session),
         Err(err) if err.namespaces_unavailable() => {
-            skip(test, &err);
+            skip(test, &namespaces_refused(&err));
             None
         }
         Err(err) => panic!("{test}: the sandbox did not start: {err}"),
     }
 }
 
-/// Waits for the command, killing the sandbox if it outlives the watchdog.
-fn wait(child: &mut SandboxChild) -> ExitStatus {
+/// Waits for the command, killing the sandbox if it outlives the watchdog; also says whether the
+/// watchdog had to.
+fn wait(child: &mut SandboxChild) -> (ExitStatus, bool) {
     let handle = child.handle();
     let (done, timer) = mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
-        if timer.recv_timeout(WATCHDOG).is_err() {
+        let fired = timer.recv_timeout(WATCHDOG).is_err();
+        if fired {
             let _ = handle.kill();
         }
+        fired
     });
     let status = child.wait().expect("waiting for the sandbox");
     let _ = done.send(());
-    watchdog.join().unwrap();
-    status
+    (status, watchdog.join().unwrap())
 }
 
 /// Runs `spec` to completion and captures its output.
 fn run(test: &str, mut spec: SandboxSpec) -> Option<Output> {
     let capture = Capture::attach(&mut spec);
     let mut session = start(test, spec)?;
-    let status = wait(&mut session.child);
+    let (status, _) = wait(&mut session.child);
     Some(capture.finish(status))
 }
 
@@ -357,7 +365,9 @@ fn a_missing_program_or_directory_is_an_error_not_a_status() {
             assert_eq!(action, "execve");
             assert_eq!(source.raw_os_error(), Some(libc::ENOENT));
         }
-        Err(err) if err.namespaces_unavailable() => skip("missing program", &err),
+        Err(err) if err.namespaces_unavailable() => {
+            skip("missing program", &namespaces_refused(&err))
+        }
         other => panic!("expected a command error, got {other:?}"),
     }
     match Session::start(spec("true", &[]).cwd("/fenzi/no/such/dir")) {
@@ -365,7 +375,7 @@ fn a_missing_program_or_directory_is_an_error_not_a_status() {
             assert_eq!(action, "chdir");
             assert_eq!(source.raw_os_error(), Some(libc::ENOENT));
         }
-        Err(err) if err.namespaces_unavailable() => skip("missing cwd", &err),
+        Err(err) if err.namespaces_unavailable() => skip("missing cwd", &namespaces_refused(&err)),
         other => panic!("expected a command error, got {other:?}"),
     }
 }
@@ -504,7 +514,7 @@ print('REPLY', reply.decode())
         drop(conn);
         peer
     });
-    let status = wait(&mut session.child);
+    let (status, _) = wait(&mut session.child);
     let out = capture.finish(status);
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
     let peer = server.join().unwrap();
@@ -837,7 +847,7 @@ fn keyring_probe() {
         }
         Err(err) => panic!("sandbox did not start: {err}"),
     };
-    let status = wait(&mut session.child);
+    let (status, _) = wait(&mut session.child);
     let out = capture.finish(status);
     assert!(out.status.success(), "{}", out.stderr);
     assert!(
@@ -854,7 +864,7 @@ fn kill_ends_the_sandbox_and_terminate_reaches_the_command() {
         return;
     };
     session.child.kill().unwrap();
-    assert_eq!(wait(&mut session.child).signal(), Some(libc::SIGKILL));
+    assert_eq!(wait(&mut session.child).0.signal(), Some(libc::SIGKILL));
 
     let mut spec = spec(
         "sh",
@@ -874,7 +884,7 @@ fn kill_ends_the_sandbox_and_terminate_reaches_the_command() {
     }
     session.child.terminate().unwrap();
     assert_eq!(
-        wait(&mut session.child).code(),
+        wait(&mut session.child).0.code(),
         Some(42),
         "SIGTERM was forwarded to the command"
     );
@@ -889,19 +899,9 @@ fn the_sandbox_ends_with_the_thread_that_started_it() {
     let Some(mut session) = starter.join().unwrap() else {
         return;
     };
-    let handle = session.child.handle();
-    let (done, timer) = mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        let fired = timer.recv_timeout(Duration::from_secs(30)).is_err();
-        if fired {
-            let _ = handle.kill();
-        }
-        fired
-    });
-    let status = session.child.wait().expect("waiting for the sandbox");
-    let _ = done.send(());
+    let (status, watchdog_fired) = wait(&mut session.child);
     assert!(
-        !watchdog.join().unwrap(),
+        !watchdog_fired,
         "the sandbox outlived the thread that started it"
     );
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
@@ -913,13 +913,17 @@ fn a_non_root_non_dumpable_parent_can_start_a_sandbox() {
     // other user the init must still write its id maps. Needs root to become another user: this
     // test re-runs this binary as `nondumpable_probe` under uid 65534.
     const TEST: &str = "a_non_root_non_dumpable_parent_can_start_a_sandbox";
-    let root = rustix::process::geteuid().is_root();
-    let setpriv = Command::new("setpriv").arg("--version").output();
-    if !root || !setpriv.is_ok_and(|o| o.status.success()) {
+    if !rustix::process::geteuid().is_root() {
+        // Not a shortcoming of the sandbox: only root can become another user.
         let _ = writeln!(
             std::io::stderr(),
-            "\n*** SKIPPED `{TEST}`: needs root (to become uid 65534) and setpriv\n"
+            "\n*** SKIPPED `{TEST}`: needs root (to become uid 65534)\n"
         );
+        return;
+    }
+    let setpriv = Command::new("setpriv").arg("--version").output();
+    if !setpriv.is_ok_and(|o| o.status.success()) {
+        skip(TEST, &"needs setpriv (util-linux) to become uid 65534");
         return;
     }
     let as_nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];
@@ -931,14 +935,14 @@ fn a_non_root_non_dumpable_parent_can_start_a_sandbox() {
         .output()
         .unwrap();
     if !userns.status.success() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n*** SKIPPED `{TEST}`: this kernel refuses user namespaces to unprivileged users: {}\n",
+        let why = format!(
+            "this kernel refuses user namespaces to unprivileged users: {}",
             String::from_utf8_lossy(&userns.stderr).trim()
         );
+        skip(TEST, &why);
         return;
     }
-    let exe = std::env::current_exe().unwrap();
+    let (dir, exe) = runnable_by_anyone(&std::env::current_exe().unwrap());
     let out = Command::new("setpriv")
         .args(as_nobody)
         .arg(&exe)
@@ -950,6 +954,7 @@ fn a_non_root_non_dumpable_parent_can_start_a_sandbox() {
             "--test-threads=1",
         ])
         .env("FENZI_NONDUMPABLE_PROBE", "1")
+        .current_dir(dir.path())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -958,6 +963,25 @@ fn a_non_root_non_dumpable_parent_can_start_a_sandbox() {
         out.status.success() && stdout.contains("PROBE OK"),
         "probe failed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
+}
+
+/// A copy of the program `exe` in a fresh directory, both mode 0755, so that any user can run it:
+/// the build directory may lie under a directory only its owner can enter (a clone under /root).
+/// `install` writes the copy in a process of its own, so no thread here holds the file open for
+/// writing when it is executed (which would fail with ETXTBSY).
+fn runnable_by_anyone(exe: &Path) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.path().join(exe.file_name().unwrap());
+    let status = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(exe)
+        .arg(&copy)
+        .status()
+        .expect("install (coreutils) runs");
+    assert!(status.success(), "copying {} failed", exe.display());
+    (dir, copy)
 }
 
 /// Run by `a_non_root_non_dumpable_parent_can_start_a_sandbox` as uid 65534. Run any other way,
@@ -990,7 +1014,7 @@ fn nondumpable_probe() {
     let capture = Capture::attach(&mut spec);
     let mut session = Session::start(spec)
         .unwrap_or_else(|err| panic!("the sandbox did not start as uid {euid}: {err}"));
-    let status = wait(&mut session.child);
+    let (status, _) = wait(&mut session.child);
     let out = capture.finish(status);
     assert!(out.status.success(), "{:?}\n{}", out.status, out.stderr);
     let got = lines(&out.stdout);

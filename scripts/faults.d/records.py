@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
 """Reads a fenzi audit log (JSON Lines) for scripts/faults.
 
-    records.py seq LOG PORT [--after N]     the records naming PORT, one token each, space-separated:
+    records.py seq LOG PORT                 the records naming PORT, one token each, space-separated:
                                             METHOD=decision[/reason][@tool][<source]
-    records.py count LOG PORT DECISION [--after N]
-                                            how many records naming PORT have that decision
+    records.py count LOG PORT DECISION      how many records naming PORT have that decision
     records.py lines LOG                    complete lines in the log (a torn last line not counted)
     records.py torn LOG                     `torn` when the file ends inside a line, else `whole`
     records.py pad LOG PAGE END            the path length that makes the next record (a request like
                                             the last one, on another path) end END bytes into a page,
                                             and the length of such a record less its path
 
---after N skips the first N lines. A line that is not JSON (a torn write) becomes the token `<torn>`.
+A line that is not JSON (a torn write) becomes the token `<torn>`.
 `pad` lets scripts/faults place records against a tmpfs's page boundaries: a full tmpfs still has
 the rest of the log's last page, so where the next record ends decides whether it fits there, or is
 cut at the page end by ENOSPC.
@@ -21,14 +20,14 @@ import json
 import sys
 
 
-def records(path: str, after: int):
+def records(path: str):
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return
-    for i, line in enumerate(data.split(b"\n")):
-        if i < after or not line:
+    for line in data.split(b"\n"):
+        if not line:
             continue
         try:
             yield json.loads(line)
@@ -51,18 +50,13 @@ def token(r) -> str:
 
 def main() -> int:
     args = sys.argv[1:]
-    after = 0
-    if "--after" in args:
-        i = args.index("--after")
-        after = int(args[i + 1])
-        del args[i : i + 2]
     cmd, log = args[0], args[1]
     if cmd == "seq":
         port = int(args[2])
-        print(" ".join(token(r) for r in records(log, after) if r is None or r.get("port") == port))
+        print(" ".join(token(r) for r in records(log) if r is None or r.get("port") == port))
     elif cmd == "count":
         port, decision = int(args[2]), args[3]
-        print(sum(1 for r in records(log, after) if r and r.get("port") == port and r.get("decision") == decision))
+        print(sum(1 for r in records(log) if r and r.get("port") == port and r.get("decision") == decision))
     elif cmd == "lines":
         try:
             with open(log, "rb") as f:

@@ -69,6 +69,11 @@ pub fn kernel_keyring_or_skip(test: &str) -> Option<fenzi_proxy::credstore::Kern
     }
 }
 
+/// Captured output as text (invalid UTF-8 replaced), for assertions.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// Eight random hex digits, for names that must not meet another run's.
 pub fn random_hex() -> String {
     use std::io::Read;

@@ -369,9 +369,10 @@ pub fn plain_hosts_network(web: SocketAddr, echo: SocketAddr) -> FakeNetwork {
 }
 
 /// Resolves test names to the addresses the test chose and connects addresses to loopback servers.
+/// Names may be rebound while a proxy uses the network ([`FakeNetwork::set_name`]).
 #[derive(Default)]
 pub struct FakeNetwork {
-    pub names: HashMap<String, Vec<IpAddr>>,
+    names: Mutex<HashMap<String, Vec<IpAddr>>>,
     pub routes: HashMap<SocketAddr, SocketAddr>,
     /// Addresses whose connection attempts never complete.
     pub blackholes: Vec<SocketAddr>,
@@ -379,12 +380,16 @@ pub struct FakeNetwork {
 }
 
 impl FakeNetwork {
-    pub fn name(mut self, name: &str, ips: &[&str]) -> Self {
-        self.names.insert(
+    pub fn name(self, name: &str, ips: &[&str]) -> Self {
+        self.set_name(name, ips);
+        self
+    }
+    /// Makes `name` resolve to `ips` from now on, replacing what it resolved to before.
+    pub fn set_name(&self, name: &str, ips: &[&str]) {
+        self.names.lock().unwrap().insert(
             name.to_string(),
             ips.iter().map(|ip| ip.parse().unwrap()).collect(),
         );
-        self
     }
     pub fn route(mut self, from: &str, to: SocketAddr) -> Self {
         self.routes.insert(from.parse().unwrap(), to);
@@ -403,6 +408,8 @@ impl Network for FakeNetwork {
     fn resolve<'a>(&'a self, host: &'a str, _port: u16) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
         Box::pin(async move {
             self.names
+                .lock()
+                .unwrap()
                 .get(host)
                 .cloned()
                 .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such test name"))
@@ -441,6 +448,17 @@ impl TestProxy {
     }
     pub fn summaries(&self) -> Vec<String> {
         self.entries().iter().map(summary).collect()
+    }
+    /// Polls the sink until it holds at least `n` entries, for records written after the client
+    /// has its answer (e.g. a request hyper refused is recorded once the connection has ended).
+    pub async fn wait_for_entries(&self, n: usize) {
+        for _ in 0..200 {
+            if self.entries().len() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("expected {n} entries, got {:?}", self.summaries());
     }
 }
 
