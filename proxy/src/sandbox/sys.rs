@@ -648,7 +648,8 @@ pub(crate) fn peer_gone(fd: RawFd) -> bool {
     // SAFETY: one valid `pollfd`.
     match retry(|| check(unsafe { libc::poll(&mut pfd, 1, 0) })) {
         Ok(_) => pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0,
-        Err(_) => false,
+        // Fail closed: a peer we cannot check is treated as gone, so nothing runs unsupervised.
+        Err(_) => true,
     }
 }
 
