@@ -7,14 +7,10 @@
 mod mcp_support;
 
 use fenzi_proxy::credstore::{CredentialStore, KernelKeyring};
-use mcp_support::{command, fenzi, kernel_keyring_or_skip, random_hex};
+use mcp_support::{command, fenzi, kernel_keyring_or_skip, random_hex, text};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::Command;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Deletes the test's key however the test ends.
 struct Cleanup<'a>(&'a KernelKeyring, String);
@@ -195,4 +191,31 @@ fn a_project_cannot_send_a_stored_value_to_a_host_of_its_own() {
         stderr.contains("it was stored for 127.0.0.1:19443"),
         "{stderr}"
     );
+
+    // From a folder that binds it to no host, storing would leave it usable nowhere: refused, and
+    // the entry keeps its hosts.
+    let unbound = tempfile::tempdir().unwrap();
+    std::fs::write(
+        unbound.path().join("fenzi.yaml"),
+        "version: 1
+",
+    )
+    .unwrap();
+    let out = fenzi(
+        unbound.path(),
+        &["mcp", "token", &secret],
+        Some(b"another-value-0042\n"),
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "{secret} is stored for 127.0.0.1:19443, and this folder's policy binds it to no host"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    let kept = store.get(&secret).unwrap().unwrap();
+    assert_eq!(kept.hosts, Some(vec!["127.0.0.1:19443".to_string()]));
+    assert_eq!(kept.value.expose(), value);
 }

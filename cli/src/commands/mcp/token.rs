@@ -23,8 +23,9 @@
 use super::files::{FileArgs, Files};
 use anyhow::{Context, Result, anyhow, bail};
 use fenzi_policy::config::{Config, Location, ServerKind};
+use fenzi_policy::engine::Policy;
 use fenzi_policy::secret_name::{is_valid_secret_name, reserved_reason, server_token_name};
-use fenzi_proxy::credstore::{self, MAX_SECRET_BYTES, SecretValue, StoredSecret};
+use fenzi_proxy::credstore::{self, CredentialStore, MAX_SECRET_BYTES, SecretValue, StoredSecret};
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
 use zeroize::Zeroizing;
@@ -134,18 +135,7 @@ fn resolve(args: &Args, config: Option<&Config>) -> Result<Target> {
     if let Some(why) = reserved_reason(&args.name) {
         bail!("`{}` cannot be a secret: {why}", args.name);
     }
-    let used = config.is_some_and(|c| {
-        fenzi_policy::engine::Policy::from_config(c)
-            .secrets()
-            .iter()
-            .any(|b| b.name == args.name)
-    });
-    if !used && !args.delete {
-        eprintln!(
-            "note: no server or `secrets:` entry in this folder's policy uses {}; storing it anyway",
-            args.name
-        );
-    }
+    // A name this folder's policy does not bind is said so by `approve_hosts`.
     Ok(Target {
         secret: args.name.clone(),
         purpose: None,
@@ -165,10 +155,7 @@ struct BoundHost {
 /// The host patterns this folder's policy binds `secret` to, as the policy writes them: what the
 /// value is stored for, and all a session will send it to. Each with the file and line that binds
 /// it there.
-fn bound_hosts(config: Option<&Config>, files: &Files, secret: &str) -> Vec<BoundHost> {
-    let Some(config) = config else {
-        return Vec::new();
-    };
+fn bound_hosts(config: &Config, policy: &Policy, files: &Files, secret: &str) -> Vec<BoundHost> {
     // Where each pattern is written for this secret (a token server's host is its url's).
     let mut written: Vec<(String, &Location)> = Vec::new();
     for sec in config.secrets.iter().filter(|s| s.name == secret) {
@@ -189,7 +176,7 @@ fn bound_hosts(config: Option<&Config>, files: &Files, secret: &str) -> Vec<Boun
         }
     }
     let machine = files.machine.as_ref().map(|m| m.name());
-    fenzi_policy::engine::Policy::from_config(config)
+    policy
         .secrets()
         .iter()
         .find(|b| b.name == secret)
@@ -255,6 +242,24 @@ fn approve_hosts(secret: &str, hosts: &[BoundHost]) -> Result<bool> {
         .read_line(&mut answer)
         .context("cannot read the answer from the terminal")?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// Storing a value for no host where one is stored for some would leave it usable nowhere: that
+/// is refused, naming the hosts it is stored for.
+fn refuse_to_unbind(store: &dyn CredentialStore, secret: &str) -> Result<()> {
+    if let Some(StoredSecret {
+        hosts: Some(hosts), ..
+    }) = store.get(secret).ok().flatten()
+        && !hosts.is_empty()
+    {
+        bail!(
+            "{secret} is stored for {}, and this folder's policy binds it to no host: storing it \
+             here would leave it usable nowhere, so nothing was stored. Store it from a folder \
+             whose policy binds it, or delete it first with --delete",
+            host_list(&hosts)
+        );
+    }
+    Ok(())
 }
 
 /// Reads the value: from the terminal without echo, or one line of stdin.
@@ -326,7 +331,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let bound = bound_hosts(config.as_ref(), &files, &target.secret);
+    let bound = match &config {
+        Some(config) => bound_hosts(config, &Policy::from_config(config), &files, &target.secret),
+        None => Vec::new(),
+    };
+    if bound.is_empty() {
+        refuse_to_unbind(store.as_ref(), &target.secret)?;
+    }
     if !approve_hosts(&target.secret, &bound)? {
         eprintln!("nothing was stored");
         return Ok(ExitCode::from(1));
