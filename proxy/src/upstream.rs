@@ -82,7 +82,7 @@ struct IdleConn {
     sender: SendRequest<Body>,
     /// The checked address this connection was dialled to.
     addr: SocketAddr,
-    /// When it was last handed back.
+    /// When it was last handed back, or last seen still busy by a sweep.
     since: Instant,
 }
 
@@ -153,9 +153,17 @@ impl Pool {
         let mut dropped = 0;
         idle.retain(|_, conns| {
             let before = conns.len();
-            conns.retain(|c| {
-                !c.sender.is_closed()
-                    && (!c.sender.is_ready() || now.duration_since(c.since) < max_idle)
+            conns.retain_mut(|c| {
+                if c.sender.is_closed() {
+                    return false;
+                }
+                // Still carrying a response body: busy, not idle. Its idle time starts from the
+                // last sweep that saw it busy, not from when its response began.
+                if !c.sender.is_ready() {
+                    c.since = now;
+                    return true;
+                }
+                now.duration_since(c.since) < max_idle
             });
             dropped += before - conns.len();
             !conns.is_empty()

@@ -99,6 +99,47 @@ async fn idle_pooled_connections_are_closed_after_the_idle_timeout() {
     assert_eq!(upstream.connection_count(), 2);
 }
 
+/// A connection carrying a long response body is busy, not idle: once the body ends it is idle
+/// from then, so it is still there for the next request well within the idle timeout.
+#[tokio::test]
+async fn idle_time_starts_when_a_long_response_ends_not_when_it_began() {
+    let handler: Handler = Arc::new(|_, _| {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let _ = tx.send(bytes::Bytes::from_static(b"first ")).await;
+            // Longer than the idle timeout, with several sweeps while it streams.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let _ = tx.send(bytes::Bytes::from_static(b"last")).await;
+        });
+        http::Response::builder()
+            .status(200)
+            .body(http_body_util::BodyExt::boxed_unsync(ChannelBody(rx)))
+            .unwrap()
+    });
+    let upstream = http_upstream(None, handler).await;
+    let network = FakeNetwork::default()
+        .name("web.test", &["93.184.216.34"])
+        .route("93.184.216.34:80", upstream.addr);
+    let options = ProxyOptions {
+        // Swept every 150 ms.
+        upstream_idle_timeout: Duration::from_millis(600),
+        ..ProxyOptions::default()
+    };
+    let session = start(Arc::new(network), options).await;
+    assert_eq!(
+        get_on_new_connection(session.addr).await,
+        (200, "first last".to_string())
+    );
+    // Past a sweep or two, well inside the idle timeout counted from the body's end.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(get_on_new_connection(session.addr).await.0, 200);
+    assert_eq!(
+        upstream.connection_count(),
+        1,
+        "the connection was closed as idle right after its long response"
+    );
+}
+
 #[tokio::test]
 async fn no_pooling_when_the_cap_is_zero() {
     let upstream = http_upstream(None, hello()).await;
