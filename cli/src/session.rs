@@ -5,12 +5,12 @@
 use crate::commands::log::audit_dir;
 use anyhow::{Context, Result, anyhow, bail};
 use fenzi_policy::engine::{Policy, SecretBinding, SecretSource};
-use fenzi_proxy::ProxyOptions;
-use fenzi_proxy::audit_writer::AuditWriter;
+use fenzi_proxy::audit_writer::{AuditError, AuditWriter};
 use fenzi_proxy::credstore::{self, CredentialStore, StoreError};
 use fenzi_proxy::secrets::placeholders::ENV_PREFIX;
 use fenzi_proxy::secrets::{SecretSet, values_from_env};
 use fenzi_proxy::tls::upstream::parse_pem_certs;
+use fenzi_proxy::{Proxy, ProxyOptions};
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -301,6 +301,38 @@ fn one_line(text: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// How a session's serving ended: what `fenzi proxy` and `fenzi run` report at exit.
+pub struct Served {
+    /// Connections that did not finish within the drain time and were cut.
+    pub cut: usize,
+    /// What refused records cost (see [`refused_records`]).
+    pub refused: Option<String>,
+    /// Whether the log is whole now. Records refused earlier lost nothing (their requests were
+    /// denied); an error here is the writer stopped for good (it says what that may have cost) or
+    /// a head that still lags its records, and fails the exit.
+    pub flushed: Result<(), AuditError>,
+}
+
+/// Serves `proxy` on `listener` until `stop`, then flushes the log. Serving runs on a worker task,
+/// not the calling thread, so accepted connections start where they were accepted.
+pub async fn serve_until(
+    proxy: &Proxy,
+    listener: tokio::net::TcpListener,
+    stop: impl Future<Output = ()> + Send + 'static,
+    writer: &AuditWriter,
+) -> Result<Served> {
+    let serving = tokio::spawn({
+        let proxy = proxy.clone();
+        async move { proxy.serve(listener, stop).await }
+    });
+    let cut = serving.await.context("the proxy task failed")??;
+    Ok(Served {
+        cut,
+        refused: refused_records(writer),
+        flushed: writer.flush().await,
+    })
 }
 
 /// What the session's refused records cost, for the line printed at exit; `None` when none was

@@ -122,28 +122,22 @@ async fn serve(
     for note in notes {
         eprintln!("fenzi proxy: {note}");
     }
-    // On a worker, not this (main) thread: accepted connections then start where they were accepted.
-    let serving = tokio::spawn({
-        let proxy = proxy.clone();
-        async move { proxy.serve(listener, shutdown).await }
-    });
-    let cut = serving.await.context("the proxy task failed")??;
-    // Records refused earlier (a full disk, say) lost nothing: their requests were denied. What
-    // fails the exit is a log that is not whole now: the writer stopped for good (the error says
-    // what it may have cost), or the head still lags its records.
-    let flushed = audit.flush().await;
+    let served = session::serve_until(&proxy, listener, shutdown, audit).await?;
     let mut stopped = String::from("fenzi proxy: stopped");
-    if cut > 0 {
-        stopped += &format!("; {cut} connections did not finish in time and were cut");
+    if served.cut > 0 {
+        stopped += &format!(
+            "; {} connections did not finish in time and were cut",
+            served.cut
+        );
     }
-    if let Some(refused) = session::refused_records(audit) {
+    if let Some(refused) = &served.refused {
         stopped += &format!("; {refused}");
     }
-    if flushed.is_err() {
+    if served.flushed.is_err() {
         stopped += "; the audit log was not closed cleanly";
     }
     eprintln!("{stopped}");
-    flushed?;
+    served.flushed?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -170,25 +170,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
         listener.set_nonblocking(true)?;
         let listener = fenzi_proxy::listener_from_std(listener)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn({
-            let proxy = proxy.clone();
-            async move {
-                proxy
-                    .serve(listener, async {
-                        let _ = stop_rx.await;
-                    })
-                    .await
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        let (served, status) = tokio::join!(
+            session::serve_until(&proxy, listener, stop, &writer),
+            async {
+                let status = child.wait_forwarding_signals().await;
+                let _ = stop_tx.send(());
+                status
             }
-        });
-        let status = child.wait_forwarding_signals().await?;
-        let _ = stop_tx.send(());
-        serving.await.context("the proxy task failed")??;
-        // As for `fenzi proxy`: refused records lost nothing (their requests were denied); a log
-        // that is not whole now fails the session, with the writer's own account of what it cost.
-        if let Some(refused) = session::refused_records(&writer) {
+        );
+        let (served, status) = (served?, status?);
+        if let Some(refused) = &served.refused {
             eprintln!("fenzi run: {refused}");
         }
-        writer.flush().await?;
+        served.flushed?;
         anyhow::Ok(status)
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
