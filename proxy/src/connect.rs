@@ -91,8 +91,7 @@ pub(crate) async fn connect(
         let stream = match dial(&shared, &dest).await {
             Ok(stream) => stream,
             Err(error) => {
-                tracing::warn!(host = %dest.host, port, "upstream failed: {error}");
-                if !shared.record(subject.failed(&error)).await {
+                if !shared.record_failure(&subject, &error).await {
                     return respond::audit_unavailable();
                 }
                 return respond::failure(&error);

@@ -2,36 +2,41 @@
 //! `allowed` record already written; if the upstream then breaks off (reset, closed before the declared
 //! length, a bad chunk) or the scrubber refuses the rest, the client sees the stream abort, and this
 //! wrapper writes the `failed` record that says so (DESIGN.md §5: every failure upstream is recorded).
-//! The record is written from a task because a body is polled, not awaited; it names the request's
-//! subject and the error's source, never the error text.
+//! The record is written from a task because a body is polled, not awaited; the task holds the client
+//! connection's [`ConnGuard`], so a shutdown's drain waits for it. The record names the request's
+//! subject and the error's source, never the error text (that goes to the log).
 
 use crate::audit_sink::Subject;
 use crate::error::ProxyError;
-use crate::respond::{Body, BoxError};
-use crate::server::Shared;
+use crate::respond::BoxError;
+use crate::server::{ConnGuard, Shared};
 use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 /// `inner`, recording a `failed` entry for `subject` the first time it yields an error.
-pub(crate) struct RecordsFailure {
-    inner: Body,
+pub(crate) struct RecordsFailure<B> {
+    inner: B,
     /// Taken when the failure is recorded, so at most one record per response.
-    record: Option<(Arc<Shared>, Subject)>,
+    record: Option<(Arc<Shared>, Subject, ConnGuard)>,
 }
 
-impl RecordsFailure {
-    pub fn new(inner: Body, shared: Arc<Shared>, subject: Subject) -> RecordsFailure {
+impl<B> RecordsFailure<B> {
+    pub fn new(inner: B, shared: Arc<Shared>, subject: Subject, guard: ConnGuard) -> Self {
         RecordsFailure {
             inner,
-            record: Some((shared, subject)),
+            record: Some((shared, subject, guard)),
         }
     }
 }
 
-impl HttpBody for RecordsFailure {
+impl<B> HttpBody for RecordsFailure<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -39,18 +44,21 @@ impl HttpBody for RecordsFailure {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Err(error))) = &polled
-            && let Some((shared, subject)) = self.record.take()
-        {
-            tracing::warn!(host = %subject.host, port = subject.port, "response body failed: {error}");
+        let error: BoxError = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
+            Some(Err(error)) => error.into(),
+            None => return Poll::Ready(None),
+        };
+        if let Some((shared, subject, guard)) = self.record.take() {
+            // The text is for the log line; the record takes only the reason and the source.
             let failure = ProxyError::UpstreamBody(error.to_string());
             tokio::spawn(async move {
                 // A write failure is logged by `record` itself; the response is already broken off.
-                let _ = shared.record(subject.failed(&failure)).await;
+                let _ = shared.record_failure(&subject, &failure).await;
+                drop(guard);
             });
         }
-        polled
+        Poll::Ready(Some(Err(error)))
     }
 
     fn is_end_stream(&self) -> bool {

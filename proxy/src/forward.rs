@@ -15,7 +15,8 @@ use crate::failure_body::RecordsFailure;
 use crate::mcp_enforce;
 use crate::respond::{self, Body, BoxError};
 use crate::secrets::scrub;
-use crate::server::Shared;
+use crate::server::malformed;
+use crate::server::{ConnGuard, Shared};
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use fenzi_policy::host::split_authority;
@@ -69,8 +70,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// with secrets), else it streams; [`decide`] runs the secrets and MCP decisions and writes the
 /// records; the request goes upstream; the response comes back with hop-by-hop headers removed
 /// and, with secrets in the session, every value in it replaced by its placeholder as it streams.
+/// `guard` is the client connection's: a response body that breaks off holds it until its `failed`
+/// record is written, so a shutdown's drain waits for that record.
 pub(crate) async fn exchange(
     shared: &Arc<Shared>,
+    guard: &ConnGuard,
     dest: &Destination,
     upstream: &Upstream,
     req: Request<Incoming>,
@@ -121,38 +125,33 @@ pub(crate) async fn exchange(
         .await
     {
         Ok(response) => response,
-        Err(error) => return upstream_failed(shared, dest, &subject, error).await,
+        Err(error) => return upstream_failed(shared, &subject, error).await,
     };
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);
     head.version = client_version;
-    let failing =
-        |body: Body| RecordsFailure::new(body, shared.clone(), subject.clone()).boxed_unsync();
     if secrets.is_empty() {
-        return Response::from_parts(head, failing(body.map_err(BoxError::from).boxed_unsync()));
+        let body = RecordsFailure::new(body, shared.clone(), subject, guard.clone());
+        return Response::from_parts(head, body.boxed_unsync());
     }
     // A HEAD or 304 response has no body to scrub; its length describes another response.
     let length = (is_head || head.status == StatusCode::NOT_MODIFIED)
         .then(|| head.headers.get(CONTENT_LENGTH).cloned())
         .flatten();
     if let Err(refused) = secrets.scrubber().check_response_head(&mut head.headers) {
-        return upstream_failed(shared, dest, &subject, refused.into()).await;
+        return upstream_failed(shared, &subject, refused.into()).await;
     }
     if let Some(length) = length {
         head.headers.insert(CONTENT_LENGTH, length);
     }
-    Response::from_parts(head, failing(secrets.scrubber().body(body).boxed_unsync()))
+    let body = secrets.scrubber().body(body);
+    let body = RecordsFailure::new(body, shared.clone(), subject, guard.clone());
+    Response::from_parts(head, body.boxed_unsync())
 }
 
 /// Records an allowed request's failure upstream and answers it (502, or 400 for the client's).
-async fn upstream_failed(
-    shared: &Shared,
-    dest: &Destination,
-    subject: &Subject,
-    error: ProxyError,
-) -> Response<Body> {
-    tracing::warn!(host = %dest.host, port = dest.port, "upstream failed: {error}");
-    if !shared.record(subject.failed(&error)).await {
+async fn upstream_failed(shared: &Shared, subject: &Subject, error: ProxyError) -> Response<Body> {
+    if !shared.record_failure(subject, &error).await {
         return respond::audit_unavailable();
     }
     respond::failure(&error)
@@ -316,7 +315,7 @@ pub(crate) async fn refuse_authority(
 
 /// Records and answers a request refused as malformed before it reached any destination.
 pub(crate) async fn bad_request(shared: &Shared, subject: &Subject, why: &str) -> Response<Body> {
-    let decision = Decision::deny(Reason::BadRequest, "malformed request", why);
+    let decision = malformed::refusal(why);
     if !shared.record(subject.decided(&decision)).await {
         return respond::audit_unavailable();
     }
@@ -332,7 +331,11 @@ pub(crate) fn default_port(scheme: Option<&str>) -> u16 {
 }
 
 /// An absolute-form `http://` request to the proxy.
-pub(crate) async fn plain_http(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn plain_http(
+    shared: Arc<Shared>,
+    guard: &ConnGuard,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let uri = req.uri().clone();
     // Until the URL's authority parses, the record names only what may be logged.
@@ -400,7 +403,7 @@ pub(crate) async fn plain_http(shared: Arc<Shared>, req: Request<Incoming>) -> R
         }
     };
     let upstream = Upstream::new(dest.clone(), false);
-    exchange(&shared, &dest, &upstream, req, host_value).await
+    exchange(&shared, guard, &dest, &upstream, req, host_value).await
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use fenzi_policy::host::{Host, split_authority};
 use http::header::HOST;
 use http::{HeaderValue, Method, Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
+use hyper::service::{Service, service_fn};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -104,9 +104,8 @@ pub(crate) async fn serve(
 }
 
 async fn failed(shared: &Shared, subject: &Subject, error: ProxyError) {
-    tracing::info!(host = %subject.host, port = subject.port, "{error}");
     // Nothing is forwarded either way; a failure to record it has no one left to tell.
-    let _ = shared.record(subject.failed(&error)).await;
+    let _ = shared.record_failure(subject, &error).await;
 }
 
 /// Why the TLS server name does not fit the CONNECT target, if it does not. Clients send no SNI for an
@@ -155,96 +154,128 @@ impl Tunnel {
         })
     }
 
-    async fn serve_http<T>(self: Arc<Self>, io: T, h2: bool, mut guard: ConnGuard)
+    /// The service for one connection of this tunnel. `dispatched` is told of every request it is
+    /// handed (what tells the requests refused below it from the rest); a request is in flight
+    /// (never evicted to make room) from its head to its response head.
+    fn service(
+        self: &Arc<Self>,
+        guard: &ConnGuard,
+        dispatched: impl Fn() + Send + Sync + 'static,
+    ) -> impl Service<
+        Request<Incoming>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Send
+    + 'static {
+        let (tunnel, guard) = (self.clone(), guard.clone());
+        service_fn(move |req| {
+            dispatched();
+            let (tunnel, guard) = (tunnel.clone(), guard.clone());
+            let in_flight = guard.request(&req);
+            async move { Ok::<_, Infallible>(in_flight.answered(tunnel.handle(&guard, req).await)) }
+        })
+    }
+
+    async fn serve_http<T>(self: Arc<Self>, io: T, h2: bool, guard: ConnGuard)
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let idle = self.shared.options.idle_timeout;
-        let probe = HeadProbe::new();
-        let streams = H2Streams::new();
-        let tunnel = self.clone();
-        let (dispatched, dispatched_h2) = (probe.clone(), streams.clone());
-        let activity = guard.clone();
-        // A request is in flight (never evicted to make room) from its head to its response head.
-        let service = service_fn(move |req| {
-            dispatched.dispatched();
-            dispatched_h2.dispatched();
-            let tunnel = tunnel.clone();
-            let in_flight = activity.request(&req);
-            async move { Ok::<_, Infallible>(in_flight.answered(tunnel.handle(req).await)) }
-        });
         if h2 {
-            let io = TokioIo::new(client_frames(io, streams.clone()));
-            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            builder
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Some(H2_PING_INTERVAL));
-            let conn = builder.serve_connection(io, service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                result = conn.as_mut() => result,
-                _ = guard.stopping() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = &result {
-                tracing::debug!(host = %self.dest.host, "h2 tunnel ended: {e}");
-            }
-            // One record per request that never reached `handle`. A protocol error that ends the
-            // connection is one too, when it did not come with such a request (DATA on stream 0).
-            let broken = result.as_ref().err().and_then(h2_protocol_error);
-            let refused = streams.undispatched();
-            let (count, detail) = match broken {
-                Some(what) => (
-                    refused.max(1),
-                    format!("the connection broke the HTTP/2 protocol: {what}"),
-                ),
-                None => (
-                    refused,
-                    "an HTTP/2 request the h2 layer refused before the proxy could decide it \
-                     (a malformed head, over the stream limit, or cancelled by the client)"
-                        .to_string(),
-                ),
-            };
-            let subject = self.dest.subject("-", None);
-            for _ in 0..count {
-                record_refused(&self.shared, &subject, detail.clone()).await;
-            }
+            self.serve_h2(io, guard).await
         } else {
-            // Bytes of an unfinished request head are not activity: a client dribbling heads inside
-            // a tunnel is as evictable as one on the proxy port.
-            guard.reading_heads();
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(idle)
-                .keep_alive(true);
-            let io = TokioIo::new(Probed::new(io, probe.clone()));
-            let conn = builder.serve_connection(io, service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                result = conn.as_mut() => result,
-                _ = guard.stopping() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            match result {
-                Err(e) if e.is_parse() => {
-                    let line = probe.refused();
-                    let method = line.method.as_deref().unwrap_or("-");
-                    let subject = self.dest.subject(method, line.target.path());
-                    let detail = format!("the request is not valid HTTP/1.1: {e}");
-                    record_refused(&self.shared, &subject, detail).await;
-                }
-                Err(e) => tracing::debug!(host = %self.dest.host, "tunnel connection ended: {e}"),
-                Ok(()) => {}
-            }
+            self.serve_h1(io, guard).await
         }
     }
 
-    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    async fn serve_h2<T>(self: Arc<Self>, io: T, mut guard: ConnGuard)
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let streams = H2Streams::new();
+        let counted = streams.clone();
+        let service = self.service(&guard, move || counted.dispatched());
+        let io = TokioIo::new(client_frames(io, streams.clone()));
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Some(H2_PING_INTERVAL));
+        let conn = builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            _ = guard.stopping() => {
+                // Streams opened from now on are refused by our GOAWAY, not for anything the
+                // client did wrong: they are not counted.
+                streams.stop_counting();
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = &result {
+            tracing::debug!(host = %self.dest.host, "h2 tunnel ended: {e}");
+        }
+        // One record per request that never reached `handle`. A protocol error that ends the
+        // connection is one too, when it did not come with such a request (DATA on stream 0).
+        let broken = result.as_ref().err().and_then(h2_protocol_error);
+        let refused = streams.undispatched();
+        let (count, detail) = match broken {
+            Some(what) => (
+                refused.max(1),
+                format!("the connection broke the HTTP/2 protocol: {what}"),
+            ),
+            None => (
+                refused,
+                "an HTTP/2 request the h2 layer refused before the proxy could decide it \
+                 (a malformed head, over the stream limit, or cancelled by the client)"
+                    .to_string(),
+            ),
+        };
+        let subject = self.dest.subject("-", None);
+        for _ in 0..count {
+            record_refused(&self.shared, &subject, &detail).await;
+        }
+    }
+
+    async fn serve_h1<T>(self: Arc<Self>, io: T, mut guard: ConnGuard)
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let probe = HeadProbe::new();
+        let dispatched = probe.clone();
+        let service = self.service(&guard, move || dispatched.dispatched());
+        // Bytes of an unfinished request head are not activity: a client dribbling heads inside
+        // a tunnel is as evictable as one on the proxy port.
+        guard.reading_heads();
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.shared.options.idle_timeout)
+            .keep_alive(true);
+        let io = TokioIo::new(Probed::new(io, probe.clone()));
+        let conn = builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            _ = guard.stopping() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        match result {
+            Err(e) if e.is_parse() => {
+                let line = probe.refused();
+                let method = line.method.as_deref().unwrap_or("-");
+                let subject = self.dest.subject(method, line.target.path());
+                let detail = format!("the request is not valid HTTP/1.1: {e}");
+                record_refused(&self.shared, &subject, &detail).await;
+            }
+            Err(e) => tracing::debug!(host = %self.dest.host, "tunnel connection ended: {e}"),
+            Ok(()) => {}
+        }
+    }
+
+    async fn handle(&self, guard: &ConnGuard, req: Request<Incoming>) -> Response<Body> {
         let subject = self
             .dest
             .subject(req.method().as_str(), Some(req.uri().path()));
@@ -271,7 +302,7 @@ impl Tunnel {
             Ok(host) => host,
             Err(why) => return bad_request(&self.shared, &subject, &why).await,
         };
-        exchange(&self.shared, &self.dest, &self.upstream, req, host).await
+        exchange(&self.shared, guard, &self.dest, &self.upstream, req, host).await
     }
 }
 

@@ -14,7 +14,7 @@ use crate::audit_sink::{AuditSink, INVALID_TARGET, Subject, logged_authority};
 use crate::audit_writer::AuditEntry;
 use crate::capacity::{Admitted, Capacity, InFlight, Tracked};
 use crate::connect::connect;
-use crate::error::ProxyError;
+use crate::error::{ErrorSource, ProxyError};
 use crate::forward::{bad_request, default_port, plain_http};
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
@@ -66,6 +66,19 @@ impl Shared {
                 false
             }
         }
+    }
+
+    /// Logs one request's failure and records it (`failed`, naming the error's reason and source,
+    /// never its text). `false` when the record could not be written, as for [`Shared::record`].
+    pub async fn record_failure(&self, subject: &Subject, error: &ProxyError) -> bool {
+        let (host, port, source) = (&subject.host, subject.port, error.source_kind());
+        // The client's own failures (a TLS handshake it gave up) are routine; the rest are not.
+        if source == ErrorSource::Client {
+            tracing::info!(%host, port, "{} failed: {error}", source.label());
+        } else {
+            tracing::warn!(%host, port, "{} failed: {error}", source.label());
+        }
+        self.record(subject.failed(error)).await
     }
 
     /// `entry` with every placeholder of this session in its text fields replaced by
@@ -397,7 +410,7 @@ async fn serve_client(
         if e.is_parse() {
             let subject = refused_subject(probe.refused());
             let detail = format!("the request is not valid HTTP/1.1: {e}");
-            malformed::record_refused(&shared, &subject, detail).await;
+            malformed::record_refused(&shared, &subject, &detail).await;
         }
     }
 }
@@ -428,7 +441,7 @@ async fn route(shared: Arc<Shared>, guard: ConnGuard, req: Request<Incoming>) ->
         return connect(shared, guard, req).await;
     }
     if req.uri().scheme().is_some() {
-        return plain_http(shared, req).await;
+        return plain_http(shared, &guard, req).await;
     }
     let subject = Subject {
         method: req.method().as_str().to_string(),

@@ -15,7 +15,7 @@
 
 use crate::io::{Observed, ReadObserver};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The client connection preface (RFC 9113 §3.4), before the first frame.
 const PREFACE_LEN: usize = 24;
@@ -27,6 +27,9 @@ const FRAME_HEADERS: u8 = 0x1;
 pub(crate) struct H2Streams {
     opened: AtomicU64,
     dispatched: AtomicU64,
+    /// Our graceful shutdown has begun: streams opened since are refused by our GOAWAY, not
+    /// counted as the client's.
+    stopped: AtomicBool,
 }
 
 impl H2Streams {
@@ -39,7 +42,14 @@ impl H2Streams {
         self.dispatched.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Streams opened and never handed to the service. Meaningful once the connection has ended.
+    /// Our graceful shutdown of the connection begins: streams the client opens from now on are
+    /// not counted (the GOAWAY refuses them, through no fault of the client's).
+    pub fn stop_counting(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// Streams opened (before [`H2Streams::stop_counting`]) and never handed to the service.
+    /// Meaningful once the connection has ended.
     pub fn undispatched(&self) -> u64 {
         let opened = self.opened.load(Ordering::Relaxed);
         opened.saturating_sub(self.dispatched.load(Ordering::Relaxed))
@@ -115,7 +125,7 @@ pub(crate) struct StreamCounter {
 impl ReadObserver for StreamCounter {
     fn observe(&mut self, bytes: &[u8]) {
         let opened = self.scan.feed(bytes);
-        if opened > 0 {
+        if opened > 0 && !self.streams.stopped.load(Ordering::Relaxed) {
             self.streams.opened.fetch_add(opened, Ordering::Relaxed);
         }
     }
@@ -180,6 +190,24 @@ mod tests {
         let mut scan = FrameScan::new();
         assert_eq!(scan.feed(PREFACE), 0);
         assert_eq!(scan.feed(&frame(FRAME_HEADERS, 1, b"")), 1);
+    }
+
+    #[test]
+    fn streams_opened_after_our_shutdown_began_are_not_counted() {
+        let streams = H2Streams::new();
+        let mut counter = StreamCounter {
+            scan: FrameScan::new(),
+            streams: streams.clone(),
+        };
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(frame(FRAME_HEADERS, 1, b""));
+        counter.observe(&bytes);
+        streams.stop_counting();
+        counter.observe(&frame(FRAME_HEADERS, 3, b""));
+        counter.observe(&frame(FRAME_HEADERS, 5, b""));
+        assert_eq!(streams.undispatched(), 1);
+        streams.dispatched();
+        assert_eq!(streams.undispatched(), 0);
     }
 
     #[test]

@@ -200,11 +200,17 @@ impl Target {
     }
 }
 
+/// The `bad_request` denial of a malformed request; `detail` says what was wrong with it. Shared by
+/// the requests hyper refuses ([`record_refused`]) and those the proxy refuses itself
+/// ([`crate::forward::bad_request`]).
+pub(crate) fn refusal(detail: &str) -> Decision {
+    Decision::deny(Reason::BadRequest, "malformed request", detail)
+}
+
 /// Records the `bad_request` denial of a request (or an h2 connection) hyper refused and answered
 /// itself; `detail` says what was wrong with it.
-pub(crate) async fn record_refused(shared: &Shared, subject: &Subject, detail: String) {
-    let decision = Decision::deny(Reason::BadRequest, "malformed request", detail);
-    let mut entry = subject.decided(&decision);
+pub(crate) async fn record_refused(shared: &Shared, subject: &Subject, detail: &str) {
+    let mut entry = subject.decided(&refusal(detail));
     entry.source = Some(ErrorSource::Client.label().to_string());
     // The answer has gone out and nothing was forwarded; a failure to record is logged by `record`.
     let _ = shared.record(entry).await;
