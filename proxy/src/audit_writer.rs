@@ -452,14 +452,20 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes one record's line: seq, `prev`, serialisation and write(2) all under the lock.
+    /// Writes one record's line: seq, `prev`, serialisation and write(2) all under the lock. A
+    /// record refused (its request denied) is counted.
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
         let mut guard = self.lock()?;
-        let st = &mut *guard;
+        let written = self.append_locked(&mut guard, entry);
+        if written.is_err() {
+            guard.refused += 1;
+        }
+        written
+    }
+
+    fn append_locked(&self, st: &mut State, entry: AuditEntry) -> Result<u64, AuditError> {
         if let Some(first) = &st.failed {
-            let err = self.unavailable(first.clone());
-            st.refused += 1;
-            return Err(err);
+            return Err(self.unavailable(first.clone()));
         }
         let seq = st.next_seq;
         let record = entry.into_record(
@@ -474,7 +480,6 @@ impl Shared {
         if let Err((error, stored)) = write_line(&st.file, line.as_bytes()) {
             // The tail stays where it was: the next record follows the last whole line.
             st.prev = record.prev;
-            st.refused += 1;
             return Err(self.refuse(st, error, stored));
         }
         st.len += line.len() as u64;
@@ -768,10 +773,11 @@ impl Syncer {
     fn sync(&mut self, job: &Job) -> Result<(), AuditError> {
         let shared = &*self.shared;
         if self.broken {
-            return Err(match &job.failed {
-                Some(first) => shared.unavailable(first.clone()),
-                None => shared.closed(),
-            });
+            // Nothing is synced after a failed fdatasync. The failure that broke it is the
+            // writer's `failed` from then on, so every later job carries it and `run` answers
+            // with that.
+            debug_assert!(job.failed.is_some());
+            return Ok(());
         }
         let tail = &job.tail;
         if tail.seq != self.synced || job.cut {
