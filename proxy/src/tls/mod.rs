@@ -15,6 +15,13 @@ use std::sync::Arc;
 /// the CPU's SHA extensions where they exist; with a handshake per tunnel that was ~9% of the proxy's
 /// CPU. AES-128-GCM is the suite TLS 1.3 makes mandatory and is not the weak link of these sessions.
 pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    // Built once: every leaf certificate's server config asks for it.
+    static PROVIDER: std::sync::OnceLock<Arc<rustls::crypto::CryptoProvider>> =
+        std::sync::OnceLock::new();
+    PROVIDER.get_or_init(build_provider).clone()
+}
+
+fn build_provider() -> Arc<rustls::crypto::CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
     provider.cipher_suites.sort_by_key(|suite| {
         use rustls::CipherSuite as C;
