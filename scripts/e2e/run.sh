@@ -39,18 +39,11 @@ fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-e2e.XXXXXX")
 export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" # hermetic: no user files
 mkdir -p "$XDG_CONFIG_HOME"
-PIDS=()
-PASSES=0
-FAILS=0
+# shellcheck source=../lib.sh
+source "$ROOT/scripts/lib.sh"
 
 cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    done
+    stop_pids 5
     if [ "$FAILS" -eq 0 ] && [ -z "${E2E_KEEP:-}" ]; then
         rm -rf "$WORK"
     else
@@ -61,12 +54,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
-fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
-expect() { # expect NAME COMMAND...: pass when the command succeeds
-    local name=$1; shift
-    if "$@"; then pass "$name"; else fail "$name"; fi
-}
+expect() { check "$@"; }
 
 # start NAME CMD...: runs CMD in the background (stdout/stderr in $WORK/NAME.{out,err}), waits for its
 # first stdout line `listening on 127.0.0.1:PORT` and sets PORT. Returns 1 if it exits or never listens.
@@ -76,26 +64,8 @@ start() {
     local pid=$!
     PIDS+=("$pid")
     eval "${name//-/_}_PID=$pid"
-    for _ in $(seq 200); do
-        local first
-        first=$(head -n 1 "$WORK/$name.out" 2>/dev/null)
-        if [[ "$first" =~ ^listening\ on\ 127\.0\.0\.1:([0-9]+)$ ]]; then
-            PORT=${BASH_REMATCH[1]}
-            return 0
-        fi
-        if [ -n "$first" ]; then
-            echo "$name: first stdout line is not \`listening on 127.0.0.1:PORT\`: $first" >&2
-            return 1
-        fi
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "$name exited early:" >&2
-            tail -n 20 "$WORK/$name.err" >&2
-            return 1
-        fi
-        sleep 0.1
-    done
-    echo "$name did not start listening within 20s" >&2
-    return 1
+    wait_first_line "$WORK/$name.out" '^listening on 127\.0\.0\.1:([0-9]+)$' "$pid" || return 1
+    PORT=$MATCH
 }
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,58 @@
+# Shared by the test scripts (scripts/e2e/run.sh, scripts/load, scripts/faults); source it. It owns
+# the PASS/FAIL/SKIP lines and their counts, waiting for a background process's first stdout line,
+# and stopping the background processes a script started. Each script keeps its own summary line
+# and work directory.
+
+PASSES=0
+FAILS=0
+SKIPS=0
+PIDS=()
+
+pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
+fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
+skip() { echo "SKIP $*"; SKIPS=$((SKIPS + 1)); }
+info() { echo "     $*"; }
+section() { printf '\n== %s\n' "$*"; }
+check() { # check NAME COMMAND...: PASS when the command succeeds
+    local name=$1; shift
+    if "$@"; then pass "$name"; else fail "$name"; fi
+}
+
+# wait_first_line FILE REGEX PID [SECONDS]: waits (20 s unless SECONDS) for FILE's first line to
+# match REGEX and sets MATCH to its first group. Returns 1, saying why on stderr (with the tail of
+# FILE's .err sibling), when PID exits first, the line does not match, or time runs out.
+wait_first_line() {
+    local file=$1 re=$2 pid=$3 seconds=${4:-20} first
+    for _ in $(seq $((seconds * 10))); do
+        first=$(head -n 1 "$file" 2>/dev/null || true)
+        if [[ "$first" =~ $re ]]; then
+            MATCH=${BASH_REMATCH[1]}
+            return 0
+        fi
+        if [ -n "$first" ]; then
+            echo "$file: the first line is not \`$re\`: $first" >&2
+            return 1
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$file: the process exited early:" >&2
+            tail -n 20 "${file%.out}.err" >&2 2>/dev/null || true
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "$file: no \`$re\` within ${seconds}s" >&2
+    return 1
+}
+
+# stop_pids [SECONDS]: SIGTERM to every process in PIDS, then SIGKILL to any still running after
+# SECONDS (default 5), and reaps them all.
+stop_pids() {
+    local seconds=${1:-5} pid
+    # Safe under `set -e`: a process already gone is not an error here.
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq $((seconds * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+}
