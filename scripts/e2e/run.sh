@@ -54,7 +54,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-expect() { check "$@"; }
 
 # start NAME CMD...: runs CMD in the background (stdout/stderr in $WORK/NAME.{out,err}), waits for its
 # first stdout line `listening on 127.0.0.1:PORT` and sets PORT. Returns 1 if it exits or never listens.
@@ -127,7 +126,7 @@ else
     exit 1
 fi
 PROXY="http://127.0.0.1:$PROXY_PORT"
-expect "fenzi proxy wrote its session CA to --ca-dir/ca.pem" grep -q "BEGIN CERTIFICATE" "$WORK/ca/ca.pem"
+check "fenzi proxy wrote its session CA to --ca-dir/ca.pem" grep -q "BEGIN CERTIFICATE" "$WORK/ca/ca.pem"
 if grep -q "PRIVATE KEY" "$WORK/ca/ca.pem" 2>/dev/null || ls "$WORK/ca" | grep -qi key; then
     fail "the CA key was written to --ca-dir"
 fi
@@ -150,8 +149,8 @@ if [ "$CLIENT_RC" -ne 0 ] && ! grep -q '^FAIL' "$WORK/client.out"; then
     fail "mcp client exited $CLIENT_RC (stderr follows)"
     tail -n 20 "$WORK/client.err" | sed 's/^/    /'
 fi
-expect "the MCP server never saw delete_everything" bash -c "! grep -qx delete_everything '$WORK/tool-calls'"
-expect "the MCP server ran the allowed calls (echo, add in each mode)" \
+check "the MCP server never saw delete_everything" bash -c "! grep -qx delete_everything '$WORK/tool-calls'"
+check "the MCP server ran the allowed calls (echo, add in each mode)" \
     test "$(grep -cxE 'echo|add' "$WORK/tool-calls" 2>/dev/null)" = 6
 
 # ---------------------------------------------------------------------------------------------------
@@ -177,9 +176,9 @@ direct_status() {
         -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
         "$@" --data '{"jsonrpc":"2.0","id":1,"method":"ping"}' "https://127.0.0.1:$SECURED_PORT/mcp"
 }
-expect "the secured server refuses the placeholder sent straight to it (401)" \
+check "the secured server refuses the placeholder sent straight to it (401)" \
     test "$(direct_status -H "Authorization: Bearer $PLACEHOLDER")" = 401
-expect "the secured server refuses a request without a token (401)" test "$(direct_status)" = 401
+check "the secured server refuses a request without a token (401)" test "$(direct_status)" = 401
 
 HTTPS_PROXY=$PROXY SSL_CERT_FILE="$WORK/ca/ca.pem" timeout 180 \
     "$PY" "$E2E/mcp_client.py" --url "https://127.0.0.1:$SECURED_PORT/mcp" \
@@ -196,15 +195,15 @@ if [ "$CLIENT_RC" -ne 0 ] && ! grep -q '^FAIL' "$WORK/secured-client.out"; then
     fail "secured mcp client exited $CLIENT_RC (stderr follows)"
     tail -n 20 "$WORK/secured-client.err" | sed 's/^/    /'
 fi
-expect "the secured server ran the allowed calls (echo, whoami, add in each mode)" \
+check "the secured server ran the allowed calls (echo, whoami, add in each mode)" \
     test "$(grep -cxE 'echo|add|whoami' "$WORK/secured-calls" 2>/dev/null)" = 6
-expect "the secured server never saw delete_everything" \
+check "the secured server never saw delete_everything" \
     bash -c "! grep -qx delete_everything '$WORK/secured-calls'"
-expect "the secured server refused only the two direct requests (every proxied one had the real token)" \
+check "the secured server refused only the two direct requests (every proxied one had the real token)" \
     test "$(grep -cx unauthorized "$WORK/secured-calls" 2>/dev/null)" = 2
-expect "the client never had the real token (environment, arguments, output)" \
+check "the client never had the real token (environment, arguments, output)" \
     bash -c "! grep -qF -- '$SECURED_TOKEN' '$WORK/secured-client-env.json' '$WORK/secured-client.out' '$WORK/secured-client.err'"
-expect "the client's environment held no FENZI_SECRET_ variable" \
+check "the client's environment held no FENZI_SECRET_ variable" \
     bash -c "! grep -q FENZI_SECRET_ '$WORK/secured-client-env.json'"
 
 # ---------------------------------------------------------------------------------------------------
@@ -258,13 +257,13 @@ if [ "${STATUS%% *}" = 403 ] && json_error_is "$BODY_FILE" private_address; then
 else
     fail "curl to localhost:$HTTP_PORT: got '$STATUS' $(head -c 300 "$BODY_FILE" 2>/dev/null)"
 fi
-expect "the HTTP server never saw the refused requests" \
+check "the HTTP server never saw the refused requests" \
     bash -c "! grep -qE 'private-probe|/secret' '$WORK/http-server.err'"
 
 # ---------------------------------------------------------------------------------------------------
 # The audit log, live (the head may lag the log by one batch)
 
-expect "fenzi log --verify passes on the live log" bash -c "'$FENZI' log --file '$AUDIT' --verify >/dev/null"
+check "fenzi log --verify passes on the live log" bash -c "'$FENZI' log --file '$AUDIT' --verify >/dev/null"
 
 # Graceful shutdown: SIGTERM, the proxy exits and flushes the log.
 kill -TERM "$proxy_PID"
@@ -278,7 +277,7 @@ else
 fi
 
 "$FENZI" log --file "$AUDIT" >"$WORK/log.txt" 2>"$WORK/log.err"
-expect "fenzi log exits 0" test $? -eq 0
+check "fenzi log exits 0" test $? -eq 0
 # expect_line DESCRIPTION REGEX [COUNT]: the human log has COUNT (default: at least one) matching lines.
 expect_line() {
     local n
@@ -310,10 +309,10 @@ expect_line "the token server's denied calls (no secret used)" \
     "denied  POST $S/mcp tools/call delete_everything  policy_denied$" 2
 
 "$FENZI" log --file "$AUDIT" --denied >"$WORK/log-denied.txt"
-expect "fenzi log --denied shows only denials (8)" \
+check "fenzi log --denied shows only denials (8)" \
     bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 8 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
 "$FENZI" log --file "$AUDIT" --json >"$WORK/log-all-json.txt"
-expect "every allowed request (not CONNECT) to the token server names MCP_SECURED in the audit log" \
+check "every allowed request (not CONNECT) to the token server names MCP_SECURED in the audit log" \
     "$PY" -c '
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -330,7 +329,7 @@ for where in "$AUDIT" "$WORK/log.txt" "$WORK/log-all-json.txt" "$WORK/log-denied
     fi
 done
 "$FENZI" log --file "$AUDIT" --server e2e --tool 'delete_*' --json >"$WORK/log-json.txt"
-expect "fenzi log --server --tool --json prints the stored lines of the 3 denied calls" \
+check "fenzi log --server --tool --json prints the stored lines of the 3 denied calls" \
     "$PY" -c '
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
@@ -349,16 +348,16 @@ if [ "$VERIFY_RC" -eq 0 ] && grep -qx "ok: $RECORDS records, chain intact, head 
 else
     fail "fenzi log --verify after shutdown: exit $VERIFY_RC: $(cat "$WORK/verify.txt")"
 fi
-expect "the head names the last record after shutdown" \
+check "the head names the last record after shutdown" \
     test "$(cut -d' ' -f1 "$AUDIT.head")" = "$("$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["seq"])' "$AUDIT")"
 
 # The newest log in $XDG_STATE_HOME/fenzi/audit, and --session.
 mkdir -p "$XDG_STATE_HOME/fenzi/audit"
 cp "$AUDIT" "$XDG_STATE_HOME/fenzi/audit/e2e-session.jsonl"
 cp "$AUDIT.head" "$XDG_STATE_HOME/fenzi/audit/e2e-session.jsonl.head"
-expect "fenzi log --session finds the log in the state directory" \
+check "fenzi log --session finds the log in the state directory" \
     bash -c "'$FENZI' log --session e2e-session --verify >/dev/null"
-expect "fenzi log with no --file uses the newest log there" \
+check "fenzi log with no --file uses the newest log there" \
     bash -c "'$FENZI' log | cmp -s - '$WORK/log.txt'"
 
 # Tampering: edit one record (a denied delete_everything becomes allowed), then cut the log short.
