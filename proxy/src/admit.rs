@@ -1,11 +1,14 @@
 //! Admission of a destination, the first phase of every connection and plain-HTTP request: the policy's
 //! route for host:port, one resolution of the name, and the internal-address check of EVERY resolved
 //! address. The result is a [`Destination`] that carries only checked addresses; the proxy dials nothing
-//! else, so a name cannot resolve to one address for the check and another for the connection.
+//! else, so a name cannot resolve to one address for the check and another for the connection. A
+//! destination that is not admitted is a [`Refusal`]: `host_not_allowed` or `private_address`, or a
+//! `failed` record when the name cannot be resolved.
 
 use crate::audit_sink::Subject;
+use crate::context::SessionContext;
 use crate::error::ProxyError;
-use crate::server::Shared;
+use crate::refusal::Refusal;
 use fenzi_policy::Decision;
 use fenzi_policy::engine::{McpServer, Route};
 use fenzi_policy::host::Host;
@@ -62,30 +65,23 @@ impl Destination {
 
     /// The audit subject of a request with `method` on `path` (no query) to this destination.
     pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
-        Subject {
-            method: method.to_string(),
-            host: self.host.to_string(),
-            port: self.port,
-            path: path.map(str::to_string),
-            server: self.server_name().map(str::to_string),
-        }
+        let mut subject = Subject::new(method, self.host.to_string(), self.port, path);
+        subject.server = self.server_name().map(str::to_string);
+        subject
     }
 }
 
-pub(crate) enum Admission {
-    Admitted(Box<Destination>),
-    /// The policy refused: `host_not_allowed` or `private_address`.
-    Denied(Decision),
-    /// The name could not be resolved.
-    Failed(ProxyError),
-}
-
-/// Routes, resolves and checks `host:port`.
-pub(crate) async fn admit(shared: &Shared, host: &Host, port: u16) -> Admission {
-    let route = match shared.policy.route(host, port) {
-        Ok(route) => route,
-        Err(denied) => return Admission::Denied(denied),
-    };
+/// Routes, resolves and checks `host:port`; a refusal is recorded about `subject`.
+pub(crate) async fn admit(
+    session: &SessionContext,
+    host: &Host,
+    port: u16,
+    subject: &Subject,
+) -> Result<Destination, Refusal> {
+    let route = session
+        .policy
+        .route(host, port)
+        .map_err(|denied| Refusal::denied(subject, &denied))?;
     let inspect = route.needs_inspection();
     let decision = Decision::allow(
         route.rule(),
@@ -95,17 +91,16 @@ pub(crate) async fn admit(shared: &Shared, host: &Host, port: u16) -> Admission 
         Route::Mcp(server) => Handling::Mcp(Box::new(server.clone())),
         Route::Plain { .. } => Handling::Plain,
     };
-    let ips = match resolve(shared, host, port).await {
-        Ok(ips) => ips,
-        Err(e) => return Admission::Failed(e),
-    };
+    let ips = resolve(session, host, port)
+        .await
+        .map_err(|error| Refusal::failed(subject, error))?;
     for ip in &ips {
-        let checked = shared.policy.check_address(host, port, *ip);
+        let checked = session.policy.check_address(host, port, *ip);
         if !checked.is_allowed() {
-            return Admission::Denied(checked);
+            return Err(Refusal::denied(subject, &checked));
         }
     }
-    Admission::Admitted(Box::new(Destination {
+    Ok(Destination {
         host: host.clone(),
         port,
         handling,
@@ -115,12 +110,12 @@ pub(crate) async fn admit(shared: &Shared, host: &Host, port: u16) -> Admission 
             .into_iter()
             .map(|ip| SocketAddr::new(ip, port))
             .collect(),
-    }))
+    })
 }
 
 /// One resolution: an IP literal is itself; a name goes to the resolver, with a timeout.
 async fn resolve(
-    shared: &Shared,
+    session: &SessionContext,
     host: &Host,
     port: u16,
 ) -> Result<Vec<std::net::IpAddr>, ProxyError> {
@@ -128,8 +123,8 @@ async fn resolve(
         Host::Ip(ip) => return Ok(vec![*ip]),
         Host::Name(name) => name,
     };
-    let after = shared.options.resolve_timeout;
-    let ips = tokio::time::timeout(after, shared.network.resolve(name, port))
+    let after = session.options.resolve_timeout;
+    let ips = tokio::time::timeout(after, session.network.resolve(name, port))
         .await
         .map_err(|_| ProxyError::ResolveTimeout {
             host: name.clone(),

@@ -1,13 +1,13 @@
 //! Where the proxy's decisions go. [`AuditSink`] is what the proxy calls, once per decision and before
 //! anything is forwarded; the [`AuditWriter`] is the production sink (tests may pass a failing one to
 //! check that the proxy fails closed). [`Subject`] turns a decision about one connection or request into
-//! its [`AuditEntry`], so every call site writes the same fields.
+//! its [`AuditEntry`], so every call site writes the same fields. What a record may name of a
+//! client's authority text is [`crate::authority::logged_authority`]'s to say.
 
 use crate::audit_writer::{AuditEntry, AuditWriter};
 use crate::error::ProxyError;
 use fenzi_policy::Decision;
 use fenzi_policy::audit::Outcome;
-use fenzi_policy::host::split_authority;
 use fenzi_policy::mcp::{MessageDecision, RpcId};
 use std::future::Future;
 use std::pin::Pin;
@@ -36,22 +36,6 @@ impl AuditSink for AuditWriter {
     }
 }
 
-/// The host an audit record names for a request target that does not parse as `host[:port]`: the
-/// client's text is not copied into the log.
-pub(crate) const INVALID_TARGET: &str = "<invalid target>";
-
-/// The host and port an audit record may name for a client's `authority` (`host[:port]`, perhaps with
-/// userinfo): the canonical host and port (`default_port` when none is given) of what follows the last
-/// `@` when that parses, else [`INVALID_TARGET`] and 0. Userinfo and unparsed text, which may be
-/// credentials, never reach the log.
-pub(crate) fn logged_authority(authority: &str, default_port: u16) -> (String, u16) {
-    let after_userinfo = authority.rsplit('@').next().unwrap_or_default();
-    match split_authority(after_userinfo) {
-        Ok((host, port)) => (host.to_string(), port.unwrap_or(default_port)),
-        Err(_) => (INVALID_TARGET.to_string(), 0),
-    }
-}
-
 /// What a decision is about: one CONNECT, one plain-HTTP request or one request inside a tunnel.
 /// `path` never carries the query string, which may hold credentials.
 #[derive(Debug, Clone)]
@@ -64,6 +48,17 @@ pub(crate) struct Subject {
 }
 
 impl Subject {
+    /// A subject on no known MCP server.
+    pub fn new(method: &str, host: String, port: u16, path: Option<&str>) -> Subject {
+        Subject {
+            method: method.to_string(),
+            host,
+            port,
+            path: path.map(str::to_string),
+            server: None,
+        }
+    }
+
     fn entry(
         &self,
         outcome: Outcome,
@@ -134,33 +129,5 @@ fn rpc_id_text(id: &RpcId) -> String {
         RpcId::Number(n) => n.clone(),
         RpcId::String(s) => s.clone(),
         RpcId::Null => "null".to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn logged_authorities_carry_no_userinfo_and_no_unparsed_text() {
-        let logged = |text| logged_authority(text, 443);
-        assert_eq!(logged("MCP.test:8443"), ("mcp.test".to_string(), 8443));
-        assert_eq!(logged("mcp.test"), ("mcp.test".to_string(), 443));
-        assert_eq!(
-            logged("agent:hunter2@mcp.test:443"),
-            ("mcp.test".to_string(), 443)
-        );
-        assert_eq!(logged("a@b:c@mcp.test"), ("mcp.test".to_string(), 443));
-        for bad in [
-            "",
-            "a..b:443",
-            "mcp.test:99999",
-            "mcp.test:",
-            "hunter2@",
-            "mcp.test:443@hunter2 x",
-            "[::1",
-        ] {
-            assert_eq!(logged(bad), (INVALID_TARGET.to_string(), 0), "{bad:?}");
-        }
     }
 }

@@ -1,14 +1,16 @@
 //! CONNECT: a target holding one of the session's placeholders is refused before it is parsed or
-//! resolved (`credential_endpoint_mismatch`); otherwise the target is canonicalised and admitted (route, resolve, check every address), the decision
-//! is recorded, and then the tunnel is either passed through byte for byte (dialled before the 200, so
-//! an unreachable upstream is a 502) or handed to interception when the route needs inspection.
+//! resolved (`credential_endpoint_mismatch`); otherwise the target is canonicalised and admitted
+//! (route, resolve, check every address), the decision is recorded, and then the tunnel is either
+//! passed through byte for byte (dialled before the 200, so an unreachable upstream is a 502) or
+//! handed to interception when the route needs inspection.
 
-use crate::admit::{Admission, admit};
-use crate::audit_sink::{Subject, logged_authority};
-use crate::forward::{authority_refusal, bad_request, refuse_authority};
+use crate::admit::{Destination, admit};
+use crate::audit_sink::Subject;
+use crate::authority::{check_no_placeholder, logged_authority};
+use crate::body::{self, Body};
+use crate::context::{ConnGuard, SessionContext};
 use crate::intercept;
-use crate::respond::{self, Body};
-use crate::server::{ConnGuard, Shared};
+use crate::refusal::Refusal;
 use crate::tunnel;
 use crate::upstream::dial;
 use fenzi_policy::host::split_authority;
@@ -21,95 +23,70 @@ use std::sync::Arc;
 const DEFAULT_CONNECT_PORT: u16 = 443;
 
 pub(crate) async fn connect(
-    shared: Arc<Shared>,
+    session: Arc<SessionContext>,
     guard: ConnGuard,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
-    let target = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_string())
-        .unwrap_or_default();
-    // Until the target parses, the record names only what may be logged (no userinfo, no raw text).
-    let (logged_host, logged_port) = logged_authority(&target, DEFAULT_CONNECT_PORT);
-    let mut subject = Subject {
-        method: "CONNECT".to_string(),
-        host: logged_host,
-        port: logged_port,
-        path: None,
-        server: None,
+    let dest = match check_target(&session, &req).await {
+        Ok(dest) => Arc::new(dest),
+        Err(refusal) => return refusal.answer(&session).await,
     };
-    // Before anything else: a placeholder in the target is never resolved, parsed or dialled.
-    if let Some((refused, names)) = authority_refusal(&shared, &target, "the CONNECT target") {
-        return refuse_authority(&shared, &subject, &refused, names).await;
-    }
-    if target.contains('@') {
-        return bad_request(
-            &shared,
-            &subject,
-            "a CONNECT target cannot carry credentials",
-        )
-        .await;
-    }
-    let (host, port) = match split_authority(&target) {
-        Ok((host, port)) => (host, port.unwrap_or(DEFAULT_CONNECT_PORT)),
-        Err(e) => return bad_request(&shared, &subject, &e.to_string()).await,
-    };
-    subject.host = host.to_string();
-    subject.port = port;
-
-    let dest = match admit(&shared, &host, port).await {
-        Admission::Admitted(dest) => dest,
-        Admission::Denied(decision) => {
-            if !shared.record(subject.decided(&decision)).await {
-                return respond::audit_unavailable();
-            }
-            return respond::denied(&decision);
-        }
-        Admission::Failed(error) => {
-            if !shared.record(subject.failed(&error)).await {
-                return respond::audit_unavailable();
-            }
-            return respond::failure(&error);
-        }
-    };
-    let subject = dest.subject("CONNECT", None);
-    if !shared.record(subject.decided(&dest.decision)).await {
-        return respond::audit_unavailable();
-    }
-
     let on_upgrade = hyper::upgrade::on(&mut req);
     if dest.inspect {
-        let dest: Arc<_> = Arc::from(dest);
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => intercept::serve(shared, dest, upgraded, guard).await,
+                Ok(upgraded) => intercept::serve(session, dest, upgraded, guard).await,
                 Err(e) => tracing::debug!("CONNECT upgrade failed: {e}"),
             }
         });
     } else {
-        let stream = match dial(&shared, &dest).await {
+        let stream = match dial(&session, &dest).await {
             Ok(stream) => stream,
             Err(error) => {
-                if !shared.record_failure(&subject, &error).await {
-                    return respond::audit_unavailable();
-                }
-                return respond::failure(&error);
+                let subject = dest.subject("CONNECT", None);
+                return Refusal::failed(&subject, error).answer(&session).await;
             }
         };
-        let idle = shared.options.idle_timeout;
+        let idle = session.options.idle_timeout;
         tokio::spawn(async move {
             match on_upgrade.await {
                 Ok(upgraded) => {
                     let done = tunnel::splice(TokioIo::new(upgraded), stream, idle).await;
-                    tracing::debug!(host = %dest.host, port, ?done, "tunnel closed");
+                    tracing::debug!(host = %dest.host, port = dest.port, ?done, "tunnel closed");
                 }
                 Err(e) => tracing::debug!("CONNECT upgrade failed: {e}"),
             }
             drop(guard);
         });
     }
-    let mut response = Response::new(respond::empty());
+    let mut response = Response::new(body::empty());
     *response.status_mut() = StatusCode::OK;
     response
+}
+
+/// The admitted destination of a CONNECT, its allowing decision recorded; or the refusal.
+async fn check_target<B>(
+    session: &SessionContext,
+    req: &Request<B>,
+) -> Result<Destination, Refusal> {
+    let target = req.uri().authority().map_or("", |a| a.as_str());
+    // Until the target parses, the record names only what may be logged (no userinfo, no raw text).
+    let (logged_host, logged_port) = logged_authority(target, DEFAULT_CONNECT_PORT);
+    let mut subject = Subject::new("CONNECT", logged_host, logged_port, None);
+    // Before anything else: a placeholder in the target is never resolved, parsed or dialled.
+    check_no_placeholder(session, target, "the CONNECT target", &subject)?;
+    if target.contains('@') {
+        let why = "a CONNECT target cannot carry credentials";
+        return Err(Refusal::bad_request(&subject, why));
+    }
+    let (host, port) = split_authority(target)
+        .map(|(host, port)| (host, port.unwrap_or(DEFAULT_CONNECT_PORT)))
+        .map_err(|e| Refusal::bad_request(&subject, &e.to_string()))?;
+    subject.host = host.to_string();
+    subject.port = port;
+
+    let dest = admit(session, &host, port, &subject).await?;
+    let subject = dest.subject("CONNECT", None);
+    session.record(subject.decided(&dest.decision)).await?;
+    Ok(dest)
 }

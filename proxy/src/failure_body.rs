@@ -1,15 +1,16 @@
 //! A streamed response body that records its own failure. A response head reached the client with an
 //! `allowed` record already written; if the upstream then breaks off (reset, closed before the declared
 //! length, a bad chunk) or the scrubber refuses the rest, the client sees the stream abort, and this
-//! wrapper writes the `failed` record that says so (DESIGN.md §5: every failure upstream is recorded).
+//! wrapper writes the `failed` record that says so: every failure upstream is recorded.
 //! The record is written from a task because a body is polled, not awaited; the task holds the client
 //! connection's [`ConnGuard`], so a shutdown's drain waits for it. The record names the request's
 //! subject and the error's source, never the error text (that goes to the log).
 
 use crate::audit_sink::Subject;
+use crate::body::BoxError;
+use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
-use crate::respond::BoxError;
-use crate::server::{ConnGuard, Shared};
+use crate::refusal::Refusal;
 use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use std::pin::Pin;
@@ -20,14 +21,14 @@ use std::task::{Context, Poll, ready};
 pub(crate) struct RecordsFailure<B> {
     inner: B,
     /// Taken when the failure is recorded, so at most one record per response.
-    record: Option<(Arc<Shared>, Subject, ConnGuard)>,
+    record: Option<(Arc<SessionContext>, Subject, ConnGuard)>,
 }
 
 impl<B> RecordsFailure<B> {
-    pub fn new(inner: B, shared: Arc<Shared>, subject: Subject, guard: ConnGuard) -> Self {
+    pub fn new(inner: B, session: Arc<SessionContext>, subject: Subject, guard: ConnGuard) -> Self {
         RecordsFailure {
             inner,
-            record: Some((shared, subject, guard)),
+            record: Some((session, subject, guard)),
         }
     }
 }
@@ -49,12 +50,12 @@ where
             Some(Err(error)) => error.into(),
             None => return Poll::Ready(None),
         };
-        if let Some((shared, subject, guard)) = self.record.take() {
+        if let Some((session, subject, guard)) = self.record.take() {
             // The text is for the log line; the record takes only the reason and the source.
-            let failure = ProxyError::UpstreamBody(error.to_string());
+            let failure = Refusal::failed(&subject, ProxyError::UpstreamBody(error.to_string()));
             tokio::spawn(async move {
-                // A write failure is logged by `record` itself; the response is already broken off.
-                let _ = shared.record_failure(&subject, &failure).await;
+                // The response is already broken off: there is no answer left to give.
+                failure.record(&session).await;
                 drop(guard);
             });
         }

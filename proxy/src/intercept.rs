@@ -1,6 +1,6 @@
 //! An intercepted tunnel: the proxy terminates the client's TLS with a leaf for the CONNECT host (or,
 //! when the client speaks plain HTTP inside the tunnel, reads it as is), serves HTTP/1.1 or h2 (by ALPN)
-//! on the decrypted stream, and hands every request to [`crate::forward::exchange`] once it has checked
+//! on the decrypted stream, and hands every request to [`crate::exchange`] once it has checked
 //! that the CONNECT target, the TLS server name and the Host (or `:authority`) agree by name. The
 //! upstream transport follows the policy for an MCP server (an `https` server is reached over verified
 //! TLS only, so plain HTTP inside its tunnel is refused, never sent on in clear text) and mirrors the
@@ -8,22 +8,26 @@
 //! (`credential_endpoint_mismatch`, recorded with the secret's name) and the handshake abandoned; so
 //! is a request whose Host or `:authority` holds one, before it is compared with the target. A
 //! request hyper refuses as malformed HTTP/1.1, an h2 request the h2 library refuses by itself
-//! ([`crate::server::h2_streams`]), and an h2 connection that ends in a protocol error of the
-//! client's, are each recorded through [`crate::server::malformed`].
+//! ([`crate::h2_streams`]), and an h2 connection that ends in a protocol error of the client's, are
+//! each recorded as [`Refusal::unparsed`] (see [`crate::malformed`]). The checks on names are in
+//! [`crate::authority`].
 
 use crate::admit::Destination;
 use crate::audit_sink::Subject;
+use crate::authority::{
+    check_no_placeholder, check_request_authorities, checked_authority, sni_mismatch,
+};
+use crate::body::Body;
+use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
-use crate::forward::{authority_refusal, bad_request, exchange, refuse_authority};
+use crate::exchange::exchange;
+use crate::h2_streams::{H2Streams, client_frames};
 use crate::io::Prefixed;
-use crate::respond::{self, Body};
-use crate::server::h2_streams::{H2Streams, client_frames};
-use crate::server::malformed::{HeadProbe, Probed, record_refused};
-use crate::server::{ConnGuard, Shared};
+use crate::malformed::{HeadProbe, Probed};
+use crate::refusal::Refusal;
+use crate::request_context::RequestContext;
 use crate::upstream::Upstream;
 use fenzi_policy::Decision;
-use fenzi_policy::host::{Host, split_authority};
-use http::header::HOST;
 use http::{HeaderValue, Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::{Service, service_fn};
@@ -43,13 +47,13 @@ const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Serves the tunnel of an admitted CONNECT until the client closes it.
 pub(crate) async fn serve(
-    shared: Arc<Shared>,
+    session: Arc<SessionContext>,
     dest: Arc<Destination>,
     upgraded: Upgraded,
     guard: ConnGuard,
 ) {
     let subject = dest.subject("CONNECT", None);
-    let handshake = shared.options.tls_handshake_timeout;
+    let handshake = session.options.tls_handshake_timeout;
     let mut io = TokioIo::new(upgraded);
     let mut first = [0u8; 1];
     match timeout(handshake, io.read(&mut first)).await {
@@ -59,7 +63,7 @@ pub(crate) async fn serve(
     }
     let io = Prefixed::new(first.to_vec(), io);
     if first[0] != TLS_HANDSHAKE {
-        let tunnel = Tunnel::new(shared, dest, false, None);
+        let tunnel = Tunnel::new(session, dest, false, None);
         return tunnel.serve_http(io, false, guard).await;
     }
 
@@ -70,64 +74,44 @@ pub(crate) async fn serve(
     .await
     {
         Ok(Ok(start)) => start,
-        Ok(Err(e)) => return failed(&shared, &subject, ProxyError::ClientTls(e)).await,
-        Err(_) => return failed(&shared, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
+        Ok(Err(e)) => return failed(&session, &subject, ProxyError::ClientTls(e)).await,
+        Err(_) => return failed(&session, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
     };
     let sni = start.client_hello().server_name().map(str::to_string);
     // A placeholder sent as the TLS server name: refused, recorded with the secret's name, and the
     // handshake abandoned (nothing was dialled for this tunnel yet).
     if let Some(name) = &sni
-        && let Some((refused, names)) = authority_refusal(&shared, name, "the TLS server name")
+        && let Err(refusal) = check_no_placeholder(&session, name, "the TLS server name", &subject)
     {
-        let mut entry = subject.decided(&refused);
-        entry.secrets = names;
-        let _ = shared.record(entry).await;
-        return;
+        return refusal.record(&session).await;
     }
     let sni_problem = sni_mismatch(&dest.host, sni.as_deref());
     // The leaf is always the CONNECT host's, whatever name the client asked for.
-    let config = match shared.ca.server_config(&dest.host) {
+    let config = match session.ca.server_config(&dest.host) {
         Ok(config) => config,
         Err(e) => {
             let error = ProxyError::TlsSetup(e.to_string());
-            return failed(&shared, &subject, error).await;
+            return failed(&session, &subject, error).await;
         }
     };
     let stream = match timeout(handshake, start.into_stream(config)).await {
         Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return failed(&shared, &subject, ProxyError::ClientTls(e)).await,
-        Err(_) => return failed(&shared, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
+        Ok(Err(e)) => return failed(&session, &subject, ProxyError::ClientTls(e)).await,
+        Err(_) => return failed(&session, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-    let tunnel = Tunnel::new(shared, dest, true, sni_problem);
+    let tunnel = Tunnel::new(session, dest, true, sni_problem);
     tunnel.serve_http(stream, h2, guard).await
 }
 
-async fn failed(shared: &Shared, subject: &Subject, error: ProxyError) {
-    // Nothing is forwarded either way; a failure to record it has no one left to tell.
-    let _ = shared.record_failure(subject, &error).await;
-}
-
-/// Why the TLS server name does not fit the CONNECT target, if it does not. Clients send no SNI for an
-/// IP address, so none is needed there.
-pub(crate) fn sni_mismatch(target: &Host, sni: Option<&str>) -> Option<String> {
-    match sni {
-        None if matches!(target, Host::Ip(_)) => None,
-        None => Some(format!(
-            "the client sent no TLS server name for the CONNECT target {target}"
-        )),
-        Some(name) => match Host::parse(name) {
-            Ok(host) if &host == target => None,
-            _ => Some(format!(
-                "the TLS server name {name:?} does not match the CONNECT target {target}"
-            )),
-        },
-    }
+/// Records the failure of a tunnel's TLS set-up: nothing is forwarded, and no one is left to answer.
+async fn failed(session: &SessionContext, subject: &Subject, error: ProxyError) {
+    Refusal::failed(subject, error).record(session).await;
 }
 
 /// The requests of one intercepted tunnel.
 struct Tunnel {
-    shared: Arc<Shared>,
+    session: Arc<SessionContext>,
     dest: Arc<Destination>,
     upstream: Upstream,
     /// Whether the client speaks TLS inside the tunnel.
@@ -139,7 +123,7 @@ struct Tunnel {
 
 impl Tunnel {
     fn new(
-        shared: Arc<Shared>,
+        session: Arc<SessionContext>,
         dest: Arc<Destination>,
         tls: bool,
         sni_problem: Option<String>,
@@ -147,7 +131,7 @@ impl Tunnel {
         Arc::new(Tunnel {
             upstream: Upstream::new(dest.clone(), tls),
             transport_problem: dest.check_transport(tls),
-            shared,
+            session,
             dest,
             tls,
             sni_problem,
@@ -233,7 +217,9 @@ impl Tunnel {
         };
         let subject = self.dest.subject("-", None);
         for _ in 0..count {
-            record_refused(&self.shared, &subject, &detail).await;
+            Refusal::unparsed(&subject, &detail)
+                .record(&self.session)
+                .await;
         }
     }
 
@@ -250,7 +236,7 @@ impl Tunnel {
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(TokioTimer::new())
-            .header_read_timeout(self.shared.options.idle_timeout)
+            .header_read_timeout(self.session.options.idle_timeout)
             .keep_alive(true);
         let io = TokioIo::new(Probed::new(io, probe.clone()));
         let conn = builder.serve_connection(io, service);
@@ -268,7 +254,9 @@ impl Tunnel {
                 let method = line.method.as_deref().unwrap_or("-");
                 let subject = self.dest.subject(method, line.target.path());
                 let detail = format!("the request is not valid HTTP/1.1: {e}");
-                record_refused(&self.shared, &subject, &detail).await;
+                Refusal::unparsed(&subject, &detail)
+                    .record(&self.session)
+                    .await;
             }
             Err(e) => tracing::debug!(host = %self.dest.host, "tunnel connection ended: {e}"),
             Ok(()) => {}
@@ -276,33 +264,31 @@ impl Tunnel {
     }
 
     async fn handle(&self, guard: &ConnGuard, req: Request<Incoming>) -> Response<Body> {
-        let subject = self
-            .dest
-            .subject(req.method().as_str(), Some(req.uri().path()));
+        let cx = RequestContext::new(&self.session, guard, &self.upstream, &req);
+        match self.check(&cx.subject, &req) {
+            Ok(host) => exchange(cx, req, host).await,
+            Err(refusal) => refusal.answer(&self.session).await,
+        }
+    }
+
+    /// The Host value to forward, once the request may go to this tunnel's destination at all.
+    fn check(&self, subject: &Subject, req: &Request<Incoming>) -> Result<HeaderValue, Refusal> {
         if let Some(refused) = &self.transport_problem {
-            if !self.shared.record(subject.decided(refused)).await {
-                return respond::audit_unavailable();
-            }
-            return respond::denied(refused);
+            return Err(Refusal::denied(subject, refused));
         }
         // An authority holding a placeholder is an attempt to carry a secret out in a name: it is
         // named as such, before the authority is compared with the target.
-        if let Some((refused, names)) = placeholder_in_authority(&self.shared, &req) {
-            return refuse_authority(&self.shared, &subject, &refused, names).await;
-        }
+        check_request_authorities(&self.session, req, subject)?;
         if let Some(problem) = &self.sni_problem {
-            return bad_request(&self.shared, &subject, problem).await;
+            return Err(Refusal::bad_request(subject, problem));
         }
         if req.method() == Method::CONNECT {
             let why = "CONNECT inside a tunnel is not allowed";
-            return bad_request(&self.shared, &subject, why).await;
+            return Err(Refusal::bad_request(subject, why));
         }
         let default_port = if self.tls { 443 } else { 80 };
-        let host = match checked_authority(&req, &self.dest.host, self.dest.port, default_port) {
-            Ok(host) => host,
-            Err(why) => return bad_request(&self.shared, &subject, &why).await,
-        };
-        exchange(&self.shared, guard, &self.dest, &self.upstream, req, host).await
+        checked_authority(req, &self.dest.host, self.dest.port, default_port)
+            .map_err(|why| Refusal::bad_request(subject, &why))
     }
 }
 
@@ -321,130 +307,4 @@ fn h2_protocol_error(error: &hyper::Error) -> Option<String> {
         source = e.source();
     }
     None
-}
-
-/// The refusal of a request inside a tunnel whose Host header or `:authority` (absolute or h2)
-/// holds one of the session's placeholders; `None` when none does, or the session has no secrets.
-/// Bytes that are not UTF-8 are replaced for the scan, which cannot hide a placeholder (placeholders
-/// are ASCII). Borrows the text: this runs on every request.
-fn placeholder_in_authority<B>(
-    shared: &Shared,
-    req: &Request<B>,
-) -> Option<(Decision, Vec<String>)> {
-    if shared.secrets.is_empty() {
-        return None;
-    }
-    let hosts = req.headers().get_all(HOST).iter();
-    hosts
-        .map(|v| ("the Host header", String::from_utf8_lossy(v.as_bytes())))
-        .chain(
-            req.uri()
-                .authority()
-                .map(|a| ("the request's authority", a.as_str().into())),
-        )
-        .find_map(|(what, text)| authority_refusal(shared, &text, what))
-}
-
-/// The Host value to forward, once every authority the request names (Host header, absolute or h2
-/// `:authority`) is the CONNECT target by name and port.
-pub(crate) fn checked_authority<B>(
-    req: &Request<B>,
-    target: &Host,
-    port: u16,
-    default_port: u16,
-) -> Result<HeaderValue, String> {
-    let mut named: Vec<&str> = Vec::new();
-    let mut hosts = req.headers().get_all(HOST).iter();
-    if let Some(value) = hosts.next() {
-        if hosts.next().is_some() {
-            return Err("the request has more than one Host header".to_string());
-        }
-        named.push(
-            value
-                .to_str()
-                .map_err(|_| "the Host header is not ASCII text".to_string())?,
-        );
-    }
-    if let Some(authority) = req.uri().authority() {
-        named.push(authority.as_str());
-    }
-    let Some(first) = named.first().copied() else {
-        return Err("the request names no host (no Host header or :authority)".to_string());
-    };
-    for text in &named {
-        if text.contains('@') {
-            return Err(format!("the authority {text:?} carries credentials"));
-        }
-        let (host, named_port) = split_authority(text).map_err(|e| e.to_string())?;
-        if &host != target || named_port.unwrap_or(default_port) != port {
-            return Err(format!(
-                "the request's host {text:?} does not match the CONNECT target {}",
-                target.authority(port)
-            ));
-        }
-    }
-    HeaderValue::from_str(first).map_err(|_| format!("the host {first:?} is not a valid header"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn host(text: &str) -> Host {
-        Host::parse(text).unwrap()
-    }
-
-    #[test]
-    fn sni_must_name_the_connect_target() {
-        let name = host("mcp.example.com");
-        assert_eq!(sni_mismatch(&name, Some("mcp.example.com")), None);
-        assert_eq!(sni_mismatch(&name, Some("MCP.Example.com.")), None);
-        assert!(sni_mismatch(&name, Some("other.example.com")).is_some());
-        assert!(sni_mismatch(&name, None).is_some(), "a name needs SNI");
-        let ip = host("10.0.0.5");
-        assert_eq!(
-            sni_mismatch(&ip, None),
-            None,
-            "clients send no SNI for an IP"
-        );
-        assert!(sni_mismatch(&ip, Some("mcp.example.com")).is_some());
-    }
-
-    fn request(host_headers: &[&str], uri: &str) -> Request<()> {
-        let mut builder = Request::builder().uri(uri);
-        for h in host_headers {
-            builder = builder.header(HOST, *h);
-        }
-        builder.body(()).unwrap()
-    }
-
-    #[test]
-    fn authorities_must_all_name_the_target_by_name_and_port() {
-        let target = host("mcp.example.com");
-        let check =
-            |hosts: &[&str], uri: &str| checked_authority(&request(hosts, uri), &target, 443, 443);
-        assert_eq!(
-            check(&["mcp.example.com"], "/mcp").unwrap(),
-            "mcp.example.com"
-        );
-        assert_eq!(
-            check(&["mcp.example.com:443"], "/mcp").unwrap(),
-            "mcp.example.com:443"
-        );
-        assert!(check(&["mcp.example.com"], "https://mcp.example.com/mcp").is_ok());
-        assert!(check(&[], "https://mcp.example.com/mcp").is_ok());
-        for (hosts, uri) in [
-            (&["mcp.example.com:8443"][..], "/mcp"),
-            (&["evil.com"][..], "/mcp"),
-            (&["mcp.example.com"][..], "https://evil.com/mcp"),
-            (&["mcp.example.com", "mcp.example.com"][..], "/mcp"),
-            (&["user@mcp.example.com"][..], "/mcp"),
-            (&[][..], "/mcp"),
-        ] {
-            assert!(check(hosts, uri).is_err(), "{hosts:?} {uri}");
-        }
-        // Plain HTTP in a tunnel defaults to port 80.
-        let plain = checked_authority(&request(&["mcp.example.com"], "/"), &target, 80, 80);
-        assert!(plain.is_ok());
-    }
 }

@@ -7,15 +7,18 @@
 //! echoed back into responses for their placeholders. Every decision is written to the audit log
 //! before anything is forwarded; when it cannot be written, nothing is.
 //!
-//! Modules, in the order a request meets them: [`server`] (accept, shutdown, audit redaction),
-//! [`capacity`] (the connection cap, idle connections giving way, descriptor limits), `connect`
-//! (CONNECT, placeholders in the target), `forward` (plain HTTP and the shared request phases: body,
-//! secrets, MCP, upstream, response scrubbing), `admit` (route, resolve,
-//! address checks), `intercept` (TLS termination and the Host/SNI checks), `mcp_enforce` (body
-//! buffering and classification), [`secrets`] (placeholders, scanning, substitution, scrubbing),
-//! `upstream` (dialling, upstream TLS, pooling), `tunnel` (pass-through copy), [`tls`] (session CA,
-//! leaves, upstream trust), [`audit_sink`] and [`audit_writer`] (the log), [`credstore`] (where
-//! values live), [`error`], [`options`], [`net`].
+//! docs/architecture.md describes the request's path phase by phase and where each decision is
+//! made. The modules, in the order a request meets them: [`server`] (the accept loop), [`capacity`]
+//! (the connection cap, idle connections giving way, descriptor limits), `client` (HTTP/1.1 on the
+//! proxy port, routing by form), `connect` (CONNECT) and `plain_http` (absolute-form `http://`),
+//! `authority` (the names a request gives and the checks on them), `admit` (route, resolve, address
+//! checks), `intercept` (TLS termination, h1/h2 in the tunnel), `exchange` (one request's phases in
+//! order: `head`, `request_body`, `decide` with `mcp_enforce`, `upstream` with `pool`, `response`
+//! with `failure_body`), `tunnel` (pass-through copy), and on every exit `refusal` (records, then
+//! answers with `respond`). Around them: `context` (what a session and a connection share),
+//! `request_context`, `malformed` and `h2_streams` (requests hyper or h2 refuse themselves), `io`,
+//! `body`, [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
+//! [`error`], [`options`], [`net`].
 
 pub mod audit_sink;
 pub mod audit_writer;
@@ -27,21 +30,35 @@ pub mod server;
 pub mod tls;
 
 mod admit;
+mod authority;
+mod body;
+mod client;
 mod connect;
+mod context;
+mod decide;
+mod exchange;
 mod failure_body;
-mod forward;
+mod h2_streams;
+mod head;
 mod intercept;
 mod io;
+mod malformed;
 mod mcp_enforce;
+mod plain_http;
+mod pool;
+mod refusal;
+mod request_body;
+mod request_context;
 mod respond;
+mod response;
 mod tunnel;
 mod upstream;
 
 pub use audit_sink::AuditSink;
+pub use body::{Body, BoxError};
 pub use error::{ErrorSource, ProxyError};
 pub use net::{Network, SystemNetwork};
 pub use options::ProxyOptions;
-pub use respond::{Body, BoxError};
 pub use server::{Proxy, ProxyBuilder, listener_from_std};
 pub use tls::SessionCa;
 

@@ -1,56 +1,19 @@
-//! The request-body phase of an inspected request: the body is buffered up to the policy's limit
-//! (413 beyond it, and nothing forwarded) so that every decision about it is made before a byte goes
-//! upstream; and, on an MCP server's host:port, the policy classifies the buffered request, one
-//! audit record is written per JSON-RPC message (or one for a request without messages), and a
-//! denial answers with the policy's JSON-RPC error body, so the client reports it as that call's
-//! error and its session keeps working. The caller (`forward::exchange`) orders the phases and
-//! writes the records.
+//! MCP enforcement on a buffered request to an MCP server's host:port: the policy classifies it, one
+//! audit record is made per JSON-RPC message (or one for a request without messages), and a denial
+//! answers with the policy's JSON-RPC error body, so the client reports it as that call's error and
+//! its session keeps working. [`crate::decide`] orders this after the secrets check and writes the
+//! records.
 
 use crate::audit_sink::{Subject, recorded_decision};
 use crate::audit_writer::AuditEntry;
-use crate::error::ProxyError;
-use crate::respond::{self, Body};
-use crate::server::Shared;
-use bytes::Bytes;
+use crate::body::Body;
+use crate::refusal::Refusal;
+use crate::respond;
 use fenzi_policy::Decision;
-use fenzi_policy::engine::McpServer;
+use fenzi_policy::engine::{McpServer, Policy};
 use fenzi_policy::mcp::{McpDecision, RequestView, denial_body};
 use http::Response;
-use http::header::CONTENT_LENGTH;
 use http::request::Parts;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper::body::Incoming;
-use tokio::time::timeout;
-
-/// Reads a request body whole, up to the policy's limit. `Err` is the answer to send instead
-/// (already recorded): 413 beyond the limit, 400 when the client failed to send it.
-pub(crate) async fn read_body(
-    shared: &Shared,
-    subject: &Subject,
-    parts: &Parts,
-    body: Incoming,
-) -> Result<Bytes, Response<Body>> {
-    let limit = shared.policy.limits().max_bytes;
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large(shared, subject).await);
-    }
-    let wait = shared.options.body_read_timeout;
-    match timeout(wait, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(too_large(shared, subject).await)
-        }
-        Ok(Err(e)) => {
-            Err(client_failed(shared, subject, ProxyError::ClientBody(e.to_string())).await)
-        }
-        Err(_) => Err(client_failed(shared, subject, ProxyError::ClientBodyTimeout(wait)).await),
-    }
-}
 
 /// Runs `f` on the policy's view of a buffered request.
 fn with_view<T>(parts: &Parts, body: &[u8], f: impl FnOnce(&RequestView<'_>) -> T) -> T {
@@ -74,12 +37,12 @@ fn with_view<T>(parts: &Parts, body: &[u8], f: impl FnOnce(&RequestView<'_>) -> 
 
 /// The policy's decision about a buffered request to `server`.
 pub(crate) fn classify(
-    shared: &Shared,
+    policy: &Policy,
     server: &McpServer,
     parts: &Parts,
     body: &[u8],
 ) -> McpDecision {
-    with_view(parts, body, |view| shared.policy.decide_mcp(server, view))
+    with_view(parts, body, |view| policy.decide_mcp(server, view))
 }
 
 /// The audit entries of a decision: one per JSON-RPC message, or one for a request without any.
@@ -95,9 +58,18 @@ pub(crate) fn entries(subject: &Subject, decision: &McpDecision) -> Vec<AuditEnt
     }
 }
 
-/// The answer to a request the classifier refused: the policy's JSON-RPC error body, with the
-/// status of the decision its record carries.
-pub(crate) fn refusal(decision: &McpDecision, parts: &Parts, body: &[u8]) -> Response<Body> {
+/// A request the classifier refused: its records, answered with the policy's JSON-RPC error body
+/// and the status of the decision its record carries.
+pub(crate) fn refused(
+    subject: &Subject,
+    decision: &McpDecision,
+    parts: &Parts,
+    body: &[u8],
+) -> Refusal {
+    Refusal::records(entries(subject, decision), answer(decision, parts, body))
+}
+
+fn answer(decision: &McpDecision, parts: &Parts, body: &[u8]) -> Response<Body> {
     let status = answered(decision)
         .reason()
         .map_or(403, |reason| reason.http_status());
@@ -107,17 +79,17 @@ pub(crate) fn refusal(decision: &McpDecision, parts: &Parts, body: &[u8]) -> Res
     )
 }
 
-/// The answer on an MCP endpoint to a request refused before classification (a placeholder sent to
-/// a host it is not bound to): each JSON-RPC request in it gets an error with `refused`'s reason,
-/// so the client reports the call as failed and its session keeps working.
-pub(crate) fn refusal_for(
-    shared: &Shared,
+/// The answer on an MCP endpoint to a request refused for another reason than its classification (a
+/// placeholder sent to a host it is not bound to): each JSON-RPC request in it gets an error with
+/// `refused`'s reason, so the client reports the call as failed and its session keeps working.
+pub(crate) fn answer_as_rpc_errors(
+    policy: &Policy,
     server: &McpServer,
     refused: &Decision,
     parts: &Parts,
     body: &[u8],
 ) -> Response<Body> {
-    let mut decision = classify(shared, server, parts, body);
+    let mut decision = classify(policy, server, parts, body);
     decision.overall = refused.clone();
     for m in &mut decision.messages {
         m.decision = refused.clone();
@@ -138,20 +110,4 @@ fn answered(decision: &McpDecision) -> &Decision {
         (false, [only]) => recorded_decision(only, &decision.overall),
         _ => &decision.overall,
     }
-}
-
-async fn too_large(shared: &Shared, subject: &Subject) -> Response<Body> {
-    let decision = shared.policy.body_too_large();
-    if !shared.record(subject.decided(&decision)).await {
-        return respond::audit_unavailable();
-    }
-    respond::denied(&decision)
-}
-
-/// A request whose body never arrived whole: recorded as failed by the client, answered 400.
-async fn client_failed(shared: &Shared, subject: &Subject, error: ProxyError) -> Response<Body> {
-    if !shared.record(subject.failed(&error)).await {
-        return respond::audit_unavailable();
-    }
-    respond::failure(&error)
 }

@@ -1,28 +1,11 @@
-//! The bodies the proxy answers with itself: denials (`{"error": "<reason>", "message": ...}`, or the
-//! JSON-RPC error body the policy builds for an MCP endpoint), failures, and the body type every response
-//! the proxy produces shares with the upstream's streamed bodies.
+//! The answers the proxy writes itself: denials (`{"error": "<reason>", "message": ...}`, or a JSON
+//! body built elsewhere, such as the JSON-RPC errors of an MCP endpoint), failures, and the 503 of a
+//! decision that could not be recorded. Only [`crate::refusal`] sends them to a client.
 
+use crate::body::{Body, full};
 use crate::error::ProxyError;
-use bytes::Bytes;
 use fenzi_policy::{Decision, Reason};
 use http::{HeaderValue, Response, StatusCode, header};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Empty, Full};
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Every body the proxy sends or forwards: a full buffer or a stream, boxed.
-pub type Body = UnsyncBoxBody<Bytes, BoxError>;
-
-pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
-
-pub(crate) fn empty() -> Body {
-    Empty::new().map_err(|never| match never {}).boxed_unsync()
-}
 
 /// A JSON response with `status`.
 pub(crate) fn json(status: u16, body: Vec<u8>) -> Response<Body> {

@@ -1,8 +1,8 @@
 //! HTTP/2 requests that never reach the proxy's service. The h2 library refuses some streams by
 //! itself, with RST_STREAM and no word to hyper or to us: a malformed request head (a pseudo-header
 //! missing or out of place, a connection-specific header), a stream over the concurrency limit. Such
-//! a request is not forwarded, but it is a request, and each request gets one record (DESIGN.md §3,
-//! §5). This module counts them.
+//! a request is not forwarded, but it is a request, and each request gets one record. This module
+//! counts them.
 //!
 //! [`client_frames`] reads the frame headers of what the client sends (after the connection preface)
 //! and counts the streams it opens: a HEADERS frame on a new client stream id. The service calls

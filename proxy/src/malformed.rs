@@ -2,8 +2,8 @@
 //! coding, control characters, obs-fold, an oversize head, an HTTP/2 preface on an HTTP/1.1
 //! connection) never reaches the proxy's service: hyper answers it with a bare 400, 414 or 431 (there
 //! is no way to give it our JSON body) and ends the connection with a parse error. Every request still
-//! gets one decision and one record (DESIGN.md §3, §5), so the connection's owner calls
-//! [`record_refused`] when its HTTP/1 connection ends with such an error.
+//! gets one decision and one record, so the connection's owner records a
+//! [`crate::refusal::Refusal::unparsed`] when its HTTP/1 connection ends with such an error.
 //!
 //! What the record can name: a [`HeadProbe`] keeps the first line a connection sent, read through
 //! [`Probed`], until the first request is handed to the service. If hyper refused the first request,
@@ -11,11 +11,7 @@
 //! them); for a later request on a keep-alive connection, the bytes cannot be told apart reliably and
 //! the record names only what the connection is known to be about.
 
-use crate::audit_sink::Subject;
-use crate::error::ErrorSource;
 use crate::io::{Observed, ReadObserver};
-use crate::server::Shared;
-use fenzi_policy::{Decision, Reason};
 use http::Uri;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -198,22 +194,6 @@ impl Target {
             Target::Unknown | Target::Invalid | Target::Authority(_) => None,
         }
     }
-}
-
-/// The `bad_request` denial of a malformed request; `detail` says what was wrong with it. Shared by
-/// the requests hyper refuses ([`record_refused`]) and those the proxy refuses itself
-/// ([`crate::forward::bad_request`]).
-pub(crate) fn refusal(detail: &str) -> Decision {
-    Decision::deny(Reason::BadRequest, "malformed request", detail)
-}
-
-/// Records the `bad_request` denial of a request (or an h2 connection) hyper refused and answered
-/// itself; `detail` says what was wrong with it.
-pub(crate) async fn record_refused(shared: &Shared, subject: &Subject, detail: &str) {
-    let mut entry = subject.decided(&refusal(detail));
-    entry.source = Some(ErrorSource::Client.label().to_string());
-    // The answer has gone out and nothing was forwarded; a failure to record is logged by `record`.
-    let _ = shared.record(entry).await;
 }
 
 /// A client stream whose reads the probe sees.

@@ -1,0 +1,128 @@
+//! The context every request runs in. [`SessionContext`] is what all connections of one proxy
+//! session share: the compiled policy, the audit sink, the session CA, the upstream TLS trust, the
+//! options, the network seam, the session's secrets and the upstream connection pool. [`ConnGuard`]
+//! is what one client connection (and every tunnel it spawns) holds: its slot under the connection
+//! cap, its activity as the eviction rule sees it, and the shutdown signal.
+//!
+//! Every audit record is written by [`SessionContext::record`], which first replaces any of the
+//! session's placeholders (or values) in the record's text fields by `[placeholder:NAME]`: whatever
+//! path, host or tool name a client sends, the log names secrets only. A record that cannot be
+//! written is [`AuditUnavailable`], which the refusal funnel ([`crate::refusal`]) turns into a 503.
+
+use crate::audit_sink::AuditSink;
+use crate::audit_writer::AuditEntry;
+use crate::capacity::{Admitted, InFlight};
+use crate::net::Network;
+use crate::options::ProxyOptions;
+use crate::pool::Pool;
+use crate::secrets::SessionSecrets;
+use crate::tls::SessionCa;
+use fenzi_policy::engine::Policy;
+use http::Request;
+use std::borrow::Cow;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// What every connection of one session shares.
+pub(crate) struct SessionContext {
+    pub policy: Policy,
+    pub audit: Arc<dyn AuditSink>,
+    pub ca: SessionCa,
+    pub upstream_tls: Arc<rustls::ClientConfig>,
+    pub options: ProxyOptions,
+    pub network: Arc<dyn Network>,
+    /// The session's placeholders and values (empty: no secrets, every request passes unchanged).
+    pub secrets: SessionSecrets,
+    /// Idle upstream connections, reused across requests and client connections.
+    pub upstreams: Arc<Pool>,
+}
+
+/// An audit record could not be written: nothing may be forwarded, and the client gets 503.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AuditUnavailable;
+
+impl SessionContext {
+    /// Writes one record. The write failure is logged here; the caller answers 503 (through
+    /// [`crate::refusal::Refusal`]) and forwards nothing.
+    pub async fn record(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
+        let entry = self.redacted(entry);
+        match self.audit.record(entry).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::error!("audit record failed, denying: {e}");
+                Err(AuditUnavailable)
+            }
+        }
+    }
+
+    /// `entry` with every placeholder of this session in its text fields replaced by
+    /// `[placeholder:NAME]` (see `Scanner::redact`): text taken from a request may hold one. A
+    /// real value is turned into its placeholder first, and so into the same mark; no request
+    /// path puts one there, this makes sure none ever reaches the log.
+    fn redacted(&self, mut entry: AuditEntry) -> AuditEntry {
+        if self.secrets.is_empty() {
+            return entry;
+        }
+        let (scanner, scrubber) = (self.secrets.scanner(), self.secrets.scrubber());
+        let redact = |text: &mut String| {
+            if let Some(scrubbed) = scrubber.scrub(text.as_bytes()) {
+                *text = String::from_utf8_lossy(&scrubbed).into_owned();
+            }
+            if let Cow::Owned(safe) = scanner.redact(text) {
+                *text = safe;
+            }
+        };
+        redact(&mut entry.method);
+        redact(&mut entry.host);
+        for field in [
+            &mut entry.path,
+            &mut entry.server,
+            &mut entry.rpc,
+            &mut entry.tool,
+            &mut entry.rpc_id,
+            &mut entry.rule,
+            &mut entry.source,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            redact(field);
+        }
+        entry
+    }
+}
+
+/// Held by a client connection and everything it spawns (tunnels): its slot under the connection cap
+/// (freed when the last clone is dropped), its activity as the eviction rule sees it, and the signal
+/// that the proxy is shutting down.
+#[derive(Clone)]
+pub(crate) struct ConnGuard {
+    conn: Arc<Admitted>,
+    stop: watch::Receiver<bool>,
+}
+
+impl ConnGuard {
+    pub fn new(conn: Admitted, stop: watch::Receiver<bool>) -> ConnGuard {
+        ConnGuard {
+            conn: Arc::new(conn),
+            stop,
+        }
+    }
+
+    /// Resolves once shutdown has begun.
+    pub async fn stopping(&mut self) {
+        let _ = self.stop.wait_for(|stop| *stop).await;
+    }
+
+    /// A request head on this connection is complete and handed to the service: the connection is
+    /// busy, so never evicted, until the returned value is answered (response head) or dropped.
+    pub fn request<B>(&self, req: &Request<B>) -> InFlight {
+        self.conn.request(req)
+    }
+
+    /// The connection (an intercepted tunnel serving HTTP/1.1) now waits for request heads: their
+    /// bytes are not activity, so a client dribbling a head is evictable like one on the proxy port.
+    pub fn reading_heads(&self) {
+        self.conn.reading_heads();
+    }
+}

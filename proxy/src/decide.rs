@@ -1,0 +1,96 @@
+//! The decisions about a buffered request, each recorded before anything is forwarded (README, "What
+//! the proxy decides" and "Secrets"; the integration guide in [`crate::secrets`]):
+//!
+//! 1. Secrets: where this session's placeholders appear and where the request goes. A placeholder
+//!    sent to a host it is not bound to, or in clear text (not TLS on both hops), refuses the whole
+//!    request: one `credential_endpoint_mismatch` record naming the secrets, 403, nothing sent.
+//! 2. MCP: the classifier's decision, one record per message ([`crate::mcp_enforce`]); a denial is
+//!    answered with JSON-RPC errors. A plain host has its one admitting record.
+//! 3. The granted substitutions are carried out (header values, query, body where allowed, the bearer
+//!    of a `token: true` server, `Content-Length`). A value written into an MCP body must not change
+//!    what the classifier allowed, so such a body is classified again.
+//! 4. The records are written, naming the secrets used.
+//!
+//! A new request rule belongs in `fenzi-policy` (the classifier or the secret-use decision); this
+//! phase only orders the decisions and records them. See docs/architecture.md.
+
+use crate::admit::Handling;
+use crate::mcp_enforce;
+use crate::refusal::Refusal;
+use crate::request_context::RequestContext;
+use bytes::Bytes;
+use fenzi_policy::{Decision, Reason};
+use http::request::Parts;
+
+/// Decides and records a buffered request. `Ok` is the body to forward (`parts` updated).
+pub(crate) async fn decide(
+    cx: &RequestContext<'_>,
+    parts: &mut Parts,
+    body: Bytes,
+) -> Result<Bytes, Refusal> {
+    let (session, dest) = (cx.session, cx.dest());
+    let secrets = &session.secrets;
+    let use_ = secrets.check_request(&dest.host, dest.port, cx.upstream.secure(), parts, &body);
+    if !use_.is_allowed() {
+        return Err(refused(cx, &use_.decision, &use_.secrets, parts, &body));
+    }
+    let entries = match &dest.handling {
+        Handling::Mcp(server) => {
+            let decision = mcp_enforce::classify(&session.policy, server, parts, &body);
+            if !decision.overall.is_allowed() {
+                // Refused: nothing was substituted, so the records name no secret.
+                return Err(mcp_enforce::refused(&cx.subject, &decision, parts, &body));
+            }
+            mcp_enforce::entries(&cx.subject, &decision)
+        }
+        Handling::Plain => vec![cx.subject.decided(&dest.decision)],
+    };
+
+    let body = match secrets.apply(&use_, parts, body.clone()) {
+        Ok(new) => new,
+        Err(e) => {
+            let refused_by = Decision::deny(Reason::BadRequest, "secrets", e.to_string());
+            return Err(refused(cx, &refused_by, &use_.secrets, parts, &body));
+        }
+    };
+    if let Handling::Mcp(server) = &dest.handling
+        && use_.substitute.iter().any(|g| g.body)
+        && !mcp_enforce::classify(&session.policy, server, parts, &body)
+            .overall
+            .is_allowed()
+    {
+        let refused_by = Decision::deny(
+            Reason::PolicyDenied,
+            "secrets in bodies",
+            "the request is no longer allowed once the secret values are written into its body",
+        );
+        return Err(Refusal::denied(&cx.subject, &refused_by).naming_secrets(&use_.secrets));
+    }
+    for mut entry in entries {
+        entry.secrets = use_.secrets.clone();
+        session.record(entry).await?;
+    }
+    Ok(body)
+}
+
+/// The refusal of a buffered request by `decision`, naming `secrets`: on an MCP server answered with
+/// a JSON-RPC error for each of its requests, elsewhere with the plain denial body.
+fn refused(
+    cx: &RequestContext<'_>,
+    decision: &Decision,
+    secrets: &[String],
+    parts: &Parts,
+    body: &[u8],
+) -> Refusal {
+    let refusal = Refusal::denied(&cx.subject, decision).naming_secrets(secrets);
+    match &cx.dest().handling {
+        Handling::Mcp(server) => refusal.answered_with(mcp_enforce::answer_as_rpc_errors(
+            &cx.session.policy,
+            server,
+            decision,
+            parts,
+            body,
+        )),
+        Handling::Plain => refusal,
+    }
+}

@@ -1,0 +1,76 @@
+//! One request to an admitted destination, from its head to the response the client gets. Shared by
+//! plain-HTTP proxy requests ([`crate::plain_http`]) and requests inside intercepted tunnels
+//! ([`crate::intercept`]). The phases, in order, each in its own module:
+//!
+//! 1. head ([`crate::head`]): hop-by-hop headers out, the checked Host in, identity encoding asked
+//!    for when the response may need scrubbing. The decisions see exactly what will be forwarded.
+//! 2. body ([`crate::request_body`]): streamed when nothing is decided about it (a plain host in a
+//!    session without secrets, which then gets its one admitting record), else read whole up to the
+//!    limit.
+//! 3. decide ([`crate::decide`]): secrets, MCP classification, substitution; every record written.
+//! 4. upstream ([`crate::upstream`]): origin-form, a pooled or new connection to a checked address.
+//! 5. response ([`crate::response`]): hop-by-hop out, secret values scrubbed as the body streams, a
+//!    broken-off body recorded.
+//!
+//! Any phase may refuse: it returns a [`Refusal`], which [`exchange`] records and answers. Redirects
+//! are answers like any other: passed back, never followed.
+
+use crate::admit::Handling;
+use crate::body::{self, Body, BoxError};
+use crate::decide::decide;
+use crate::error::ProxyError;
+use crate::head;
+use crate::refusal::Refusal;
+use crate::request_body;
+use crate::request_context::RequestContext;
+use crate::response::{self, Answering};
+use http::{HeaderValue, Method, Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+/// Decides, records and forwards `req`; `host` is the checked Host value to send.
+pub(crate) async fn exchange(
+    cx: RequestContext<'_>,
+    req: Request<Incoming>,
+    host: HeaderValue,
+) -> Response<Body> {
+    let session = cx.session;
+    match phases(cx, req, host).await {
+        Ok(response) => response,
+        Err(refusal) => refusal.answer(session).await,
+    }
+}
+
+async fn phases(
+    cx: RequestContext<'_>,
+    req: Request<Incoming>,
+    host: HeaderValue,
+) -> Result<Response<Body>, Refusal> {
+    let (mut parts, body) = req.into_parts();
+    let session = cx.session;
+    let answering = Answering {
+        client_version: parts.version,
+        is_head: parts.method == Method::HEAD,
+    };
+    head::prepare_request(&mut parts, host, !session.secrets.is_empty());
+
+    let body: Body = if session.secrets.is_empty() && matches!(cx.dest().handling, Handling::Plain)
+    {
+        // Nothing to decide about the body: one record for the route, then it streams.
+        session
+            .record(cx.subject.decided(&cx.dest().decision))
+            .await?;
+        body.map_err(BoxError::from).boxed_unsync()
+    } else {
+        let bytes = request_body::read(&cx, &parts, body).await?;
+        body::full(decide(&cx, &mut parts, bytes).await?)
+    };
+
+    head::to_origin_form(&mut parts);
+    let response = cx
+        .upstream
+        .send(session, Request::from_parts(parts, body))
+        .await
+        .map_err(|error: ProxyError| Refusal::failed(&cx.subject, error))?;
+    response::finish(cx, answering, response)
+}

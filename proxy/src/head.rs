@@ -1,0 +1,91 @@
+//! Heads as they are forwarded, both ways: hop-by-hop headers removed (and those `Connection` names),
+//! the checked Host set, `Accept-Encoding: identity` when the response may need scrubbing, and the
+//! origin-form target an upstream expects.
+
+use crate::secrets::scrub;
+use http::header::{CONNECTION, HOST};
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue, Uri, Version};
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus `Expect`, which the proxy's
+/// own server has already answered.
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+];
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Makes a request head forwardable before anything is decided about it, so the decisions see exactly
+/// the headers that will be sent: hop-by-hop headers out, `host` (the checked Host value) in, and with
+/// secrets in the session (`scrubbed`) identity encoding asked for, so the response can be scrubbed.
+pub(crate) fn prepare_request(parts: &mut Parts, host: HeaderValue, scrubbed: bool) {
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(HOST, host);
+    if scrubbed {
+        scrub::request_identity(&mut parts.headers);
+    }
+}
+
+/// The request head as it goes upstream: the origin-form target (path and query only) over HTTP/1.1.
+pub(crate) fn to_origin_form(parts: &mut Parts) {
+    let origin_form = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    parts.uri = Uri::try_from(origin_form).unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Secret-Hop"),
+            ("connection", "x-other"),
+            ("x-secret-hop", "1"),
+            ("x-other", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authorization", "Basic x"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("expect", "100-continue"),
+            ("authorization", "Bearer kept"),
+            ("content-type", "application/json"),
+        ] {
+            headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["authorization", "content-type"]);
+    }
+}

@@ -1,0 +1,161 @@
+//! The one way a request is refused or fails. A [`Refusal`] holds the audit records of one refusal
+//! and the answer the client gets once they are written. Building one records nothing; exactly two
+//! functions write a refusal's records:
+//!
+//! - [`Refusal::answer`]: writes the records, then returns the answer. When any record cannot be
+//!   written, the answer is 503 `audit_unavailable` instead: an answer never goes out unrecorded,
+//!   and nothing is forwarded either way. This is the only place that decides the 503.
+//! - [`Refusal::record`]: writes the records of a refusal whose answer is not ours to give (a TLS
+//!   handshake abandoned, a request hyper already answered, a response body that broke off after
+//!   its head went out).
+//!
+//! The phases of the request path return `Result<_, Refusal>`, so a refusal anywhere is a `?`, and
+//! the request's entry point hands it to [`Refusal::answer`]. An allowed record that cannot be
+//! written converts into [`Refusal::audit_unavailable`] the same way.
+//!
+//! Naming: constructors say what was refused (`denied`, `bad_request`, `failed`, `unparsed`); checks
+//! that may refuse are named `check_*` and return `Result<_, Refusal>`.
+
+use crate::audit_sink::Subject;
+use crate::audit_writer::AuditEntry;
+use crate::body::Body;
+use crate::context::{AuditUnavailable, SessionContext};
+use crate::error::{ErrorSource, ProxyError};
+use crate::respond;
+use fenzi_policy::{Decision, Reason};
+use http::Response;
+
+/// One refused (or failed) request. Boxed: refusals are rare, and the `Result`s of the request path
+/// stay small on the path every allowed request takes.
+pub(crate) struct Refusal(Box<Refused>);
+
+/// A refusal's records, its answer, and what the log says of a failure.
+struct Refused {
+    /// Written in order before the answer; empty only for [`Refusal::audit_unavailable`].
+    entries: Vec<AuditEntry>,
+    answer: Response<Body>,
+    /// A failure's full text, for the log line only: the record names its reason and source.
+    failure: Option<(ErrorSource, String)>,
+}
+
+impl Refusal {
+    /// A denial by `decision` (the policy's, or the proxy's own), answered with its plain JSON body.
+    pub fn denied(subject: &Subject, decision: &Decision) -> Refusal {
+        Refusal(Box::new(Refused {
+            entries: vec![subject.decided(decision)],
+            answer: respond::denied(decision),
+            failure: None,
+        }))
+    }
+
+    /// A request the proxy refuses as malformed; `detail` says what was wrong with it.
+    pub fn bad_request(subject: &Subject, detail: &str) -> Refusal {
+        Refusal::denied(subject, &malformed(detail))
+    }
+
+    /// A request (or an h2 connection) hyper refused as malformed and answered itself. The record
+    /// names the client as the source; there is no answer of ours to send.
+    pub fn unparsed(subject: &Subject, detail: &str) -> Refusal {
+        let mut refusal = Refusal::bad_request(subject, detail);
+        for entry in &mut refusal.0.entries {
+            entry.source = Some(ErrorSource::Client.label().to_string());
+        }
+        refusal
+    }
+
+    /// A failure (of the client, the upstream or the proxy) after or instead of an allowed decision:
+    /// a `failed` record naming the error's reason and source, never its text.
+    pub fn failed(subject: &Subject, error: ProxyError) -> Refusal {
+        Refusal(Box::new(Refused {
+            entries: vec![subject.failed(&error)],
+            answer: respond::failure(&error),
+            failure: Some((error.source_kind(), error.to_string())),
+        }))
+    }
+
+    /// Several records (one per JSON-RPC message) and an answer built for them.
+    pub fn records(entries: Vec<AuditEntry>, answer: Response<Body>) -> Refusal {
+        Refusal(Box::new(Refused {
+            entries,
+            answer,
+            failure: None,
+        }))
+    }
+
+    /// An allowed decision that could not be recorded: nothing more to record, 503.
+    pub fn audit_unavailable() -> Refusal {
+        Refusal(Box::new(Refused {
+            entries: Vec::new(),
+            answer: respond::audit_unavailable(),
+            failure: None,
+        }))
+    }
+
+    /// The records name these secrets (by name).
+    pub fn naming_secrets(mut self, names: &[String]) -> Refusal {
+        for entry in &mut self.0.entries {
+            entry.secrets = names.to_vec();
+        }
+        self
+    }
+
+    /// The same records, answered with `answer` instead.
+    pub fn answered_with(mut self, answer: Response<Body>) -> Refusal {
+        self.0.answer = answer;
+        self
+    }
+
+    /// Writes the records, then returns the answer; 503 `audit_unavailable` when any record could
+    /// not be written.
+    pub async fn answer(self, session: &SessionContext) -> Response<Body> {
+        let Refused {
+            entries,
+            answer,
+            failure,
+        } = *self.0;
+        match write(session, entries, failure).await {
+            Ok(()) => answer,
+            Err(AuditUnavailable) => respond::audit_unavailable(),
+        }
+    }
+
+    /// Writes the records of a refusal whose answer has gone out already, or that has no one to
+    /// answer. A write failure is logged by [`SessionContext::record`]; nothing was forwarded.
+    pub async fn record(self, session: &SessionContext) {
+        let Refused {
+            entries, failure, ..
+        } = *self.0;
+        let _ = write(session, entries, failure).await;
+    }
+}
+
+impl From<AuditUnavailable> for Refusal {
+    fn from(_: AuditUnavailable) -> Refusal {
+        Refusal::audit_unavailable()
+    }
+}
+
+/// The `bad_request` decision of a malformed request.
+fn malformed(detail: &str) -> Decision {
+    Decision::deny(Reason::BadRequest, "malformed request", detail)
+}
+
+async fn write(
+    session: &SessionContext,
+    entries: Vec<AuditEntry>,
+    failure: Option<(ErrorSource, String)>,
+) -> Result<(), AuditUnavailable> {
+    if let (Some((source, text)), Some(first)) = (&failure, entries.first()) {
+        let (host, port) = (&first.host, first.port);
+        // The client's own failures (a TLS handshake it gave up) are routine; the rest are not.
+        if *source == ErrorSource::Client {
+            tracing::info!(%host, port, "{} failed: {text}", source.label());
+        } else {
+            tracing::warn!(%host, port, "{} failed: {text}", source.label());
+        }
+    }
+    for entry in entries {
+        session.record(entry).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! The response phase: what an upstream sends back on its way to the client. The head loses its
+//! hop-by-hop headers and gets the client's HTTP version; with secrets in the session, the head is
+//! checked (an encoded body cannot be scrubbed, so it is refused) and every value in the body is
+//! replaced by its placeholder as it streams. The body is never buffered here, and one that breaks off
+//! after its head went out gets its `failed` record ([`crate::failure_body`]).
+//!
+//! A check on what MCP servers send back belongs here, between the head and the body: it sees the
+//! request's [`RequestContext`] (destination, subject) and returns a [`Refusal`] to answer instead.
+
+use crate::body::Body;
+use crate::failure_body::RecordsFailure;
+use crate::head::strip_hop_by_hop;
+use crate::refusal::Refusal;
+use crate::request_context::RequestContext;
+use http::header::CONTENT_LENGTH;
+use http::{Response, StatusCode, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+/// What the response phase needs to know of the request it answers.
+pub(crate) struct Answering {
+    /// The HTTP version the client spoke.
+    pub client_version: Version,
+    /// A HEAD request: its response has no body, whatever its length says.
+    pub is_head: bool,
+}
+
+/// The upstream's `response` as the client gets it.
+pub(crate) fn finish(
+    cx: RequestContext<'_>,
+    request: Answering,
+    response: Response<Incoming>,
+) -> Result<Response<Body>, Refusal> {
+    let (mut head, body) = response.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    head.version = request.client_version;
+    let secrets = &cx.session.secrets;
+    if secrets.is_empty() {
+        let body = RecordsFailure::new(body, cx.session.clone(), cx.subject, cx.guard.clone());
+        return Ok(Response::from_parts(head, body.boxed_unsync()));
+    }
+    // A HEAD or 304 response has no body to scrub; its length describes another response.
+    let length = (request.is_head || head.status == StatusCode::NOT_MODIFIED)
+        .then(|| head.headers.get(CONTENT_LENGTH).cloned())
+        .flatten();
+    if let Err(refused) = secrets.scrubber().check_response_head(&mut head.headers) {
+        return Err(Refusal::failed(&cx.subject, refused.into()));
+    }
+    if let Some(length) = length {
+        head.headers.insert(CONTENT_LENGTH, length);
+    }
+    let body = secrets.scrubber().body(body);
+    let body = RecordsFailure::new(body, cx.session.clone(), cx.subject, cx.guard.clone());
+    Ok(Response::from_parts(head, body.boxed_unsync()))
+}
