@@ -1,4 +1,4 @@
-//! `fenzi mcp`: the MCP servers in the policy (DESIGN.md §2, §6) and the secrets they need.
+//! `fenzi mcp`: the MCP servers in the policy (README, `fenzi mcp`) and the secrets they need.
 //! One module per subcommand (`add`, `token`, `list`, `remove`, `import`, `render`), with the
 //! shared pieces beside them: `entry` (an entry to write), `yaml_edit` (byte-preserving edits of
 //! the `mcp:` section), `files` (the two policy files, checked edits, atomic writes).

@@ -1,5 +1,5 @@
 //! `fenzi mcp token NAME [--secret VAR] [--delete]`: stores a secret value in the credential store
-//! (DESIGN.md §4), or deletes it.
+//! (README, Secrets), or deletes it.
 //!
 //! NAME is a server or a secret name:
 //! - a `token: true` server: its token, kept as `MCP_<SERVER>`;

@@ -1,59 +1,15 @@
-//! What `fenzi proxy` and `fenzi run` both set up for a session: its id, the audit log, the private
-//! directory holding the session CA certificate, the session's secrets (values gathered, placeholders
-//! minted, `placeholders.env`), and the proxy options derived from flags.
+//! The session's secrets: each value the policy lists, from `FENZI_SECRET_<NAME>` or the credential
+//! store (withheld when the policy binds it to hosts it was not stored for), a placeholder minted for
+//! each, `placeholders.env`, and the lines that say what was loaded and what is missing.
 
-use crate::commands::log::audit_dir;
-use anyhow::{Context, Result, anyhow, bail};
+use super::files::create_private_dir;
+use anyhow::{Result, anyhow, bail};
 use fenzi_policy::engine::{Policy, SecretBinding, SecretSource};
-use fenzi_proxy::audit_writer::{AuditError, AuditWriter};
 use fenzi_proxy::credstore::{self, CredentialStore, StoreError};
 use fenzi_proxy::secrets::placeholders::ENV_PREFIX;
 use fenzi_proxy::secrets::{SecretSet, values_from_env};
-use fenzi_proxy::tls::upstream::parse_pem_certs;
-use fenzi_proxy::{Proxy, ProxyOptions};
 use std::ffi::OsString;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// The audit log of a session: `explicit`, or `$XDG_STATE_HOME/fenzi/audit/<session>.jsonl`.
-pub fn open_audit(explicit: Option<&Path>, session: &str) -> Result<(PathBuf, AuditWriter)> {
-    let path = match explicit {
-        Some(path) => path.to_path_buf(),
-        None => audit_dir(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
-            .context(
-                "cannot choose an audit log: neither XDG_STATE_HOME nor HOME is set; pass --audit",
-            )?
-            .join(format!("{session}.jsonl")),
-    };
-    // Every `AuditError` names the file and its cause already: no context on top, or it says it twice.
-    let writer = AuditWriter::open(&path, session)?;
-    Ok((path, writer))
-}
-
-/// Creates `dir` (private to the user when new).
-pub fn create_private_dir(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))
-}
-
-/// Writes `contents` to `dir/name` atomically (temporary file, then rename).
-pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, contents).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(path)
-}
-
-/// Creates `dir` if needed and writes the session CA certificate (never its key) to `dir/ca.pem`.
-pub fn write_ca(dir: &Path, pem: &str) -> Result<PathBuf> {
-    create_private_dir(dir)?;
-    write_file(dir, "ca.pem", pem.as_bytes())
-}
 
 /// A secret the policy lists that this session has no value for: it gets no placeholder, and nothing
 /// is substituted for it (requests carrying its name's variable simply go without it).
@@ -303,155 +259,6 @@ fn one_line(text: &str) -> String {
         .join("; ")
 }
 
-/// How a session's serving ended: what `fenzi proxy` and `fenzi run` report at exit.
-pub struct Served {
-    /// Connections that did not finish within the drain time and were cut.
-    pub cut: usize,
-    /// What refused records cost (see [`refused_records`]).
-    pub refused: Option<String>,
-    /// Whether the log is whole now. Records refused earlier lost nothing (their requests were
-    /// denied); an error here is the writer stopped for good (it says what that may have cost) or
-    /// a head that still lags its records, and fails the exit.
-    pub flushed: Result<(), AuditError>,
-}
-
-/// Serves `proxy` on `listener` until `stop`, then flushes the log. Serving runs on a worker task,
-/// not the calling thread, so accepted connections start where they were accepted.
-pub async fn serve_until(
-    proxy: &Proxy,
-    listener: tokio::net::TcpListener,
-    stop: impl Future<Output = ()> + Send + 'static,
-    writer: &AuditWriter,
-) -> Result<Served> {
-    let serving = tokio::spawn({
-        let proxy = proxy.clone();
-        async move { proxy.serve(listener, stop).await }
-    });
-    let cut = serving.await.context("the proxy task failed")??;
-    Ok(Served {
-        cut,
-        refused: refused_records(writer),
-        flushed: writer.flush().await,
-    })
-}
-
-/// What the session's refused records cost, for the line printed at exit; `None` when none was
-/// refused. A refused record lost nothing: its request was denied.
-pub fn refused_records(writer: &AuditWriter) -> Option<String> {
-    let refused = writer.refused();
-    (refused > 0).then(|| {
-        format!(
-            "{refused} audit records could not be written, and their requests were refused (503 audit_unavailable)"
-        )
-    })
-}
-
-/// Flags that tune the proxy, shared by `fenzi proxy` and `fenzi run`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ProxyFlags {
-    /// Extra root certificates (PEM) trusted for upstream TLS, beside the public roots. Repeatable.
-    #[arg(long, value_name = "PEM")]
-    upstream_ca: Vec<PathBuf>,
-    /// Client connections served at once, tunnels included. When all are taken, the one idle longest
-    /// (at least a second) is closed to make room. The default is what this machine's descriptor
-    /// limit allows, at most 16384.
-    #[arg(long, value_name = "N", default_value_t = ProxyOptions::default().max_connections)]
-    max_connections: usize,
-    /// Time a client has to send a request head (also the idle keep-alive limit).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    header_timeout: Option<Duration>,
-    /// A tunnel with no traffic either way for this long is closed.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    idle_timeout: Option<Duration>,
-    /// Dialling one upstream address.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    connect_timeout: Option<Duration>,
-    /// A TLS handshake with the client or the upstream.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    tls_timeout: Option<Duration>,
-    /// From a request sent upstream to its response head.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    response_timeout: Option<Duration>,
-    /// At shutdown, how long in-flight requests get to finish.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    drain_timeout: Option<Duration>,
-    /// Worker threads serving connections [default: one per CPU for `fenzi proxy`, 1 for `fenzi
-    /// run`, whose one agent makes few calls at once: one thread saves the cross-thread wake-ups].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
-    threads: Option<u16>,
-}
-
-impl ProxyFlags {
-    /// The async runtime that serves the proxy: `--threads` workers, else `default_threads` (`None`:
-    /// one per CPU).
-    /// Also lifts the soft descriptor limit to the hard one first: each connection holds up to two.
-    pub fn runtime(&self, default_threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
-        match fenzi_proxy::capacity::raise_fd_limit() {
-            Ok(limit) => tracing::debug!("descriptor limit {limit}"),
-            Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
-        }
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.enable_all();
-        if let Some(n) = self.threads.map(usize::from).or(default_threads) {
-            builder.worker_threads(n);
-        }
-        builder.build().context("cannot start the async runtime")
-    }
-
-    /// The proxy options these flags ask for, on top of the defaults.
-    pub fn options(&self) -> Result<ProxyOptions> {
-        let mut options = ProxyOptions {
-            max_connections: self.max_connections.max(1),
-            ..ProxyOptions::default()
-        };
-        let set = |slot: &mut Duration, value: Option<Duration>| {
-            if let Some(value) = value {
-                *slot = value;
-            }
-        };
-        set(&mut options.header_read_timeout, self.header_timeout);
-        set(&mut options.idle_timeout, self.idle_timeout);
-        set(&mut options.connect_timeout, self.connect_timeout);
-        set(&mut options.tls_handshake_timeout, self.tls_timeout);
-        set(&mut options.response_header_timeout, self.response_timeout);
-        set(&mut options.drain_timeout, self.drain_timeout);
-        for path in &self.upstream_ca {
-            let pem =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let certs = parse_pem_certs(&pem).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-            options.upstream_roots.extend(certs);
-        }
-        Ok(options)
-    }
-}
-
-/// `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds; more than zero.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 30s, 5m, 500ms)"))?;
-    let duration = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {text:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    if duration.is_zero() {
-        return Err("a timeout must be more than zero".to_string());
-    }
-    Ok(duration)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -691,17 +498,5 @@ secrets:
         assert!(!text.contains("lin-from-env"));
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("5d").is_err());
-        assert!(parse_duration("s").is_err());
-        assert!(parse_duration("-1").is_err());
     }
 }

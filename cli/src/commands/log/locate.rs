@@ -1,0 +1,133 @@
+//! Finding the log `fenzi log` reads: `--file`, `--session ID` (`<state dir>/fenzi/audit/<ID>.jsonl`),
+//! or the newest log in the state directory. `fenzi proxy` and `fenzi run` use [`audit_dir`] to choose
+//! where a new session's log goes.
+
+use super::Args;
+use anyhow::{Context, bail};
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub(super) fn parse_session_id(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 128
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err("a session id is letters, digits, `_`, `-` and `.` (not leading)".into())
+    }
+}
+
+/// `$XDG_STATE_HOME/fenzi/audit`, or `~/.local/state/fenzi/audit`. A relative XDG path is ignored, as
+/// the XDG spec says.
+pub fn audit_dir(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+    let base = match xdg_state_home.map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        _ => PathBuf::from(home.filter(|h| !h.is_empty())?).join(".local/state"),
+    };
+    Some(base.join("fenzi").join("audit"))
+}
+
+pub(super) fn locate(args: &Args) -> anyhow::Result<PathBuf> {
+    if let Some(file) = &args.file {
+        return Ok(file.clone());
+    }
+    let dir = audit_dir(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME")).context(
+        "cannot find the audit log directory: neither XDG_STATE_HOME nor HOME is set; pass --file",
+    )?;
+    if let Some(id) = &args.session {
+        let path = dir.join(format!("{id}.jsonl"));
+        if !path.is_file() {
+            bail!(
+                "no audit log for session {id}: {} does not exist",
+                path.display()
+            );
+        }
+        return Ok(path);
+    }
+    newest_log(&dir)?.with_context(|| {
+        format!(
+            "no audit logs in {} yet (`fenzi proxy` and `fenzi run` write them there); pass --file FILE or --session ID",
+            dir.display()
+        )
+    })
+}
+
+/// The most recently modified `*.jsonl` in `dir` (name breaks ties). `None` if there is none.
+pub fn newest_log(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    let mut best: Option<(SystemTime, PathBuf)> = None;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(t, p)| (mtime, &path) > (*t, p)) {
+            best = Some((mtime, path));
+        }
+    }
+    Ok(best.map(|(_, p)| p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::time::Duration;
+
+    #[test]
+    fn the_log_directory_follows_xdg_and_the_newest_log_is_found() {
+        let p = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            audit_dir(p("/state"), p("/home/u")),
+            Some(PathBuf::from("/state/fenzi/audit"))
+        );
+        assert_eq!(
+            audit_dir(p("relative"), p("/home/u")),
+            Some(PathBuf::from("/home/u/.local/state/fenzi/audit"))
+        );
+        assert_eq!(
+            audit_dir(None, p("/home/u")),
+            Some(PathBuf::from("/home/u/.local/state/fenzi/audit"))
+        );
+        assert_eq!(audit_dir(None, None), None);
+        assert!(parse_session_id("a1b2-c3_d.e").is_ok());
+        for bad in ["", "../x", "a/b", ".hidden", "a b"] {
+            assert!(parse_session_id(bad).is_err(), "{bad:?}");
+        }
+
+        let dir = std::env::temp_dir().join(format!("fenzi-log-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(newest_log(&dir).unwrap(), None);
+        assert_eq!(newest_log(&dir.join("missing")).unwrap(), None);
+        let old = dir.join("old.jsonl");
+        std::fs::write(&old, "").unwrap();
+        std::fs::write(dir.join("notes.txt"), "").unwrap();
+        let t = SystemTime::now() - Duration::from_secs(60);
+        File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        let new = dir.join("new.jsonl");
+        std::fs::write(&new, "").unwrap();
+        assert_eq!(newest_log(&dir).unwrap(), Some(new.clone()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

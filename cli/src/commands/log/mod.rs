@@ -1,0 +1,115 @@
+//! `fenzi log`: shows, filters, follows and verifies the audit log (README, `fenzi log`).
+//!
+//! This module owns the arguments and the dispatch; the work is in one file per concept: `locate`
+//! (finding the log: `--file`, `--session`, or the newest in the state directory), `filter` (which
+//! records are shown), `render` (a record as a line for a person), `show` (printing and `--follow`),
+//! and `verify` (`--verify`: the hash chain and the head file, through `fenzi_policy::audit::verify`).
+//! It never writes to the log.
+//!
+//! Times are shown in UTC, the zone the log stores, so a line can be matched with its record; the date is
+//! added when the records shown span more than one day. Every field taken from a record is rendered so
+//! that a hostile host, path or tool name cannot forge or hide text on the reader's terminal.
+
+mod filter;
+mod locate;
+mod render;
+mod show;
+#[cfg(test)]
+mod test_records;
+mod verify;
+
+pub use locate::audit_dir;
+
+use fenzi_policy::tool_pattern::ToolPattern;
+use filter::{Filter, Since, now_ms, parse_since, parse_tool};
+use locate::{locate, parse_session_id};
+use show::show;
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use verify::verify_file;
+
+const EXAMPLES: &str = "\
+Examples:
+  fenzi log                          the newest session's log, one line per decision
+  fenzi log --denied --since 1h      what was refused in the last hour
+  fenzi log --server deepwiki --tool 'read_*'
+  fenzi log --session a1b2c3 --follow
+  fenzi log --file audit.jsonl --json | jq .reason
+  fenzi log --file audit.jsonl --verify
+
+Output:
+  13:33:38 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure
+  13:33:50 denied  POST mcp.deepwiki.com/mcp tools/call read_wiki_contents  policy_denied
+  13:34:02 allowed CONNECT github.com:443
+  Times are UTC; the date is shown when the records span days. Text that is not plain ASCII is
+  quoted, with control and invisible characters escaped.
+
+Logs live in $XDG_STATE_HOME/fenzi/audit/<session>.jsonl (default ~/.local/state/fenzi/audit).
+--verify exits 0 when every record's hash chain is intact and the head file (<log>.head) matches,
+1 naming the first broken record otherwise (a record edited, dropped or reordered, or the log cut
+short). Exit 2: usage error, or no log found.";
+
+/// Show, filter, follow or verify the audit log.
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "Show, filter, follow or verify the audit log",
+    long_about = "Show, filter, follow or verify the audit log: one line per decision the proxy made \
+                  (each CONNECT, each plain HTTP request, each request inside an intercepted tunnel). \
+                  Filters combine: a record is shown only when it matches all of them.",
+    after_help = EXAMPLES
+)]
+pub struct Args {
+    /// Read this log file.
+    #[arg(long, value_name = "FILE", conflicts_with = "session")]
+    pub file: Option<PathBuf>,
+    /// Read the log of this session (<state dir>/fenzi/audit/<ID>.jsonl). Default: the newest log.
+    #[arg(long, value_name = "ID", value_parser = parse_session_id)]
+    pub session: Option<String>,
+    /// Only denied requests.
+    #[arg(long)]
+    pub denied: bool,
+    /// Only requests to this MCP server (its name in the policy).
+    #[arg(long, value_name = "S")]
+    pub server: Option<String>,
+    /// Only tool calls of this tool: an exact name, or a glob with `*`.
+    #[arg(long, value_name = "T", value_parser = parse_tool)]
+    pub tool: Option<ToolPattern>,
+    /// Only records from the last DUR (`90s`, `10m`, `2h`, `1d`, `1h30m`), or since a UTC time
+    /// (`2026-11-29T13:00:00Z`).
+    #[arg(long, value_name = "DUR", value_parser = parse_since)]
+    pub since: Option<Since>,
+    /// Keep printing records as they are written (Ctrl-C stops).
+    #[arg(long, short = 'f', conflicts_with = "verify")]
+    pub follow: bool,
+    /// Print the matching records as JSON Lines, exactly as stored.
+    #[arg(long, conflicts_with = "verify")]
+    pub json: bool,
+    /// Check the hash chain and the head file; exit 1 naming the first broken record.
+    #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since"])]
+    pub verify: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let path = locate(&args)?;
+    if args.verify {
+        let outcome = verify_file(&path)?;
+        println!("{}", outcome.message);
+        return Ok(if outcome.ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    let filter = Filter::new(&args, now_ms());
+    let colour = !args.json && crate::output::colour_enabled_for_stdout();
+    match show(&path, &filter, args.json, colour, args.follow) {
+        Err(e) if is_broken_pipe(&e) => Ok(ExitCode::SUCCESS),
+        other => other.map(|()| ExitCode::SUCCESS),
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<io::Error>()
+        .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+}

@@ -1,0 +1,229 @@
+//! A record as one line for a person: `[date ]HH:MM:SS decision METHOD target [rpc [tool]]  [reason]`,
+//! the decision coloured on a terminal, and every field taken from the record quoted and escaped
+//! when it is not plain ASCII, so a hostile host, path or tool name cannot forge or hide text.
+
+use fenzi_policy::audit::{self, AuditRecord, Outcome};
+
+const GREEN: &str = "\x1b[32m";
+const RED: &str = "\x1b[31m";
+const YELLOW: &str = "\x1b[33m";
+const RESET: &str = "\x1b[0m";
+
+/// A field as shown: plain printable ASCII as is; anything else in double quotes, with `"` and `\`
+/// backslash-escaped and control or invisible characters as `\u{..}`. So a space, a look-alike letter or
+/// a hidden character always shows.
+pub fn field(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+    if plain {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if audit::needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// One record as a line: `[date ]HH:MM:SS decision METHOD target [rpc [tool]]  [reason]`.
+pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
+    let mut line = String::new();
+    match (
+        audit::parse_timestamp(&r.ts),
+        r.ts.get(0..10),
+        r.ts.get(11..19),
+    ) {
+        (Some(_), Some(date), Some(time)) => {
+            if show_date {
+                line.push_str(date);
+                line.push(' ');
+            }
+            line.push_str(time);
+        }
+        _ => line.push_str(&field(&r.ts)),
+    }
+    line.push(' ');
+    let (label, tint) = match r.decision {
+        Outcome::Allowed => ("allowed", GREEN),
+        Outcome::Denied => ("denied", RED),
+        Outcome::Failed => ("failed", YELLOW),
+    };
+    if colour {
+        line.push_str(tint);
+        line.push_str(label);
+        line.push_str(RESET);
+    } else {
+        line.push_str(label);
+    }
+    line.push_str(&" ".repeat(8 - label.len()));
+    line.push_str(&field(&r.method));
+    line.push(' ');
+    line.push_str(&target(r));
+    if let Some(rpc) = &r.rpc {
+        line.push(' ');
+        line.push_str(&field(rpc));
+    }
+    if let Some(tool) = &r.tool {
+        line.push(' ');
+        line.push_str(&field(tool));
+    }
+    if !r.secrets.is_empty() {
+        let names: Vec<String> = r.secrets.iter().map(|s| field(s)).collect();
+        line.push_str(" secrets:");
+        line.push_str(&names.join(","));
+    }
+    if r.decision != Outcome::Allowed || r.reason.is_some() {
+        line.push_str("  ");
+        line.push_str(&r.reason.as_deref().map_or("-".to_string(), field));
+        if let Some(source) = &r.source {
+            line.push_str(" (");
+            line.push_str(&field(source));
+            line.push(')');
+        }
+    }
+    line
+}
+
+/// `host:port` for a CONNECT; otherwise host, `:port` unless 443, and the path.
+fn target(r: &AuditRecord) -> String {
+    let host = if r.host.contains(':') && !r.host.starts_with('[') {
+        format!("[{}]", r.host)
+    } else {
+        r.host.clone()
+    };
+    let mut t = host;
+    if r.method == "CONNECT" || r.port != 443 {
+        t.push_str(&format!(":{}", r.port));
+    }
+    if r.method != "CONNECT"
+        && let Some(p) = &r.path
+    {
+        t.push_str(p);
+    }
+    field(&t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::log::test_records::{mcp, rec};
+
+    #[test]
+    fn renders_the_design_examples() {
+        assert_eq!(
+            render(
+                &mcp(Outcome::Allowed, "read_wiki_structure", None),
+                false,
+                false
+            ),
+            "13:33:50 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure"
+        );
+        assert_eq!(
+            render(
+                &mcp(Outcome::Denied, "read_wiki_contents", Some("policy_denied")),
+                false,
+                false
+            ),
+            "13:33:50 denied  POST mcp.deepwiki.com/mcp tools/call read_wiki_contents  policy_denied"
+        );
+        assert_eq!(
+            render(
+                &rec(Outcome::Allowed, "CONNECT", "github.com", 443),
+                false,
+                false
+            ),
+            "13:33:50 allowed CONNECT github.com:443"
+        );
+        let plain = AuditRecord {
+            path: Some("/path?q=1".into()),
+            ..rec(Outcome::Allowed, "GET", "example.com", 80)
+        };
+        assert_eq!(
+            render(&plain, false, false),
+            "13:33:50 allowed GET example.com:80/path?q=1"
+        );
+        let denied_host = AuditRecord {
+            reason: Some("host_not_allowed".into()),
+            ..rec(Outcome::Denied, "CONNECT", "evil.example", 443)
+        };
+        assert_eq!(
+            render(&denied_host, true, false),
+            "2026-11-29 13:33:50 denied  CONNECT evil.example:443  host_not_allowed"
+        );
+        let failed = AuditRecord {
+            source: Some("upstream".into()),
+            ..mcp(Outcome::Failed, "echo", Some("upstream_error"))
+        };
+        assert_eq!(
+            render(&failed, false, false),
+            "13:33:50 failed  POST mcp.deepwiki.com/mcp tools/call echo  upstream_error (upstream)"
+        );
+        let v6 = rec(Outcome::Allowed, "CONNECT", "::1", 8443);
+        assert_eq!(
+            render(&v6, false, false),
+            "13:33:50 allowed CONNECT [::1]:8443"
+        );
+        let with_secret = AuditRecord {
+            secrets: vec!["MCP_LINEAR".into()],
+            ..mcp(Outcome::Allowed, "list_issues", None)
+        };
+        assert!(render(&with_secret, false, false).ends_with("list_issues secrets:MCP_LINEAR"));
+    }
+
+    #[test]
+    fn colour_wraps_only_the_decision_word() {
+        let line = render(
+            &mcp(Outcome::Denied, "x", Some("policy_denied")),
+            false,
+            true,
+        );
+        assert!(
+            line.starts_with("13:33:50 \x1b[31mdenied\x1b[0m  POST "),
+            "{line:?}"
+        );
+        let line = render(&mcp(Outcome::Allowed, "x", None), false, true);
+        assert!(line.contains("\x1b[32mallowed\x1b[0m POST"), "{line:?}");
+        let line = render(
+            &mcp(Outcome::Failed, "x", Some("upstream_error")),
+            false,
+            true,
+        );
+        assert!(line.contains("\x1b[33mfailed\x1b[0m  POST"), "{line:?}");
+        assert!(!render(&mcp(Outcome::Denied, "x", None), false, false).contains('\x1b'));
+    }
+
+    #[test]
+    fn hostile_fields_cannot_forge_or_hide_text() {
+        let r = mcp(
+            Outcome::Denied,
+            "x\n13:33:51 allowed \u{1b}[32m\u{202e}\u{200b}",
+            Some("policy_denied"),
+        );
+        let line = render(&r, false, false);
+        assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
+        assert!(!line.chars().any(audit::needs_escape), "{line:?}");
+        assert!(
+            line.contains(r#""x\u{a}13:33:51 allowed \u{1b}[32m\u{202e}\u{200b}""#),
+            "{line}"
+        );
+        // Look-alike letters and spaces are quoted, so `еcho` (Cyrillic е) stands out from `echo`.
+        assert_eq!(field("\u{435}cho"), "\"\u{435}cho\"");
+        assert_eq!(field("echo"), "echo");
+        assert_eq!(field("a b"), "\"a b\"");
+        assert_eq!(field(r#"q"\"#), r#""q\"\\""#);
+        assert_eq!(field(""), "\"\"");
+        let path = AuditRecord {
+            path: Some("/a\u{85}b".into()),
+            ..rec(Outcome::Allowed, "GET", "example.com", 80)
+        };
+        assert!(render(&path, false, false).ends_with(r#""example.com:80/a\u{85}b""#));
+    }
+}

@@ -1,0 +1,12 @@
+//! What `fenzi proxy` and `fenzi run` both set up for a session, one file per concept: `files` (the
+//! audit log and the private directory holding the session CA certificate), `secrets` (values
+//! gathered, placeholders minted, `placeholders.env`), and `serving` (the proxy options derived from
+//! flags, serving until stopped, and what the exit reports).
+
+mod files;
+mod secrets;
+mod serving;
+
+pub use files::{create_private_dir, open_audit, write_ca, write_file};
+pub use secrets::{hosts_not_stored_for, load_secrets};
+pub use serving::{ProxyFlags, serve_until};
