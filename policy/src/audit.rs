@@ -1,4 +1,4 @@
-//! The audit record (DESIGN.md §5) and its hash chain.
+//! The audit record (README, `fenzi log`) and its hash chain.
 //!
 //! The log is JSON Lines. Each record's `prev` is the SHA-256 (hex) of the previous line's exact bytes
 //! (without its newline); the first record of a log has `prev` = [`GENESIS`]. Verification hashes the

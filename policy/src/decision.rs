@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Why a request was denied (or failed). The codes are part of the public contract (DESIGN.md §3):
+/// Why a request was denied (or failed). The codes are part of the public contract (README, "What the proxy decides"):
 /// they appear in denial bodies, in the audit log and in `fenzi check` case files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

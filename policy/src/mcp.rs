@@ -1,4 +1,4 @@
-//! The MCP JSON-RPC classifier (DESIGN.md §3): from an HTTP request to an MCP server's host:port to one
+//! The MCP JSON-RPC classifier (README, "What the proxy decides"): from an HTTP request to an MCP server's host:port to one
 //! decision per JSON-RPC message and one overall decision, which is the one enforced.
 //!
 //! - `POST` on any path of the server's host:port (this covers the legacy `/messages` endpoint) is

@@ -1,4 +1,4 @@
-//! Secret names (DESIGN.md §4): a variable name for local-server and top-level secrets, `MCP_<SERVER>`
+//! Secret names (README, "Secrets"): a variable name for local-server and top-level secrets, `MCP_<SERVER>`
 //! for a `token: true` server's token. The same name is used in the credential store, in
 //! `FENZI_SECRET_<NAME>`, in `placeholders.env` and in the audit log.
 

@@ -1,4 +1,4 @@
-//! The secret-use decision (DESIGN.md §4): given where this session's minted placeholders were seen in
+//! The secret-use decision (README, "Secrets"): given where this session's minted placeholders were seen in
 //! one request, and where that request goes, may the proxy swap them for the real values, and which?
 //! Pure: the proxy's scanner finds the placeholders and its substituter carries the answer out.
 //!

@@ -1,4 +1,4 @@
-//! The audit log writer: appends hash-chained records (DESIGN.md §5) to one JSON Lines file and keeps
+//! The audit log writer: appends hash-chained records (README, `fenzi log`) to one JSON Lines file and keeps
 //! the head file beside it.
 //!
 //! Writing happens in the caller. [`AuditWriter::record`] takes one lock, assigns the sequence number,

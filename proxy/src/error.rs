@@ -1,6 +1,7 @@
-//! The proxy's errors, each classified by where it came from: the client, the upstream, the policy or
-//! the proxy itself (linkerd-style). The class is what a `failed` audit record names as its `source`,
-//! and the error picks the reason code and so the status the client gets.
+//! The proxy's errors, each classified by where it came from: the client, the upstream or the proxy
+//! itself (linkerd-style). The class is what a `failed` audit record names as its `source`, and the
+//! error picks the reason code and so the status the client gets. A policy's refusal is a decision,
+//! not an error, so no error comes from the policy.
 
 use fenzi_policy::Reason;
 use std::io;
@@ -12,7 +13,6 @@ use std::time::Duration;
 pub enum ErrorSource {
     Client,
     Upstream,
-    Policy,
     Proxy,
 }
 
@@ -22,7 +22,6 @@ impl ErrorSource {
         match self {
             ErrorSource::Client => "client",
             ErrorSource::Upstream => "upstream",
-            ErrorSource::Policy => "policy",
             ErrorSource::Proxy => "proxy",
         }
     }
@@ -104,7 +103,7 @@ impl ProxyError {
                 ErrorSource::Client => Reason::BadRequest,
                 // Our own failures (a leaf that could not be minted) also mean the upstream cannot be
                 // reached through us; 502 tells the client not to blame its request.
-                ErrorSource::Upstream | ErrorSource::Policy | ErrorSource::Proxy => {
+                ErrorSource::Upstream | ErrorSource::Proxy => {
                     Reason::UpstreamError
                 }
             },

@@ -1,4 +1,4 @@
-//! Secrets end to end through a live proxy (DESIGN.md §4, issue 4), with real peers on loopback:
+//! Secrets end to end through a live proxy (README, "Secrets"), with real peers on loopback:
 //! echo upstreams over TLS (certificates from a test CA made here) that answer with everything they
 //! received, hyper clients that reach them through CONNECT and TLS interception, and the real audit
 //! writer on a temp file. Each test proves what reached the upstream byte for byte, what came back

@@ -1,4 +1,4 @@
-//! The session CA (DESIGN.md §7): its certificate's constraints, and what a verifying client (webpki,
+//! The session CA (SECURITY.md, "What fenzi guarantees"): its certificate's constraints, and what a verifying client (webpki,
 //! as rustls uses it) accepts from it: leaves for the intercepted hosts, and nothing else.
 
 mod common;

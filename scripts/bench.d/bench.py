@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 # MCP server names in the bench policies; `bench-secret` has `token: true`, so its secret is named
-# MCP_BENCH_SECRET (DESIGN.md §4).
+# MCP_BENCH_SECRET (README, "Secrets").
 SECRET_NAME = "MCP_BENCH_SECRET"
 REAL_TOKEN = "bench-real-token-" + "r" * 40
 

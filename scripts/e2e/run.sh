@@ -90,7 +90,7 @@ start tls-server "$PY" "$E2E/http_server.py" --cert "$CERTS/server.pem" --key "$
 TLS_PORT=$PORT
 pass "peers: MCP server :$MCP_PORT, secured MCP server :$SECURED_PORT, HTTP :$HTTP_PORT, HTTPS :$TLS_PORT on 127.0.0.1"
 
-# The policy. IP literals the policy names may be reached although they are loopback (DESIGN §3);
+# The policy. IP literals the policy names may be reached although they are loopback (README, "What the proxy decides");
 # `localhost` is listed too, to prove a NAME resolving to loopback is still refused.
 cat >"$WORK/fenzi.yaml" <<EOF
 version: 1
@@ -113,7 +113,7 @@ mcp:
 EOF
 
 AUDIT="$WORK/audit.jsonl"
-# The real token reaches the proxy through its own environment only (headless use, DESIGN §4);
+# The real token reaches the proxy through its own environment only (headless use, README "Secrets");
 # FENZI_CREDSTORE=memory keeps the user's keyring out of the test.
 if start proxy env FENZI_CREDSTORE=memory FENZI_SECRET_MCP_SECURED="$SECURED_TOKEN" \
     "$FENZI" proxy --config "$WORK/fenzi.yaml" --listen 127.0.0.1:0 --audit "$AUDIT" \

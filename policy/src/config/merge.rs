@@ -1,4 +1,4 @@
-//! Machine file + project file → one policy (DESIGN.md §2 "Merge").
+//! Machine file + project file → one policy (README, "Machine and project files").
 //!
 //! - The machine file's servers come first. A project entry with a new name adds a server.
 //! - A project entry with a machine server's name may only narrow it. It is a complete entry of

@@ -1,5 +1,5 @@
-//! Loading `fenzi.yaml` and the machine file: strict YAML parsing, validation of every DESIGN.md §2
-//! rule, and the machine + project merge. Errors name the file, line, column and key.
+//! Loading `fenzi.yaml` and the machine file: strict YAML parsing, validation of every rule in the
+//! README's "Configuration" section, and the machine + project merge. Errors name the file, line, column and key.
 //!
 //! The pipeline, one module per step:
 //! - [`decode`]: bytes to text (UTF-8 only; [`parse`] then drops a leading byte-order mark).
@@ -12,7 +12,7 @@
 //! [`parse`] runs the first three on one file; [`merge`] runs the last two and must be called
 //! even for a single file (`merge(None, Some(project))`): only it checks the cross-entry rules.
 //!
-//! Decisions where DESIGN.md is silent (each one tested under `testdata/config/`):
+//! Decisions the README does not spell out (each one tested under `testdata/config/`):
 //! - `version` is the integer 1; `"1"` and `1.0` are refused. A file declaring another version
 //!   reports only that.
 //! - Booleans are `true`/`false` (YAML 1.2); `yes`, `no`, `on`, `off` are refused, not read.

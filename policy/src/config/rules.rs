@@ -1,4 +1,4 @@
-//! The rules that span entries, checked on the merged set (DESIGN.md §2, §4):
+//! The rules that span entries, checked on the merged set (README, "Configuration" and "Secrets"):
 //! - every server has its own token name `MCP_<SERVER>` (`a-b` and `a_b` clash, so do `X` and `x`);
 //! - one MCP server per host:port, and no `hosts` entry (top-level or a local server's) overlaps
 //!   an MCP server's host:port — such a host would be reachable without the per-tool check;
@@ -8,8 +8,8 @@
 //!   `token: true` server's own host:port (as `MCP_<SERVER>`), each local server's secrets times
 //!   its hosts, and each top-level secret times its hosts.
 //!
-//! The same variable listed by two local servers is one secret (one stored value, DESIGN.md §4:
-//! "every server that lists the same variable uses it"); it is bound to the union of their hosts.
+//! The same variable listed by two local servers is one secret (one stored value that
+//! every server listing the variable uses); it is bound to the union of their hosts.
 //!
 //! Pairwise checks are quadratic in the number of entries; the YAML reader caps a file at
 //! `yaml::MAX_NODES` nodes, which keeps that small.

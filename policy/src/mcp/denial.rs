@@ -1,4 +1,4 @@
-//! The body of a denial on an MCP server (DESIGN.md §3): a JSON-RPC error for each request that was
+//! The body of a denial on an MCP server (README, "What the proxy decides"): a JSON-RPC error for each request that was
 //! waiting for an answer, so the MCP client reports it as that call's error and the session goes on;
 //! a plain `{"error": ..., "message": ...}` object when nothing in the request has an id.
 //!

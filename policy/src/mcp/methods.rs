@@ -1,4 +1,4 @@
-//! What one well-formed JSON-RPC message is allowed to do on an MCP server (DESIGN.md §3): the
+//! What one well-formed JSON-RPC message is allowed to do on an MCP server (README, "What the proxy decides"): the
 //! methods a client needs to connect and list, `tools/call` by tool name against the server's allow
 //! and deny patterns, responses from the client, and nothing else.
 //!

@@ -1,4 +1,4 @@
-//! Where real secret values live (DESIGN.md §4): the OS credential store — the Linux kernel
+//! Where real secret values live (README, "Secrets"): the OS credential store — the Linux kernel
 //! keyring ([`KernelKeyring`], through `linux-keyutils`) or the freedesktop Secret Service
 //! ([`SecretService`], through the keyring family's `keyring-core` and its zbus store) — behind
 //! one small trait, [`CredentialStore`], with an in-process

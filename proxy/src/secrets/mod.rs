@@ -1,4 +1,4 @@
-//! Secrets that never enter the sandbox (DESIGN.md §4): the session's placeholders, finding them in
+//! Secrets that never enter the sandbox (README, "Secrets"): the session's placeholders, finding them in
 //! requests, swapping them for real values on the hosts each secret is bound to, and swapping real
 //! values back out of responses. The decision itself is `fenzi_policy::secret_use` (pure); this
 //! module finds the inputs and carries the answer out.
@@ -26,7 +26,7 @@
 //! ```text
 //! let set = SecretSet::mint(values)?;                  // CR/LF/NUL/control/<8 bytes: refuse to start
 //! set.write_env_file(&dir.join("placeholders.env"))?;  // NAME=placeholder, mode 0600
-//! let secrets = Arc::new(SessionSecrets::new(policy.secrets(), set)?);   // kept in `Shared`
+//! let secrets = Arc::new(SessionSecrets::new(policy.secrets(), set)?);   // kept in `SessionContext`
 //! ```
 //!
 //! **CONNECT phase** (before `admit`, so a placeholder used as a DNS label is never resolved):
@@ -36,7 +36,7 @@
 //! it naming the secrets, answer 403 (for SNI: abandon the handshake). Audit `host` and tracing
 //! fields go through [`Scanner::redact`]. The same holds for an absolute-form URL's host.
 //!
-//! **Request phase** (`forward::exchange`, for every request the proxy sees in clear text: plain
+//! **Request phase** (`exchange` and `decide`, for every request the proxy sees in clear text: plain
 //! HTTP and intercepted tunnels; after hop-by-hop headers are stripped and the route is admitted;
 //! before any audit record of this request and before a byte goes upstream). Skip it all when
 //! [`SessionSecrets::is_empty`]:
@@ -47,8 +47,8 @@
 //!    body byte leaves, or "upstream receives nothing" cannot hold.
 //! 3. `let use_ = secrets.check_request(&dest.host, dest.port, tls, &parts, &body);`
 //! 4. Denied (`credential_endpoint_mismatch`): write one record of `use_.decision` with
-//!    `secrets = use_.secrets` (names only) and answer 403 (`respond::denied`; on an MCP endpoint
-//!    the JSON-RPC error body). Nothing is forwarded. This comes before MCP classification.
+//!    `secrets = use_.secrets` (names only) and answer 403 (a `Refusal`; on an MCP endpoint
+//!    answered with the JSON-RPC error body). Nothing is forwarded. This comes before MCP classification.
 //! 5. Allowed: classify as usual (MCP), then `let body = secrets.apply(&use_, &mut parts, body)?`
 //!    (header values, query, bearer, body, `Content-Length`); an error (a value that cannot be
 //!    written where it goes) is recorded and answered as `bad_request`. Then write the route's or
@@ -56,16 +56,17 @@
 //! 6. The record's `path` and every tracing field built from the request go through
 //!    [`Scanner::redact`]: a placeholder left as is in the path must not reach the log.
 //!
-//! **Response phase**: `secrets.scrubber().check_response_head(&mut head.headers)`; on `Err`
+//! **Response phase** (`response`): `secrets.scrubber().check_response_head(&mut head.headers)`; on `Err`
 //! record `failed`/`upstream_error` and answer 502 (an encoded body cannot be checked). Otherwise
 //! wrap the body: `secrets.scrubber().body(body).boxed_unsync()`. Every response from an inspected
 //! connection is scrubbed, not only the bound host's: a value must not reach the sandbox by any
 //! path.
 //!
-//! **Where this is wired**: `ProxyBuilder::secrets` (the set, compiled in `server::Shared`),
-//! `connect` and `forward::plain_http` (the CONNECT target and an absolute URL's host),
-//! `intercept` (SNI), `forward::exchange` and `forward::decide` (the request and response phases),
-//! and `Shared::record`, which passes every audit record's text fields through
+//! **Where this is wired**: `ProxyBuilder::secrets` (the set, compiled into the `SessionContext`),
+//! `authority::check_no_placeholder`, called by `connect`, `plain_http` and `intercept` (the
+//! CONNECT target, an absolute URL's host, the SNI, a tunnel request's Host), `exchange`, `decide`
+//! and `response` (the request and response phases), and `SessionContext::record`, which passes
+//! every audit record's text fields through
 //! [`Scanner::redact`] (after turning any value into its placeholder). `fenzi proxy` and `fenzi
 //! run` gather the values with the CLI's `session::load_secrets`.
 

@@ -1,4 +1,4 @@
-//! The per-session CA (DESIGN.md §7) and the leaf certificates it mints.
+//! The per-session CA (SECURITY.md, "What fenzi guarantees") and the leaf certificates it mints.
 //!
 //! The CA is ECDSA P-256, valid for a short time (backdated a few minutes for clock skew), path length
 //! 0, key usage keyCertSign/cRLSign, and NAME CONSTRAINTS that permit only the hosts the policy
