@@ -3,7 +3,10 @@
 //! every byte they receive, with its expected decision: responses, what each upstream got (zero
 //! bytes asserted, not assumed), dials and lookups, audit records and their stored lines. One test
 //! per category file; each runs all of its cases and reports every failure at once. The format is
-//! described in `testdata/adversarial/README.md`.
+//! described in `testdata/adversarial/README.md`. The servers, network, PKI and audit sink are
+//! `tests/common`'s.
+
+mod common;
 
 #[path = "adversarial/cases.rs"]
 mod cases;

@@ -6,7 +6,8 @@
 
 use super::cases::{self, Case, Via};
 use super::wire::{self, Seen};
-use super::world::{Answers, SECRETS, World};
+use super::world::{SECRETS, World};
+use crate::common::{Answers, Upstream};
 use fenzi_policy::audit::{self, AuditRecord, Head, Outcome};
 use fenzi_policy::host::split_authority;
 use fenzi_proxy::audit_writer::head_path;
@@ -110,20 +111,20 @@ async fn drive(world: &World, case: &Case) -> Seen {
     let mut seen = Seen::default();
     let expected = case.expect.responses.as_ref().map_or(0, Vec::len);
     match &case.via {
-        Via::Proxy => match tokio::net::TcpStream::connect(world.proxy_addr).await {
+        Via::Proxy => match tokio::net::TcpStream::connect(world.proxy_addr()).await {
             Ok(stream) => {
                 wire::converse(stream, &case.steps, expected, case.wait_ms, &mut seen).await
             }
             Err(e) => seen.connect_refused = Some(format!("cannot reach the proxy: {e}")),
         },
-        Via::TunnelPlain { target } => match wire::open_tunnel(world.proxy_addr, target).await {
+        Via::TunnelPlain { target } => match wire::open_tunnel(world.proxy_addr(), target).await {
             Ok(stream) => {
                 wire::converse(stream, &case.steps, expected, case.wait_ms, &mut seen).await
             }
             Err(e) => seen.connect_refused = Some(e),
         },
         Via::Tunnel { target, sni, h2 } => {
-            let stream = match wire::open_tunnel(world.proxy_addr, target).await {
+            let stream = match wire::open_tunnel(world.proxy_addr(), target).await {
                 Ok(stream) => stream,
                 Err(e) => {
                     seen.connect_refused = Some(e);
@@ -155,13 +156,28 @@ async fn drive(world: &World, case: &Case) -> Seen {
     seen
 }
 
-type Snapshot = BTreeMap<&'static str, super::world::Seen>;
+/// How much one upstream had received at some point, to diff per case.
+struct Counts {
+    raw: usize,
+    app: usize,
+    connections: usize,
+}
+
+fn counts(upstream: &Upstream) -> Counts {
+    Counts {
+        raw: upstream.raw_len(),
+        app: upstream.received_len(),
+        connections: upstream.connection_count(),
+    }
+}
+
+type Snapshot = BTreeMap<&'static str, Counts>;
 
 fn snapshot(world: &World) -> Snapshot {
     world
         .upstreams
         .iter()
-        .map(|(name, rec)| (*name, rec.seen()))
+        .map(|(name, upstream)| (*name, counts(upstream)))
         .collect()
 }
 
@@ -175,12 +191,8 @@ async fn settle(world: &World, records_at_least: usize) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let state = || {
-        let raw: usize = world.upstreams.values().map(|r| r.seen().raw).sum();
-        (
-            world.records(),
-            raw,
-            world.network.dialled.lock().unwrap().len(),
-        )
+        let raw: usize = world.upstreams.values().map(Upstream::raw_len).sum();
+        (world.records(), raw, world.network.dialled().len())
     };
     let start = Instant::now();
     let mut last = state();
@@ -203,7 +215,7 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
     world.network.reset();
     for (name, answers) in &case.dns {
         match parse_answers(answers) {
-            Ok(a) => world.network.set(name, a),
+            Ok(a) => world.network.override_name(name, a),
             Err(e) => return vec![e],
         }
     }
@@ -213,10 +225,10 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
     // Requests within a case may share upstream connections; the next case must not reuse this
     // one's, so that its `dialled:` lines and connection counts are its own. Closing them here lets
     // `settle` count their last bytes (a TLS close_notify) in this case.
-    world.proxy.close_idle_upstreams();
+    world.proxy.proxy.close_idle_upstreams();
     settle(world, expected_records).await;
     let after = snapshot(world);
-    let lines = new_lines(&world.log, log_offset);
+    let lines = new_lines(world.log(), log_offset);
     let records: Vec<AuditRecord> = lines
         .iter()
         .filter_map(|l| serde_json::from_slice(l).ok())
@@ -297,7 +309,7 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
     }
     for (name, rec) in &world.upstreams {
         let (b, a) = (&before[name], &after[name]);
-        let app = rec.app_since(b.app);
+        let app = rec.received_since(b.app);
         let got_lines = wire::request_lines(&app);
         if named.contains(name) {
             if let Some(list) = &e.upstream {
@@ -343,7 +355,7 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
             problems.push(format!("no upstream named {name:?}"));
             continue;
         };
-        let app = rec.app_since(before[name.as_str()].app);
+        let app = rec.received_since(before[name.as_str()].app);
         if !contains(&app, text) {
             problems.push(format!(
                 "upstream {name} lacks {}: got {}",
@@ -354,7 +366,7 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
     }
     for text in &e.upstream_lacks {
         for (name, rec) in &world.upstreams {
-            let app = rec.app_since(before[name].app);
+            let app = rec.received_since(before[name].app);
             if contains(&app, text) {
                 problems.push(format!("upstream {name} received {}", show(text)));
             }
@@ -362,9 +374,7 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
     }
     let dialled: Vec<String> = world
         .network
-        .dialled
-        .lock()
-        .unwrap()
+        .dialled()
         .iter()
         .map(|a| a.to_string())
         .collect();
@@ -384,9 +394,7 @@ async fn run_case(world: &World, case: &Case, log_offset: &mut u64) -> Vec<Strin
     for (name, n) in &e.lookups {
         let got = world
             .network
-            .lookups
-            .lock()
-            .unwrap()
+            .lookups()
             .iter()
             .filter(|l| *l == name)
             .count();
@@ -441,8 +449,8 @@ pub async fn run_file(file: &str) -> Report {
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let mut text = text
-        .replace("${PROXY_PORT}", &world.proxy_addr.port().to_string())
-        .replace("${PROXY}", &world.proxy_addr.to_string());
+        .replace("${PROXY_PORT}", &world.proxy_addr().port().to_string())
+        .replace("${PROXY}", &world.proxy_addr().to_string());
     for (name, placeholder, value) in SECRETS {
         text = text
             .replace(&format!("${{PH:{name}}}"), placeholder)
@@ -476,12 +484,12 @@ pub async fn run_file(file: &str) -> Report {
 
     // The whole log: a verified chain, and every record accounted for by a case.
     world.finish().await;
-    let bytes = std::fs::read(&world.log).unwrap();
+    let bytes = std::fs::read(world.log()).unwrap();
     let lines: Vec<&[u8]> = bytes
         .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .collect();
-    let head = std::fs::read_to_string(head_path(&world.log))
+    let head = std::fs::read_to_string(head_path(world.log()))
         .ok()
         .and_then(|t| Head::parse(&t));
     if head.is_none() {

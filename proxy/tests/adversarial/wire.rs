@@ -4,12 +4,11 @@
 //! upstream received, read the way an upstream would frame them (so a smuggled request shows).
 
 use super::cases::{Message, Sni, Step};
+use crate::common::{AnyCert, client_config};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, ServerName};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -347,48 +346,6 @@ pub async fn open_tunnel(proxy: std::net::SocketAddr, target: &str) -> Result<Tc
     Ok(stream)
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Accepts any certificate: a client that lies about the name it wants does not check it either.
-#[derive(Debug)]
-struct AnyCert;
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 /// TLS with the proxy over an open tunnel to `host` (the CONNECT target's canonical host).
 pub async fn tls(
     stream: TcpStream,
@@ -397,18 +354,12 @@ pub async fn tls(
     sni: &Sni,
     h2: bool,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    let mut roots = RootCertStore::empty();
-    roots.add(ca.clone()).map_err(|e| e.to_string())?;
-    let mut config = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = if h2 {
-        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    let alpn: &[&[u8]] = if h2 {
+        &[b"h2", b"http/1.1"]
     } else {
-        vec![b"http/1.1".to_vec()]
+        &[b"http/1.1"]
     };
+    let mut config = (*client_config(&[ca], alpn)).clone();
     let name = match sni {
         Sni::Target => host.to_string(),
         Sni::Name(name) => name.clone(),

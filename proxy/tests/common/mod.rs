@@ -1,6 +1,8 @@
 //! Test fixtures shared by the proxy's integration tests: a test PKI made at run time, upstream servers
-//! on loopback that record every byte they receive, a fake network that maps test names and public
-//! addresses onto those servers, an in-memory audit sink, and small clients (raw CONNECT, TLS, hyper).
+//! on loopback that record every byte they receive (before and after TLS), a fake network that maps
+//! test names and public addresses onto those servers (with per-step answers and a trap for every
+//! other dial), audit sinks (in memory, or the real hash-chained log on a file), and small clients
+//! (raw CONNECT, TLS, hyper).
 #![allow(dead_code)]
 
 use bytes::Bytes;
@@ -9,7 +11,7 @@ use fenzi_policy::config;
 use fenzi_policy::engine::Policy;
 use fenzi_policy::mcp::JsonLimits;
 use fenzi_proxy::audit_sink::BoxFuture;
-use fenzi_proxy::audit_writer::AuditEntry;
+use fenzi_proxy::audit_writer::{AuditEntry, AuditWriter};
 use fenzi_proxy::{AuditSink, Body, Network, Proxy, ProxyOptions};
 use http::request::Parts;
 use http::{Request, Response};
@@ -18,12 +20,14 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,6 +75,49 @@ impl AuditSink for MemorySink {
     }
     fn flush(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Ok(()) })
+    }
+}
+
+/// The real audit writer on `audit.jsonl` in a temporary directory (the hash-chained log as the proxy
+/// writes it in production), counting the records it acknowledged (to know when traffic has settled).
+pub struct FileSink {
+    writer: AuditWriter,
+    path: PathBuf,
+    count: AtomicUsize,
+    _dir: tempfile::TempDir,
+}
+
+impl FileSink {
+    pub fn temp(session: &str) -> FileSink {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        FileSink {
+            writer: AuditWriter::open(&path, session).unwrap(),
+            path,
+            count: AtomicUsize::new(0),
+            _dir: dir,
+        }
+    }
+    /// The log file (its head file is `audit_writer::head_path` of it).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// How many records the writer has acknowledged.
+    pub fn records(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl AuditSink for FileSink {
+    fn record(&self, entry: AuditEntry) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            let seq = self.writer.record(entry).await.map_err(|e| e.to_string())?;
+            self.count.fetch_add(1, Ordering::SeqCst);
+            Ok(seq)
+        })
+    }
+    fn flush(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move { self.writer.flush().await.map_err(|e| e.to_string()) })
     }
 }
 
@@ -187,16 +234,44 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Recording<T> {
 
 pub type Handler = Arc<dyn Fn(Parts, Bytes) -> Response<Body> + Send + Sync>;
 
-/// A loopback server that records what it receives (after TLS, when it speaks TLS).
+/// A loopback server that records what it receives.
 pub struct Upstream {
     pub addr: SocketAddr,
+    /// Every byte received after TLS (all of them, for a server without TLS).
     pub received: Arc<Mutex<Vec<u8>>>,
+    /// Every byte received on the TCP connections, TLS records included (the same log as
+    /// `received` for a server without TLS).
+    pub raw: Arc<Mutex<Vec<u8>>>,
     pub connections: Arc<AtomicUsize>,
 }
 
 impl Upstream {
+    fn new(addr: SocketAddr, tls: bool) -> Upstream {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let raw = if tls {
+            Arc::new(Mutex::new(Vec::new()))
+        } else {
+            received.clone()
+        };
+        Upstream {
+            addr,
+            received,
+            raw,
+            connections: Arc::new(AtomicUsize::new(0)),
+        }
+    }
     pub fn received_text(&self) -> String {
         String::from_utf8_lossy(&self.received.lock().unwrap()).into_owned()
+    }
+    pub fn received_len(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+    /// What arrived after TLS from byte `from` on (a length [`Upstream::received_len`] gave).
+    pub fn received_since(&self, from: usize) -> Vec<u8> {
+        self.received.lock().unwrap()[from..].to_vec()
+    }
+    pub fn raw_len(&self) -> usize {
+        self.raw.lock().unwrap().len()
     }
     pub fn connection_count(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
@@ -209,17 +284,19 @@ impl Upstream {
 /// An HTTP/1.1 server (TLS when `tls` is given) answering every request with `handler`.
 pub async fn http_upstream(tls: Option<Arc<ServerConfig>>, handler: Handler) -> Upstream {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let connections = Arc::new(AtomicUsize::new(0));
-    let (log, count) = (received.clone(), connections.clone());
+    let upstream = Upstream::new(listener.local_addr().unwrap(), tls.is_some());
+    let (log, raw, count) = (
+        upstream.received.clone(),
+        upstream.raw.clone(),
+        upstream.connections.clone(),
+    );
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
             count.fetch_add(1, Ordering::SeqCst);
-            let (tls, handler, log) = (tls.clone(), handler.clone(), log.clone());
+            let (tls, handler, log, raw) = (tls.clone(), handler.clone(), log.clone(), raw.clone());
             tokio::spawn(async move {
                 let service = service_fn(move |req: Request<Incoming>| {
                     let handler = handler.clone();
@@ -236,8 +313,11 @@ pub async fn http_upstream(tls: Option<Arc<ServerConfig>>, handler: Handler) -> 
                 let builder = hyper::server::conn::http1::Builder::new();
                 match tls {
                     Some(config) => {
-                        let Ok(stream) =
-                            tokio_rustls::TlsAcceptor::from(config).accept(stream).await
+                        let raw = Recording {
+                            inner: stream,
+                            log: raw,
+                        };
+                        let Ok(stream) = tokio_rustls::TlsAcceptor::from(config).accept(raw).await
                         else {
                             return;
                         };
@@ -252,20 +332,25 @@ pub async fn http_upstream(tls: Option<Arc<ServerConfig>>, handler: Handler) -> 
             });
         }
     });
-    Upstream {
-        addr,
-        received,
-        connections,
-    }
+    upstream
 }
 
 /// A TCP server that echoes every byte back (for pass-through tunnels).
 pub async fn echo_upstream() -> Upstream {
+    tcp_upstream(None).await
+}
+
+/// A TCP server that records everything and answers each connection's first bytes once with
+/// `599 Trap`: the place for dials no test route leads to ([`FakeNetwork::fallback`]).
+pub async fn trap_upstream() -> Upstream {
+    tcp_upstream(Some(b"HTTP/1.1 599 Trap\r\ncontent-length: 0\r\n\r\n")).await
+}
+
+/// Echoes every byte back, or with `answer`, sends it once and otherwise only reads.
+async fn tcp_upstream(answer: Option<&'static [u8]>) -> Upstream {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let connections = Arc::new(AtomicUsize::new(0));
-    let (log, count) = (received.clone(), connections.clone());
+    let upstream = Upstream::new(listener.local_addr().unwrap(), false);
+    let (log, count) = (upstream.received.clone(), upstream.connections.clone());
     tokio::spawn(async move {
         loop {
             let Ok((mut stream, _)) = listener.accept().await else {
@@ -275,24 +360,29 @@ pub async fn echo_upstream() -> Upstream {
             let log = log.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 8192];
+                let mut answered = false;
                 loop {
                     let n = match stream.read(&mut buf).await {
                         Ok(0) | Err(_) => return,
                         Ok(n) => n,
                     };
                     log.lock().unwrap().extend_from_slice(&buf[..n]);
-                    if stream.write_all(&buf[..n]).await.is_err() {
+                    let out = match answer {
+                        None => &buf[..n],
+                        Some(answer) if !answered => {
+                            answered = true;
+                            answer
+                        }
+                        Some(_) => continue,
+                    };
+                    if stream.write_all(out).await.is_err() {
                         return;
                     }
                 }
             });
         }
     });
-    Upstream {
-        addr,
-        received,
-        connections,
-    }
+    upstream
 }
 
 /// A response body fed by a channel, so a test decides when each chunk is sent.
@@ -368,14 +458,29 @@ pub fn plain_hosts_network(web: SocketAddr, echo: SocketAddr) -> FakeNetwork {
         .blackhole(&format!("{SLOW_IP}:80"))
 }
 
+/// What lookups of one name answer: the n-th lookup gets the n-th list (the last one repeats), or
+/// every lookup fails.
+#[derive(Debug, Clone)]
+pub enum Answers {
+    Seq(Vec<Vec<IpAddr>>),
+    Fail,
+}
+
 /// Resolves test names to the addresses the test chose and connects addresses to loopback servers.
-/// Names may be rebound while a proxy uses the network ([`FakeNetwork::set_name`]).
+/// Names may be rebound while a proxy uses the network ([`FakeNetwork::set_name`]), or answered
+/// differently until [`FakeNetwork::reset`] ([`FakeNetwork::override_name`]). Lookups and dials are
+/// logged.
 #[derive(Default)]
 pub struct FakeNetwork {
     names: Mutex<HashMap<String, Vec<IpAddr>>>,
+    /// Answers taking precedence over `names`, each with the number of lookups it has served.
+    overrides: Mutex<HashMap<String, (Answers, usize)>>,
     pub routes: HashMap<SocketAddr, SocketAddr>,
     /// Addresses whose connection attempts never complete.
     pub blackholes: Vec<SocketAddr>,
+    /// Where a dial to an address without a route goes; without one, to the address itself.
+    pub fallback: Option<SocketAddr>,
+    pub lookups: Mutex<Vec<String>>,
     pub dialled: Mutex<Vec<SocketAddr>>,
 }
 
@@ -399,14 +504,47 @@ impl FakeNetwork {
         self.blackholes.push(addr.parse().unwrap());
         self
     }
+    /// Sends every dial to an address without a route to `to` (e.g. a [`trap_upstream`]).
+    pub fn fallback(mut self, to: SocketAddr) -> Self {
+        self.fallback = Some(to);
+        self
+    }
+    /// Answers lookups of `name` with `answers` until [`FakeNetwork::reset`].
+    pub fn override_name(&self, name: &str, answers: Answers) {
+        self.overrides
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), (answers, 0));
+    }
+    /// Forgets the overrides and the lookup and dial logs.
+    pub fn reset(&self) {
+        self.overrides.lock().unwrap().clear();
+        self.lookups.lock().unwrap().clear();
+        self.dialled.lock().unwrap().clear();
+    }
     pub fn dialled(&self) -> Vec<SocketAddr> {
         self.dialled.lock().unwrap().clone()
+    }
+    /// The names looked up so far, in order.
+    pub fn lookups(&self) -> Vec<String> {
+        self.lookups.lock().unwrap().clone()
     }
 }
 
 impl Network for FakeNetwork {
     fn resolve<'a>(&'a self, host: &'a str, _port: u16) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
         Box::pin(async move {
+            self.lookups.lock().unwrap().push(host.to_string());
+            if let Some((answers, served)) = self.overrides.lock().unwrap().get_mut(host) {
+                return match answers {
+                    Answers::Fail => Err(io::Error::new(io::ErrorKind::NotFound, "test: NXDOMAIN")),
+                    Answers::Seq(seq) => {
+                        let at = (*served).min(seq.len().saturating_sub(1));
+                        *served += 1;
+                        Ok(seq.get(at).cloned().unwrap_or_default())
+                    }
+                };
+            }
             self.names
                 .lock()
                 .unwrap()
@@ -420,7 +558,9 @@ impl Network for FakeNetwork {
         if self.blackholes.contains(&addr) {
             return Box::pin(std::future::pending());
         }
-        let to = self.routes.get(&addr).copied().unwrap_or(addr);
+        let to = (self.routes.get(&addr).copied())
+            .or(self.fallback)
+            .unwrap_or(addr);
         Box::pin(TcpStream::connect(to))
     }
 }
@@ -428,21 +568,25 @@ impl Network for FakeNetwork {
 // ---------------------------------------------------------------------------------------------
 // The proxy under test
 
-pub struct TestProxy {
+/// A proxy serving on loopback, with the sink it records to.
+pub struct TestProxy<S = MemorySink> {
     pub addr: SocketAddr,
     pub proxy: Proxy,
-    pub sink: Arc<MemorySink>,
+    pub sink: Arc<S>,
     stop: Option<oneshot::Sender<()>>,
     pub done: Option<tokio::task::JoinHandle<usize>>,
 }
 
-impl TestProxy {
+impl<S> TestProxy<S> {
     /// Starts shutdown; `done` resolves with the number of connections cut.
     pub fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
     }
+}
+
+impl TestProxy {
     pub fn entries(&self) -> Vec<AuditEntry> {
         self.sink.entries()
     }
@@ -486,6 +630,11 @@ pub async fn start_proxy(
     sink: Arc<MemorySink>,
 ) -> TestProxy {
     let proxy = Proxy::with_network(policy, sink.clone(), options, network).unwrap();
+    serve_proxy(proxy, sink).await
+}
+
+/// Serves `proxy` (built to record to `sink`) on a loopback port until [`TestProxy::shutdown`].
+pub async fn serve_proxy<S>(proxy: Proxy, sink: Arc<S>) -> TestProxy<S> {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -547,6 +696,45 @@ pub fn client_config(roots: &[&CertificateDer<'static>], alpn: &[&[u8]]) -> Arc<
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Arc::new(config)
+}
+
+/// Accepts any certificate: a client that ignores names (domain fronting, or one that lies about the
+/// name it wants), set with `config.dangerous().set_certificate_verifier(Arc::new(AnyCert))`.
+#[derive(Debug)]
+pub struct AnyCert;
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 /// TLS over an established tunnel, trusting the proxy's session CA.
