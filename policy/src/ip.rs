@@ -119,11 +119,6 @@ pub fn internal_range(addr: IpAddr) -> Option<InternalRange> {
     }
 }
 
-/// True when [`internal_range`] is `Some`.
-pub fn is_internal(addr: IpAddr) -> bool {
-    internal_range(addr).is_some()
-}
-
 /// Cloud metadata endpoints. They sit inside ranges that are internal anyway (except Azure's
 /// WireServer, a public-looking address only reachable from inside Azure); naming them separately
 /// makes denials say what was at stake.

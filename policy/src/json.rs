@@ -87,13 +87,6 @@ impl Value {
         }
     }
 
-    pub fn as_array(&self) -> Option<&[Value]> {
-        match self {
-            Value::Array(a) => Some(a),
-            _ => None,
-        }
-    }
-
     /// `"object"`, `"array"`, `"string"`, `"number"`, `"boolean"` or `"null"`.
     pub fn type_name(&self) -> &'static str {
         match self {

@@ -70,10 +70,6 @@ impl ToolPattern {
         }
     }
 
-    pub fn is_glob(&self) -> bool {
-        matches!(self, ToolPattern::Glob(_))
-    }
-
     /// Does this pattern match the tool `name` (already JSON-unescaped)?
     pub fn matches(&self, name: &str) -> bool {
         match self {

@@ -247,21 +247,21 @@ pub struct AuditWriter {
     inner: Arc<Handles>,
 }
 
-/// Shared by the handles only (not by the sync thread), so that dropping it means the last handle is
+/// Held by the handles only (not by the sync thread), so that dropping it means the last handle is
 /// gone.
 struct Handles {
-    shared: Arc<Shared>,
+    log: Arc<LogFile>,
 }
 
 impl Drop for Handles {
     fn drop(&mut self) {
-        self.shared.lock_anyway().closed = true;
-        self.shared.wake.notify_one();
+        self.log.lock_anyway().closed = true;
+        self.log.wake.notify_one();
     }
 }
 
-/// Shared by the handles and the sync thread.
-struct Shared {
+/// The log file and its bookkeeping, held by the handles and the sync thread.
+struct LogFile {
     path: PathBuf,
     state: Mutex<State>,
     /// Wakes the sync thread: the first unsynced record (or cut) of a batch, a full batch, a flush, or
@@ -300,7 +300,7 @@ struct State {
 impl std::fmt::Debug for AuditWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditWriter")
-            .field("path", &self.inner.shared.path)
+            .field("path", &self.inner.log.path)
             .finish()
     }
 }
@@ -367,7 +367,7 @@ impl AuditWriter {
         let head = head_path(&path);
         let mut head_tmp = head.clone().into_os_string();
         head_tmp.push(".tmp");
-        let shared = Arc::new(Shared {
+        let log = Arc::new(LogFile {
             path,
             state: Mutex::new(State {
                 file,
@@ -387,7 +387,7 @@ impl AuditWriter {
             wake: Condvar::new(),
         });
         let syncer = Syncer {
-            shared: shared.clone(),
+            log: log.clone(),
             file: sync_file,
             head_exists: head.exists(),
             head,
@@ -404,13 +404,13 @@ impl AuditWriter {
             .spawn(move || syncer.run())
             .map_err(|e| AuditError::Spawn { error: Arc::new(e) })?;
         Ok(AuditWriter {
-            inner: Arc::new(Handles { shared }),
+            inner: Arc::new(Handles { log }),
         })
     }
 
     /// The log's path.
     pub fn path(&self) -> &Path {
-        &self.inner.shared.path
+        &self.inner.log.path
     }
 
     /// Appends one record and returns its sequence number once its line has been written (write(2)
@@ -422,7 +422,7 @@ impl AuditWriter {
     /// Runs to completion without yielding: the write is done inline under the log's lock (see the
     /// module documentation for why).
     pub async fn record(&self, entry: AuditEntry) -> Result<u64, AuditError> {
-        self.inner.shared.append(entry)
+        self.inner.log.append(entry)
     }
 
     /// Makes every record written so far durable and rewrites the head file now (used at shutdown).
@@ -430,18 +430,18 @@ impl AuditWriter {
     /// says how far it lags); any other error: the writer has stopped for good, and the error names
     /// the failure and what it may have cost.
     pub async fn flush(&self) -> Result<(), AuditError> {
-        let done = self.inner.shared.request_flush()?;
-        done.await.map_err(|_| self.inner.shared.closed())?
+        let done = self.inner.log.request_flush()?;
+        done.await.map_err(|_| self.inner.log.closed())?
     }
 
     /// How many records were refused so far (each one's request was denied), including those refused
     /// after the writer stopped.
     pub fn refused(&self) -> u64 {
-        self.inner.shared.lock_anyway().refused
+        self.inner.log.lock_anyway().refused
     }
 }
 
-impl Shared {
+impl LogFile {
     /// A poisoned lock means a thread panicked mid-update: the chain's tail cannot be trusted.
     fn lock(&self) -> Result<MutexGuard<'_, State>, AuditError> {
         self.state.lock().map_err(|_| self.closed())
@@ -665,7 +665,7 @@ fn now_ms() -> i64 {
 
 /// The background thread that makes written lines durable and keeps the head file.
 struct Syncer {
-    shared: Arc<Shared>,
+    log: Arc<LogFile>,
     /// A duplicate of the writers' descriptor.
     file: File,
     head: PathBuf,
@@ -695,7 +695,7 @@ struct Job {
 
 /// Runs when the sync thread ends, however it ends: later records and flushes must fail rather than
 /// go unsynced, and no flush may wait forever.
-struct Stopped(Arc<Shared>);
+struct Stopped(Arc<LogFile>);
 
 impl Drop for Stopped {
     fn drop(&mut self) {
@@ -709,14 +709,14 @@ impl Drop for Stopped {
 
 impl Syncer {
     fn run(mut self) {
-        let _stopped = Stopped(self.shared.clone());
+        let _stopped = Stopped(self.log.clone());
         loop {
             let job = self.next_job();
             // Lines written before a failure are still made durable; a flush then reports the
             // failure that stopped the writer, which matters more than any head problem.
             let synced = self.sync(&job);
             let result = match &job.failed {
-                Some(first) => Err(self.shared.unavailable(first.clone())),
+                Some(first) => Err(self.log.unavailable(first.clone())),
                 None => synced,
             };
             for ack in job.flushes {
@@ -731,8 +731,8 @@ impl Syncer {
 
     /// Waits until a sync is due, then takes the snapshot to sync to.
     fn next_job(&self) -> Job {
-        let shared = &*self.shared;
-        let mut st = shared.lock_anyway();
+        let log = &*self.log;
+        let mut st = log.lock_anyway();
         loop {
             if st.closed || !st.flushes.is_empty() {
                 break;
@@ -744,13 +744,13 @@ impl Syncer {
                     if st.unsynced >= SYNC_RECORDS || now >= due {
                         break;
                     }
-                    st = shared
+                    st = log
                         .wake
                         .wait_timeout(st, due - now)
                         .unwrap_or_else(|p| p.into_inner())
                         .0;
                 }
-                _ => st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner()),
+                _ => st = log.wake.wait(st).unwrap_or_else(|p| p.into_inner()),
             }
         }
         // Every line up to this one has been written: the fdatasync that follows covers it.
@@ -771,7 +771,7 @@ impl Syncer {
     /// fdatasync (when anything was written or cut since the last one), then rewrite the head to
     /// name the job's tail, the last line written before the fdatasync (when it does not already).
     fn sync(&mut self, job: &Job) -> Result<(), AuditError> {
-        let shared = &*self.shared;
+        let log = &*self.log;
         if self.broken {
             // Nothing is synced after a failed fdatasync. The failure that broke it is the
             // writer's `failed` from then on, so every later job carries it and `run` answers
@@ -785,12 +785,12 @@ impl Syncer {
                 // Permanent: see the module documentation ("fsyncgate").
                 self.broken = true;
                 let err = AuditError::Sync {
-                    path: shared.path.clone(),
+                    path: log.path.clone(),
                     error: Arc::new(e),
                     durable: self.synced,
                 };
                 tracing::error!("{err}");
-                return Err(shared.fail(&mut shared.lock_anyway(), err));
+                return Err(log.fail(&mut log.lock_anyway(), err));
             }
             self.synced = tail.seq;
         }

@@ -103,9 +103,7 @@ impl ProxyError {
                 ErrorSource::Client => Reason::BadRequest,
                 // Our own failures (a leaf that could not be minted) also mean the upstream cannot be
                 // reached through us; 502 tells the client not to blame its request.
-                ErrorSource::Upstream | ErrorSource::Proxy => {
-                    Reason::UpstreamError
-                }
+                ErrorSource::Upstream | ErrorSource::Proxy => Reason::UpstreamError,
             },
         }
     }
