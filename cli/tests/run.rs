@@ -567,3 +567,180 @@ fn killing_fenzi_ends_the_sandbox() {
     );
     eprintln!("the sandbox ended {waited:?} after fenzi was SIGKILLed");
 }
+
+/// Every file below `dir`, with its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                files.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Each way of changing what governs a session, tried from inside `fenzi run` as the sandbox's
+/// user: the project policy and lock, the machine file, earlier sessions' logs and heads, and the
+/// indirect route of renaming an ancestor directory and recreating the path. Every attempt must
+/// fail and leave every byte as it was, and the earlier session's log must verify from outside.
+/// Writing where an agent works (the project directory, a temporary directory) still works.
+#[test]
+fn the_sandbox_cannot_change_the_policy_or_any_audit_log() {
+    if !sandbox_available() {
+        return;
+    }
+    let env = Env::new("governing", "version: 1\nhosts:\n  - example.com\n");
+    std::fs::write(env.dir.join("fenzi.lock"), "{}\n").unwrap();
+    std::fs::create_dir_all(env.dir.join("xdg/fenzi")).unwrap();
+    std::fs::write(env.dir.join("xdg/fenzi/mcp.yaml"), "version: 1\n").unwrap();
+    let first = env.run(&["--", "true"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let earlier = env.dir.join("state/fenzi/audit");
+    let earlier_log = std::fs::read_dir(&earlier)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .expect("the first session's log");
+    let state_before = snapshot(&env.dir.join("state"));
+    let config_before = snapshot(&env.dir.join("xdg"));
+    let policy_before = std::fs::read(env.dir.join("fenzi.yaml")).unwrap();
+    let lock_before = std::fs::read(env.dir.join("fenzi.lock")).unwrap();
+
+    let dir = env.dir.display().to_string();
+    let log = earlier_log.display().to_string();
+    let head = format!("{log}.head");
+    let attacks: Vec<(&str, String)> = vec![
+        (
+            "append to the policy",
+            "echo 'hosts: [evil.test]' >> fenzi.yaml".into(),
+        ),
+        ("truncate the policy", ": > fenzi.yaml".into()),
+        ("unlink the policy", "rm -f fenzi.yaml".into()),
+        ("rename the policy", "mv fenzi.yaml moved.yaml".into()),
+        ("chmod the policy", "chmod 666 fenzi.yaml".into()),
+        (
+            "replace the policy by rename",
+            "echo 'version: 1' > new.yaml && mv -f new.yaml fenzi.yaml".into(),
+        ),
+        ("write the lock", "echo '{\"x\":1}' > fenzi.lock".into()),
+        (
+            "replace the lock by rename",
+            "echo x > l.new && mv -f l.new fenzi.lock".into(),
+        ),
+        (
+            "write the machine file",
+            format!("echo 'hosts: [evil.test]' >> {dir}/xdg/fenzi/mcp.yaml"),
+        ),
+        (
+            "add a machine file",
+            format!("echo x > {dir}/xdg/fenzi/other.yaml"),
+        ),
+        (
+            "rewrite an earlier log",
+            format!("sed -i s/denied/allowed/ {log}"),
+        ),
+        ("append to an earlier log", format!("echo '{{}}' >> {log}")),
+        ("truncate an earlier log", format!("truncate -s 0 {log}")),
+        ("unlink an earlier log", format!("rm -f {log}")),
+        ("rewrite an earlier head", format!("echo forged > {head}")),
+        (
+            "replace an earlier head by rename",
+            format!("echo forged > h.new && mv -f h.new {head}"),
+        ),
+        (
+            "forge a newer log",
+            format!("echo '{{}}' > {dir}/state/fenzi/audit/ffffffffffffffff.jsonl"),
+        ),
+        (
+            "rename the state directory",
+            format!("mv {dir}/state {dir}/state.old"),
+        ),
+        (
+            "rename the audit directory",
+            format!("mv {dir}/state/fenzi/audit {dir}/state/a"),
+        ),
+        (
+            "rename the config directory",
+            format!("mv {dir}/xdg {dir}/xdg.old"),
+        ),
+        (
+            "rename the project directory",
+            format!("mv {dir} {dir}.old"),
+        ),
+        ("remove the state directory", format!("rm -rf {dir}/state")),
+    ];
+    let mut script = String::from(
+        "try() { if sh -c \"$2\" >/dev/null 2>&1; then echo \"CHANGED $1\"; else echo \"refused $1\"; fi; }\n",
+    );
+    for (name, command) in &attacks {
+        script.push_str(&format!(
+            "try '{name}' '{}'\n",
+            command.replace('\'', "'\\''")
+        ));
+    }
+    // Controls: the sandbox still writes where an agent works, so the refusals above are not just
+    // a sandbox that can write nothing.
+    script.push_str("try 'write in the project' 'echo ok > made-here.txt'\n");
+    script.push_str("try 'work in a temporary directory' 'd=$(mktemp -d) && mkdir $d/a && echo x > $d/a/f && rm -rf $d'\n");
+    let second = env.run(&["--", "sh", "-c", &script]);
+    let out = text(&second.stdout);
+    assert!(second.status.success(), "{out}\n{}", text(&second.stderr));
+    for (name, _) in &attacks {
+        assert!(out.contains(&format!("refused {name}\n")), "{name}: {out}");
+    }
+    assert!(out.contains("CHANGED write in the project\n"), "{out}");
+    assert!(
+        out.contains("CHANGED work in a temporary directory\n"),
+        "{out}"
+    );
+    assert!(env.dir.join("made-here.txt").exists());
+
+    assert_eq!(
+        std::fs::read(env.dir.join("fenzi.yaml")).unwrap(),
+        policy_before
+    );
+    assert_eq!(
+        std::fs::read(env.dir.join("fenzi.lock")).unwrap(),
+        lock_before
+    );
+    assert_eq!(snapshot(&env.dir.join("xdg")), config_before);
+    // The second session added its own log and head; everything that was there is unchanged.
+    let state_after = snapshot(&env.dir.join("state"));
+    for file in &state_before {
+        assert!(state_after.contains(file), "{} changed", file.0.display());
+    }
+    let verify = Command::new(&env.fenzi)
+        .args(["log", "--verify", "--file"])
+        .arg(&earlier_log)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{}", text(&verify.stdout));
+}
+
+/// A project policy that is a symbolic link is refused before anything starts: the link itself
+/// could be replaced from inside.
+#[test]
+fn a_symlinked_policy_starts_nothing() {
+    if !sandbox_available() {
+        return;
+    }
+    let env = Env::new("symlinked", "version: 1\n");
+    std::fs::rename(env.dir.join("fenzi.yaml"), env.dir.join("real.yaml")).unwrap();
+    std::os::unix::fs::symlink("real.yaml", env.dir.join("fenzi.yaml")).unwrap();
+    let out = env.run(&["--", "sh", "-c", "echo started"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("started"));
+    assert!(
+        text(&out.stderr).contains("symbolic link"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -19,7 +19,7 @@
 //! parent that died before it was set) and with the parent's end of the control socket; as PID 1
 //! of its namespace, its death kills every process in the sandbox.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use super::error::SetupStep;
 use super::protocol::{self, Message};
@@ -132,6 +132,21 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
         sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags),
     );
 
+    // The files that govern this and later sessions: read-only, their ancestors immovable (see
+    // `filesystem`). Ancestors first, so no bind hides one made before it.
+    for bind in &p.mounts {
+        step(
+            ctl,
+            SetupStep::ProtectFiles,
+            sys::mount(Some(&bind.path), &bind.path, None, bind.bind_flags),
+        );
+        step(
+            ctl,
+            SetupStep::ProtectFiles,
+            sys::mount(None, &bind.path, None, bind.remount_flags),
+        );
+    }
+
     // The network: only loopback, and on it only the proxy's listener.
     step(ctl, SetupStep::LoopbackUp, sys::loopback_up());
     let listener = step(
@@ -153,6 +168,14 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
         sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1),
     );
     step(ctl, SetupStep::DropCapabilities, sys::drop_capabilities());
+    // Where the command may write; it inherits the restriction across fork and exec.
+    if let Some(ruleset) = &p.landlock {
+        step(
+            ctl,
+            SetupStep::Landlock,
+            sys::landlock_restrict_self(ruleset.as_raw_fd()),
+        );
+    }
     // Installed here so it binds the init too; the command inherits it across fork and exec.
     step(ctl, SetupStep::Seccomp, sys::install_seccomp(&p.filter));
     step(ctl, SetupStep::Signals, sys::install_forwarders(FORWARDED));

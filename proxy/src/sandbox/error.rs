@@ -47,6 +47,10 @@ pub enum SetupStep {
     BuildFilter,
     /// Waiting for the child to finish setting up.
     Handshake,
+    /// Mounting the governing files and directories read-only inside the sandbox.
+    ProtectFiles,
+    /// Building (parent) or applying (init) the Landlock write allowlist.
+    Landlock,
 }
 
 impl SetupStep {
@@ -56,7 +60,7 @@ impl SetupStep {
     }
 
     pub(crate) fn from_code(code: u32) -> Option<Self> {
-        const ALL: [SetupStep; 19] = [
+        const ALL: [SetupStep; 21] = [
             SetupStep::CreateNamespaces,
             SetupStep::ParentDeathSignal,
             SetupStep::SetGroups,
@@ -76,6 +80,8 @@ impl SetupStep {
             SetupStep::SendListener,
             SetupStep::BuildFilter,
             SetupStep::Handshake,
+            SetupStep::ProtectFiles,
+            SetupStep::Landlock,
         ];
         ALL.into_iter().find(|s| s.code() == code)
     }
@@ -105,6 +111,10 @@ impl fmt::Display for SetupStep {
             SetupStep::SendListener => "handing the listener to the proxy",
             SetupStep::BuildFilter => "building the seccomp filter",
             SetupStep::Handshake => "waiting for the sandbox to start",
+            SetupStep::ProtectFiles => {
+                "mounting the policy, the machine config and the audit directory read-only"
+            }
+            SetupStep::Landlock => "restricting where the sandbox may write (Landlock)",
         })
     }
 }
@@ -254,6 +264,13 @@ fn hint_for(step: SetupStep, errno: i32) -> Option<String> {
             libc::EPERM | libc::EACCES,
         ) => {
             hints.extend(apparmor());
+        }
+        (SetupStep::Landlock, libc::ENOSYS | libc::EOPNOTSUPP) => {
+            hints.push(
+                "the kernel has no Landlock, or it is not enabled: Linux 5.19 or later with \
+                 `landlock` in the `lsm=` boot parameter (see /sys/kernel/security/lsm)"
+                    .to_owned(),
+            );
         }
         (SetupStep::Seccomp, libc::EINVAL) => {
             hints

@@ -51,6 +51,7 @@
 mod child;
 pub mod env;
 mod error;
+mod filesystem;
 mod protocol;
 pub mod seccomp;
 mod session;
@@ -58,6 +59,7 @@ mod spec;
 mod sys;
 
 pub use error::{SandboxError, SetupStep};
+pub use filesystem::LANDLOCK_MIN_ABI;
 pub use session::{SandboxChild, SandboxHandle, Session, exit_code};
 pub use spec::{DEFAULT_PROXY_PORT, DEFAULT_SANDBOX_ID, SandboxSpec};
 

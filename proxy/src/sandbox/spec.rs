@@ -4,13 +4,14 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use seccompiler::BpfProgram;
 
 use super::error::{SandboxError, SetupStep};
+use super::filesystem::{self, BindMount};
 use super::seccomp;
 use super::sys;
 
@@ -48,6 +49,11 @@ pub struct SandboxSpec {
     pub stdout: Option<OwnedFd>,
     /// Standard error; `None` inherits the parent's.
     pub stderr: Option<OwnedFd>,
+    /// Paths that govern the session (policy, lock, machine config, audit directory): read-only
+    /// inside, and their ancestors immovable (see [`super::filesystem`]). Each must exist.
+    pub read_only: Vec<PathBuf>,
+    /// Where the command may write (a Landlock allowlist); `None` leaves writes unrestricted.
+    pub writable: Option<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for SandboxSpec {
@@ -64,6 +70,8 @@ impl std::fmt::Debug for SandboxSpec {
             .field("stdin", &self.stdin)
             .field("stdout", &self.stdout)
             .field("stderr", &self.stderr)
+            .field("read_only", &self.read_only)
+            .field("writable", &self.writable)
             .finish()
     }
 }
@@ -83,7 +91,29 @@ impl SandboxSpec {
             stdin: None,
             stdout: None,
             stderr: None,
+            read_only: Vec::new(),
+            writable: None,
         }
+    }
+
+    /// Makes these paths read-only inside the sandbox (see [`SandboxSpec::read_only`]).
+    pub fn read_only<I, P>(mut self, paths: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.read_only.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Lets the command write beneath these paths only (see [`SandboxSpec::writable`]).
+    pub fn writable<I, P>(mut self, paths: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.writable = Some(paths.into_iter().map(Into::into).collect());
+        self
     }
 
     /// Adds arguments.
@@ -148,8 +178,13 @@ pub(crate) struct Prepared {
     pub stdio: [Option<RawFd>; 3],
     /// The child's end of the control socket.
     pub control: RawFd,
-    /// Descriptors the init keeps open (sorted): 0, 1, 2, `control`, the `stdio` sources.
+    /// Descriptors the init keeps open (sorted): 0, 1, 2, `control`, the `stdio` sources, the
+    /// Landlock ruleset.
     pub keep_fds: Vec<RawFd>,
+    /// The binds that protect the governing paths, in order.
+    pub mounts: Vec<BindMount>,
+    /// The write allowlist, applied by the init after `no_new_privs`.
+    pub landlock: Option<OwnedFd>,
 }
 
 fn c_string(what: &str, bytes: &[u8]) -> Result<CString, SandboxError> {
@@ -252,8 +287,15 @@ impl Prepared {
             hint: None,
         })?;
 
+        let mounts = filesystem::bind_mounts(&spec.read_only)?;
+        let landlock = match &spec.writable {
+            Some(paths) => Some(filesystem::write_allowlist(paths)?),
+            None => None,
+        };
+
         let mut keep_fds = vec![0, 1, 2, control];
         keep_fds.extend(stdio.iter().flatten());
+        keep_fds.extend(landlock.as_ref().map(|fd| fd.as_raw_fd()));
         keep_fds.sort_unstable();
         keep_fds.dedup();
 
@@ -271,6 +313,8 @@ impl Prepared {
             stdio,
             control,
             keep_fds,
+            mounts,
+            landlock,
         })
     }
 }

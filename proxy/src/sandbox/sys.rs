@@ -364,6 +364,107 @@ pub(crate) fn mount(
     .map(drop)
 }
 
+/// The mount flags of the filesystem holding `path` (`statvfs`'s `f_flag`), as the `MS_*` flags a
+/// bind remount must repeat: inside a user namespace the kernel refuses to clear `nosuid`,
+/// `nodev`, `noexec` or change the atime mode of a mount it inherited. Called in the parent.
+pub(crate) fn locked_mount_flags(path: &CStr) -> SysResult<libc::c_ulong> {
+    // SAFETY: `path` is NUL-terminated and `st` is a properly sized, writable statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
+    let f = st.f_flag;
+    let mut flags = 0;
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if f & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    if f & (libc::ST_NOATIME | libc::ST_RELATIME) == 0 {
+        flags |= libc::MS_STRICTATIME;
+    }
+    Ok(flags)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Landlock
+// ---------------------------------------------------------------------------------------------
+
+/// The kernel's Landlock ABI version (`landlock_create_ruleset(NULL, 0, VERSION)`).
+pub(crate) fn landlock_abi() -> SysResult<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer and size 0 the call only returns the version.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    check(rc).map(|v| v as u32)
+}
+
+/// A new Landlock ruleset handling the filesystem `handled` rights (close-on-exec).
+pub(crate) fn landlock_create_ruleset(handled: u64) -> SysResult<OwnedFd> {
+    // The first field of `struct landlock_ruleset_attr`; the kernel accepts the short size.
+    let attr: u64 = handled;
+    // SAFETY: `attr` is a readable u64 of the size passed; flags 0.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const u64,
+            std::mem::size_of::<u64>(),
+            0 as libc::c_uint,
+        )
+    };
+    // SAFETY: on success the return value is a new descriptor we own.
+    check(rc).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Grants `allowed` beneath the file or directory `parent` (an `O_PATH` descriptor).
+pub(crate) fn landlock_add_path_rule(
+    ruleset: &OwnedFd,
+    parent: &OwnedFd,
+    allowed: u64,
+) -> SysResult<()> {
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+    /// `struct landlock_path_beneath_attr`, packed as the kernel declares it.
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    let attr = PathBeneath {
+        allowed_access: allowed,
+        parent_fd: parent.as_raw_fd(),
+    };
+    // SAFETY: `attr` is a readable struct of the layout the kernel expects; flags 0.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneath,
+            0 as libc::c_uint,
+        )
+    };
+    check(rc).map(drop)
+}
+
+/// Restricts the calling thread (and what it forks and executes) to `ruleset`. Needs
+/// `no_new_privs`. Async-signal-safe: one system call.
+pub(crate) fn landlock_restrict_self(ruleset: RawFd) -> SysResult<()> {
+    // SAFETY: plain integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0 as libc::c_uint) };
+    check(rc).map(drop)
+}
+
 /// `prctl(option, arg2, 0, 0, 0)`.
 pub(crate) fn prctl(option: c_int, arg2: libc::c_ulong) -> SysResult<()> {
     // SAFETY: the options used here (NO_NEW_PRIVS, SET_DUMPABLE, SET_PDEATHSIG) take integers,

@@ -7,6 +7,7 @@
 //! until the command has ended, so the command never loses its network first.
 
 mod agent;
+mod protect;
 
 use crate::commands::mcp::render::Agent;
 use crate::config_files::PolicyArgs;
@@ -32,7 +33,10 @@ Examples:
   fenzi run --agent codex -- exec \"fix the tests\"
   fenzi run --no-isolation -- npm test    proxy variables only, no sandbox (not a security boundary)
 
-Inside, HTTP(S)_PROXY points at the proxy, the session CA is trusted through SSL_CERT_FILE,
+Inside, the command may write only in the current directory, the temporary directories, /dev, the cache
+directory and the agent's own state (--allow-write adds more). fenzi.yaml, fenzi.lock, the machine config
+directory and every audit log are read-only there, and their directories cannot be renamed.
+HTTP(S)_PROXY points at the proxy, the session CA is trusted through SSL_CERT_FILE,
 NODE_EXTRA_CA_CERTS and friends, and each secret the policy lists is a placeholder that the proxy swaps
 for the real value on that secret's hosts only. `fenzi log --session ID` shows the session's decisions.
 The exit status is the command's.")]
@@ -49,6 +53,11 @@ pub struct Args {
     /// Run without the sandbox: the command only gets the proxy variables and can bypass the proxy.
     #[arg(long)]
     no_isolation: bool,
+    /// Also let the command write beneath PATH (repeatable). By default it may write only in the
+    /// current directory, the temporary directories, /dev, the cache directory and the agent's own
+    /// state; the policy, the machine config and the audit logs stay read-only whatever is added.
+    #[arg(long, value_name = "PATH")]
+    allow_write: Vec<PathBuf>,
     #[command(flatten)]
     tuning: ProxyFlags,
     /// The command and its arguments [default: $SHELL].
@@ -134,6 +143,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &session,
             &audit_path,
             &format!("{addr} (NO ISOLATION)"),
+            false,
         );
         let child = std::process::Command::new(&launch.program)
             .args(&launch.args)
@@ -144,9 +154,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .with_context(|| format!("cannot start {}", launch.program.to_string_lossy()))?;
         (listener, Child::Plain(child))
     } else {
+        let read_only = protect::read_only_paths(&protect::Governing {
+            project_policy: &args.policy.config,
+            machine_file: args.policy.machine.as_deref(),
+            audit_log: &audit_path,
+            explicit_audit: args.audit.is_some(),
+            session_dir: &session_dir,
+        })?;
+        let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
         let spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
         let env = inputs(&spec.proxy_url());
-        let spec = spec.envs(env).cwd(cwd);
+        let spec = spec
+            .envs(env)
+            .cwd(cwd)
+            .read_only(read_only)
+            .writable(writable);
         print_status(
             &config,
             &policy,
@@ -154,9 +176,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &session,
             &audit_path,
             &format!(
-                "{} inside the sandbox (user, network, PID, mount namespaces; seccomp)",
+                "{} inside the sandbox (user, network, PID, mount namespaces; seccomp; Landlock)",
                 spec.proxy_addr()
             ),
+            true,
         );
         // On this (the main) thread, which lives as long as the session: the sandbox is killed
         // when the thread that started it ends, and so when fenzi dies in any way.
@@ -299,6 +322,7 @@ fn print_status(
     session: &str,
     audit: &Path,
     proxy_addr: &str,
+    isolated: bool,
 ) {
     let paint = |label: &str| {
         if output::colour_enabled_for_stderr() {
@@ -350,8 +374,13 @@ fn print_status(
             secrets.join(", ")
         );
     }
+    let reach = if isolated {
+        "read-only for the agent, as are the policy and the machine config"
+    } else {
+        "NOT protected from the command: no sandbox"
+    };
     eprintln!(
-        "{} {} (session {session}; `fenzi log --session {session}`)",
+        "{} {} (session {session}; {reach}; `fenzi log --session {session}`)",
         paint("audit"),
         audit.display()
     );

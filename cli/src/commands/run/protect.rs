@@ -1,0 +1,210 @@
+//! What `fenzi run` keeps out of the agent's reach, and where it lets the agent write.
+//!
+//! The governing paths are what a later session runs under or what an earlier session recorded:
+//! the project policy and its `fenzi.lock`, the machine config directory, fenzi's state directory
+//! (every session's audit log and head), an explicit `--audit` log, and this session's own
+//! directory (its CA certificate and the agent's rendered config). Inside the sandbox they are
+//! read-only and their ancestors cannot be renamed (see `fenzi_proxy::sandbox`'s `filesystem`).
+//!
+//! The write allowlist is the project directory, the temporary directories, `/dev`, the cache
+//! directory, the chosen agent's own state ([`agent_state`]) and whatever `--allow-write` adds.
+
+use crate::commands::log::audit_dir;
+use crate::commands::mcp::render::Agent;
+use crate::config_files;
+use anyhow::{Context, Result, bail};
+use fenzi_proxy::audit_writer::head_path;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// The lock file beside a project policy (pinned tool definitions).
+const LOCK_FILE: &str = "fenzi.lock";
+
+/// Where the governing files are, as `fenzi run` was asked to use them.
+pub struct Governing<'a> {
+    pub project_policy: &'a Path,
+    pub machine_file: Option<&'a Path>,
+    pub audit_log: &'a Path,
+    /// The log was given with `--audit` (it may live outside the state directory).
+    pub explicit_audit: bool,
+    pub session_dir: &'a Path,
+}
+
+/// The paths to make read-only inside the sandbox. Directories that must be protected but do not
+/// exist yet (the machine config directory, the state directory) are created, private to the
+/// user, so that the agent cannot create them with forged contents. A policy file that is a
+/// symlink is refused: the link itself could be replaced.
+pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    let policy = governing.project_policy;
+    refuse_symlink(policy, "the project policy")?;
+    paths.push(policy.to_path_buf());
+    let lock = policy.with_file_name(LOCK_FILE);
+    if lock.symlink_metadata().is_ok() {
+        refuse_symlink(&lock, "the lock file")?;
+        paths.push(lock);
+    }
+    if let Some(machine) = governing.machine_file {
+        refuse_symlink(machine, "the machine file")?;
+        paths.push(machine.to_path_buf());
+    }
+    // The default machine directory is protected even when this session does not read it: the
+    // next one may.
+    if let Some(dir) = config_files::default_machine_file()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        paths.extend(protectable_dir(dir)?);
+    }
+    let state = audit_dir(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"));
+    if let Some(state) = state.as_deref().and_then(Path::parent) {
+        paths.extend(protectable_dir(state)?);
+    }
+    if governing.explicit_audit {
+        paths.push(governing.audit_log.to_path_buf());
+        let head = head_path(governing.audit_log);
+        if head.exists() {
+            paths.push(head);
+        }
+    }
+    paths.push(governing.session_dir.to_path_buf());
+    Ok(paths)
+}
+
+/// Where the command may write.
+pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut paths = vec![cwd.to_path_buf(), std::env::temp_dir()];
+    paths.extend(["/tmp", "/var/tmp", "/dev/shm", "/dev"].map(PathBuf::from));
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.as_ref().map(|h| h.join(".cache")));
+    paths.extend(cache);
+    if let (Some(agent), Some(home)) = (agent, &home) {
+        for dir in agent_state(agent, home) {
+            // The agent would create them itself on its first run; it cannot once it is inside.
+            ensure_private_dir(&dir)?;
+            paths.push(dir);
+        }
+    }
+    for path in extra {
+        let absolute = if path.is_absolute() {
+            path.clone()
+        } else {
+            cwd.join(path)
+        };
+        if !absolute.exists() {
+            bail!(
+                "--allow-write {}: no such file or directory (create it first)",
+                path.display()
+            );
+        }
+        paths.push(absolute);
+    }
+    Ok(paths)
+}
+
+/// The directories an agent keeps its own state, settings and sessions in, beneath `home`.
+pub fn agent_state(agent: Agent, home: &Path) -> Vec<PathBuf> {
+    let under = |rel: &[&str]| rel.iter().map(|r| home.join(r)).collect();
+    match agent {
+        Agent::Claude => under(&[".claude"]),
+        Agent::Codex => match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
+            Some(dir) => vec![PathBuf::from(dir)],
+            None => under(&[".codex"]),
+        },
+        Agent::Opencode => under(&[
+            ".config/opencode",
+            ".local/share/opencode",
+            ".local/state/opencode",
+        ]),
+        Agent::Grok => under(&[".grok"]),
+    }
+}
+
+fn refuse_symlink(path: &Path, what: &str) -> Result<()> {
+    let meta = path
+        .symlink_metadata()
+        .with_context(|| format!("cannot read {what} {}", path.display()))?;
+    if meta.file_type().is_symlink() {
+        bail!(
+            "{what} {} is a symbolic link; fenzi run keeps it read-only for the agent by mounting \
+             it, which a link defeats (the agent could replace the link). Put the file itself there, \
+             or run with --config pointing at the real file",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// `dir`, created first when missing; `None` when the user may not create it, since then the
+/// sandbox, which runs as the same user with fewer rights, cannot create it either.
+fn protectable_dir(dir: &Path) -> Result<Option<PathBuf>> {
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => Ok(Some(dir.to_path_buf())),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", dir.display())),
+    }
+}
+
+/// Creates `dir` (and its parents) private to the user when missing; returns it.
+fn ensure_private_dir(dir: &Path) -> Result<PathBuf> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_agent_writes_only_its_own_state() {
+        let home = Path::new("/home/u");
+        assert_eq!(
+            agent_state(Agent::Claude, home),
+            [PathBuf::from("/home/u/.claude")]
+        );
+        assert_eq!(
+            agent_state(Agent::Grok, home),
+            [PathBuf::from("/home/u/.grok")]
+        );
+        let opencode = agent_state(Agent::Opencode, home);
+        assert!(opencode.iter().all(|p| p.starts_with("/home/u")));
+        assert!(
+            !opencode
+                .iter()
+                .any(|p| p.starts_with("/home/u/.config/fenzi") || p.ends_with(".local/state")),
+            "{opencode:?}"
+        );
+    }
+
+    #[test]
+    fn a_symlinked_policy_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.yaml");
+        std::fs::write(&real, "version: 1\n").unwrap();
+        let link = dir.path().join("fenzi.yaml");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = refuse_symlink(&link, "the project policy").unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert!(refuse_symlink(&real, "the project policy").is_ok());
+    }
+}
