@@ -179,8 +179,8 @@ fn the_only_way_out_is_the_proxy() {
     );
     assert!(stdout.contains("unlisted=403"), "{stdout}");
     assert!(
-        !stdout.contains("direct=0"),
-        "a direct connection must fail\n{stdout}"
+        stdout.contains("direct=0"),
+        "a direct connection to an allowed literal is caught and admitted\n{stdout}"
     );
     assert!(stdout.contains("uid=1000"), "{stdout}");
     assert!(
@@ -193,8 +193,8 @@ fn the_only_way_out_is_the_proxy() {
     );
     assert_eq!(
         hits.load(Ordering::SeqCst),
-        1,
-        "the server saw exactly the allowed request"
+        2,
+        "the server saw exactly the allowed request and the caught direct one"
     );
     for line in ["proxy", "mcp", "secrets", "audit"] {
         assert!(
@@ -209,10 +209,14 @@ fn the_only_way_out_is_the_proxy() {
     );
     assert!(log.contains("\"reason\":\"private_address\""), "{log}");
     assert!(log.contains("\"reason\":\"host_not_allowed\""), "{log}");
+    // The direct connection was a tunnel through fenzi's admission: one CONNECT record, no path.
     assert!(
-        !log.contains("/direct"),
-        "the direct attempt never reached the proxy\n{log}"
+        log.contains(&format!(
+            "\"method\":\"CONNECT\",\"host\":\"127.0.0.1\",\"port\":{port}"
+        )),
+        "{log}"
     );
+    assert!(!log.contains("/direct"), "{log}");
     assert!(
         !log.contains("this-value-must-stay-outside")
             && !stdout.contains("this-value-must-stay-outside")
@@ -397,8 +401,8 @@ fn a_non_root_user_can_run_a_session() {
     );
     assert!(stdout.contains("allowed=200"), "{stdout}\n{stderr}");
     assert!(
-        !stdout.contains("direct=0"),
-        "a direct connection must fail\n{stdout}"
+        stdout.contains("direct=0"),
+        "a direct connection to an allowed literal is caught and admitted\n{stdout}"
     );
     assert!(stdout.contains("uid=1000"), "{stdout}");
     let map: Vec<&str> = stdout
@@ -414,8 +418,8 @@ fn a_non_root_user_can_run_a_session() {
     );
     assert_eq!(
         hits.load(Ordering::SeqCst),
-        1,
-        "the server saw exactly the proxied request"
+        2,
+        "the server saw the proxied request and the caught direct one"
     );
     let log = env.audit_log();
     assert!(
@@ -742,5 +746,93 @@ fn a_symlinked_policy_starts_nothing() {
         text(&out.stderr).contains("symbolic link"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// Programs that ignore the proxy variables are caught: names resolve through the sandbox's DNS
+/// stub to synthetic addresses, and every connection (to a name, or to an IP literal) gets the
+/// decision and the one record a CONNECT to the same place would get.
+#[test]
+fn programs_that_ignore_the_proxy_variables_are_caught() {
+    if !sandbox_available() || !have("curl") || !have("getent") {
+        return;
+    }
+    let (port, hits) = http_server();
+    let env = Env::new(
+        "transparent",
+        &format!("version: 1\nhosts:\n  - \"127.0.0.1:{port}\"\n  - \"allowed.invalid:{port}\"\n"),
+    );
+    let direct = "curl --noproxy '*' -s -m 5 -o /dev/null";
+    let script = format!(
+        "getent hosts refused.example; getent hosts allowed.invalid; \
+         {direct} -w 'literal=%{{http_code}}\\n' http://127.0.0.1:{port}/x; \
+         {direct} http://refused.example/; echo refused=$?; \
+         {direct} http://127.0.0.1/; echo loopback=$?; \
+         {direct} http://allowed.invalid:{port}/; echo named=$?; \
+         head -c 300 /dev/urandom > /dev/null"
+    );
+    let out = env.run(&["--", "sh", "-c", &script]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let synthetic = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.ends_with(name))
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    assert!(
+        synthetic("refused.example").starts_with("198.18."),
+        "{stdout}"
+    );
+    assert!(
+        synthetic("allowed.invalid").starts_with("198.18."),
+        "{stdout}"
+    );
+    assert_ne!(synthetic("refused.example"), synthetic("allowed.invalid"));
+    assert!(stdout.contains("literal=200"), "{stdout}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "only the allowed literal got through"
+    );
+    assert!(!stdout.contains("refused=0"), "{stdout}");
+    assert!(!stdout.contains("loopback=0"), "{stdout}");
+
+    let log = env.audit_log();
+    let records: Vec<&str> = log.lines().collect();
+    let about = |host: &str, port: u16| -> Vec<&str> {
+        let needle = format!("\"host\":\"{host}\",\"port\":{port}");
+        records
+            .iter()
+            .copied()
+            .filter(|r| r.contains(&needle))
+            .collect()
+    };
+    let literal = about("127.0.0.1", port);
+    assert_eq!(literal.len(), 1, "{log}");
+    assert!(literal[0].contains("\"decision\":\"allowed\"") && literal[0].contains("CONNECT"));
+    let refused = about("refused.example", 80);
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(
+        refused[0].contains("\"reason\":\"host_not_allowed\""),
+        "{log}"
+    );
+    // An IP literal the policy does not name, on a port fenzi listens on: refused by the policy.
+    let loopback = about("127.0.0.1", 80);
+    assert_eq!(loopback.len(), 1, "{log}");
+    assert!(
+        loopback[0].contains("\"reason\":\"host_not_allowed\""),
+        "{log}"
+    );
+    // The name is allowed: it is admitted by name, and resolving it (on the host, where
+    // `.invalid` never resolves) is what fails, recorded as the upstream's failure.
+    let named = about("allowed.invalid", port);
+    assert_eq!(named.len(), 1, "{log}");
+    assert!(
+        named[0].contains("\"decision\":\"failed\"")
+            && named[0].contains("\"source\":\"upstream\""),
+        "{log}"
     );
 }

@@ -292,6 +292,18 @@ impl Policy {
             .collect()
     }
 
+    /// Every destination a connection may be allowed to: the MCP servers, the `hosts` entries (a
+    /// local server's among them) and the secrets' hosts. The sandbox listens on their ports and
+    /// IP literals for programs that ignore the proxy variables.
+    pub fn destination_patterns(&self) -> Vec<HostPattern> {
+        let mut out: Vec<HostPattern> = self.servers.iter().map(|s| s.pattern.clone()).collect();
+        out.extend(self.hosts.iter().map(|h| h.pattern.clone()));
+        for s in &self.secrets {
+            out.extend(s.hosts.iter().cloned());
+        }
+        out
+    }
+
     /// Every pattern whose traffic may be intercepted (MCP servers and secret-bound hosts): the CA's name
     /// constraints are built from these.
     pub fn inspected_patterns(&self) -> Vec<HostPattern> {

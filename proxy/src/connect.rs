@@ -35,7 +35,9 @@ pub(crate) async fn connect(
     if dest.inspect {
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => intercept::serve(session, dest, upgraded, guard).await,
+                Ok(upgraded) => {
+                    intercept::serve(session, dest, TokioIo::new(upgraded), guard).await
+                }
                 Err(e) => tracing::debug!("CONNECT upgrade failed: {e}"),
             }
         });

@@ -17,6 +17,7 @@ use crate::options::ProxyOptions;
 use crate::pool::Pool;
 use crate::secrets::SessionSecrets;
 use crate::tls::SessionCa;
+use crate::transparent::names::SyntheticNames;
 use fenzi_policy::engine::Policy;
 use http::Request;
 use std::borrow::Cow;
@@ -35,6 +36,8 @@ pub(crate) struct SessionContext {
     pub secrets: SessionSecrets,
     /// Idle upstream connections, reused across requests and client connections.
     pub upstreams: Arc<Pool>,
+    /// The names the sandbox's DNS stub handed out, by synthetic address (the transparent path).
+    pub synthetic: Arc<SyntheticNames>,
 }
 
 /// An audit record could not be written: nothing may be forwarded, and the client gets 503.

@@ -31,7 +31,6 @@ use fenzi_policy::Decision;
 use http::{HeaderValue, Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::{Service, service_fn};
-use hyper::upgrade::Upgraded;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -45,16 +44,18 @@ const TLS_HANDSHAKE: u8 = 0x16;
 /// h2 keep-alive pings find dead clients on otherwise idle connections.
 const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Serves the tunnel of an admitted CONNECT until the client closes it.
-pub(crate) async fn serve(
+/// Serves the tunnel of an admitted CONNECT (or a transparent connection) until the client closes
+/// it.
+pub(crate) async fn serve<T>(
     session: Arc<SessionContext>,
     dest: Arc<Destination>,
-    upgraded: Upgraded,
+    mut io: T,
     guard: ConnGuard,
-) {
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let subject = dest.subject("CONNECT", None);
     let handshake = session.options.tls_handshake_timeout;
-    let mut io = TokioIo::new(upgraded);
     let mut first = [0u8; 1];
     match timeout(handshake, io.read(&mut first)).await {
         Ok(Ok(1)) => {}

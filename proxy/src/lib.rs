@@ -28,6 +28,7 @@ pub mod net;
 pub mod options;
 pub mod server;
 pub mod tls;
+pub mod transparent;
 
 mod admit;
 mod authority;

@@ -14,11 +14,13 @@ use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::secrets::{SecretSet, SessionSecrets};
 use crate::tls::{SessionCa, upstream};
+use crate::transparent;
 use fenzi_policy::engine::Policy;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 
 /// The egress proxy. Cheap to clone.
 #[derive(Clone)]
@@ -91,6 +93,7 @@ impl ProxyBuilder {
                 network,
                 secrets,
                 upstreams: Arc::default(),
+                synthetic: Arc::default(),
             }),
         })
     }
@@ -150,6 +153,21 @@ impl Proxy {
         &self.session.ca
     }
 
+    /// Serves the sandbox's DNS stub on `socket` (see [`crate::transparent::dns`]) until the
+    /// returned future is dropped. Names resolve to the synthetic addresses this proxy's
+    /// transparent listeners map back.
+    pub fn serve_dns(
+        &self,
+        socket: std::net::UdpSocket,
+    ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+        socket.set_nonblocking(true)?;
+        let socket = tokio::net::UdpSocket::from_std(socket)?;
+        Ok(transparent::dns::serve(
+            socket,
+            self.session.synthetic.clone(),
+        ))
+    }
+
     /// Flushes the audit sink (fsync and head), as at the end of a session.
     pub async fn flush_audit(&self) -> Result<(), ProxyError> {
         self.session.audit.flush().await.map_err(ProxyError::Audit)
@@ -172,16 +190,35 @@ impl Proxy {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<usize, ProxyError> {
+        self.serve_with(listener, Vec::new(), shutdown).await
+    }
+
+    /// As [`Proxy::serve`], also accepting on `transparent` listeners: connections from programs
+    /// that ignore the proxy variables, admitted by where they were going (see
+    /// [`crate::transparent`]). They share the connection cap with the proxy port.
+    pub async fn serve_with(
+        &self,
+        listener: TcpListener,
+        transparent: Vec<TcpListener>,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<usize, ProxyError> {
+        let (accepted_tx, mut accepted_rx) = mpsc::channel::<(TcpStream, SocketAddr)>(64);
+        let acceptors: Vec<_> = transparent
+            .into_iter()
+            .map(|l| tokio::spawn(accept_into(l, accepted_tx.clone())))
+            .collect();
+        drop(accepted_tx);
         let options = &self.session.options;
         let capacity = Capacity::new(options.max_connections, options.eviction_grace);
         tracing::debug!(max_connections = capacity.max(), "serving");
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::pin!(shutdown);
         loop {
-            let (stream, peer) = tokio::select! {
+            let (stream, peer, transparent) = tokio::select! {
                 _ = &mut shutdown => break,
+                Some((stream, peer)) = accepted_rx.recv() => (stream, peer, true),
                 accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
+                    Ok((stream, peer)) => (stream, peer, false),
                     Err(e) => {
                         // Out of descriptors: as good as at capacity, so an idle connection gives
                         // way. Either way, back off instead of spinning.
@@ -200,9 +237,16 @@ impl Proxy {
             };
             let stream = admitted.track(stream);
             let guard = ConnGuard::new(admitted, stop_rx.clone());
-            tokio::spawn(serve_client(self.session.clone(), stream, peer, guard));
+            if transparent {
+                tokio::spawn(transparent::serve(self.session.clone(), stream, guard));
+            } else {
+                tokio::spawn(serve_client(self.session.clone(), stream, peer, guard));
+            }
         }
         drop(listener);
+        for acceptor in acceptors {
+            acceptor.abort();
+        }
         let _ = stop_tx.send(true);
         let drain = self.session.options.drain_timeout;
         let open = capacity.drain(drain).await;
@@ -218,6 +262,23 @@ impl Proxy {
             );
         }
         Ok(open)
+    }
+}
+
+/// Accepts on a transparent listener and hands each connection to the accept loop.
+async fn accept_into(listener: TcpListener, to: mpsc::Sender<(TcpStream, SocketAddr)>) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => {
+                if to.send(accepted).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!("transparent accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 

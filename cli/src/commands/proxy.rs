@@ -122,7 +122,7 @@ async fn serve(
     for note in notes {
         eprintln!("fenzi proxy: {note}");
     }
-    let served = session::serve_until(&proxy, listener, shutdown, audit).await?;
+    let served = session::serve_until(&proxy, listener, Vec::new(), shutdown, audit).await?;
     let mut stopped = String::from("fenzi proxy: stopped");
     if served.cut > 0 {
         stopped += &format!(

@@ -28,12 +28,13 @@ pub struct Served {
 pub async fn serve_until(
     proxy: &Proxy,
     listener: tokio::net::TcpListener,
+    transparent: Vec<tokio::net::TcpListener>,
     stop: impl Future<Output = ()> + Send + 'static,
     writer: &AuditWriter,
 ) -> Result<Served> {
     let serving = tokio::spawn({
         let proxy = proxy.clone();
-        async move { proxy.serve(listener, stop).await }
+        async move { proxy.serve_with(listener, transparent, stop).await }
     });
     let cut = serving.await.context("the proxy task failed")??;
     Ok(Served {

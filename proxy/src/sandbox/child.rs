@@ -138,7 +138,7 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
         step(
             ctl,
             SetupStep::ProtectFiles,
-            sys::mount(Some(&bind.path), &bind.path, None, bind.bind_flags),
+            sys::mount(Some(&bind.source), &bind.path, None, bind.bind_flags),
         );
         step(
             ctl,
@@ -154,6 +154,23 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
         SetupStep::Listener,
         sys::tcp_listen(&p.listen_addr, 1024),
     );
+    // The transparent path: the synthetic range and the policy's IP literals become local, and
+    // fenzi gets a listener per port and the DNS stub's socket, each sent as it is made.
+    for (at, (addr, mask)) in p.loopback_aliases.iter().enumerate() {
+        step(
+            ctl,
+            SetupStep::Transparent,
+            sys::add_loopback_alias(at as u16 + 1, *addr, *mask),
+        );
+    }
+    for (index, addr) in p.transparent_listen.iter().enumerate() {
+        let fd = step(ctl, SetupStep::Transparent, sys::tcp_listen(addr, 1024));
+        hand_over(ctl, protocol::TRANSPARENT_LISTENER, index as u32, fd);
+    }
+    if let Some(addr) = &p.dns_addr {
+        let fd = step(ctl, SetupStep::Transparent, sys::udp_bind(addr));
+        hand_over(ctl, protocol::DNS_SOCKET, 0, fd);
+    }
 
     // A new, empty session keyring: the inherited one may hold the user's keys. A kernel without
     // keyrings (ENOSYS) has nothing to inherit.
@@ -260,6 +277,21 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
             Err(_) => sys::exit_now(SETUP_EXIT),
         }
     }
+}
+
+/// Sends `fd` to the parent as a `kind` message, then closes our copy.
+fn hand_over(ctl: RawFd, kind: u32, index: u32, fd: RawFd) {
+    let sent = send(
+        ctl,
+        Message {
+            kind,
+            a: index,
+            b: 0,
+        },
+        Some(fd),
+    );
+    sys::close(fd);
+    step(ctl, SetupStep::Transparent, sent);
 }
 
 /// Opens `/proc/self/{setgroups,uid_map,gid_map}` for writing, in that order, and leaves the init

@@ -51,6 +51,8 @@ pub enum SetupStep {
     ProtectFiles,
     /// Building (parent) or applying (init) the Landlock write allowlist.
     Landlock,
+    /// Setting up the transparent path: loopback addresses, listeners, the DNS stub's socket.
+    Transparent,
 }
 
 impl SetupStep {
@@ -60,7 +62,7 @@ impl SetupStep {
     }
 
     pub(crate) fn from_code(code: u32) -> Option<Self> {
-        const ALL: [SetupStep; 21] = [
+        const ALL: [SetupStep; 22] = [
             SetupStep::CreateNamespaces,
             SetupStep::ParentDeathSignal,
             SetupStep::SetGroups,
@@ -82,6 +84,7 @@ impl SetupStep {
             SetupStep::Handshake,
             SetupStep::ProtectFiles,
             SetupStep::Landlock,
+            SetupStep::Transparent,
         ];
         ALL.into_iter().find(|s| s.code() == code)
     }
@@ -115,6 +118,9 @@ impl fmt::Display for SetupStep {
                 "mounting the policy, the machine config and the audit directory read-only"
             }
             SetupStep::Landlock => "restricting where the sandbox may write (Landlock)",
+            SetupStep::Transparent => {
+                "setting up the listeners for programs that ignore the proxy variables"
+            }
         })
     }
 }

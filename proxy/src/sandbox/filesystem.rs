@@ -76,6 +76,8 @@ fn file_rights(rights: u64) -> u64 {
 /// `remount_flags`.
 #[derive(Debug)]
 pub(crate) struct BindMount {
+    /// What is mounted: the path itself, or (for `/etc/resolv.conf`) another file.
+    pub source: CString,
     pub path: CString,
     /// `MS_BIND`, recursive for an ancestor (the mounts beneath it stay visible) and not for a
     /// governing path (a writable mount beneath it must not stay writable inside the sandbox).
@@ -104,12 +106,31 @@ pub(crate) fn bind_mounts(governing: &[PathBuf]) -> Result<Vec<BindMount>, Sandb
             (libc::MS_BIND | libc::MS_REC, 0)
         };
         mounts.push(BindMount {
+            source: path.clone(),
             path,
             bind_flags,
             remount_flags: libc::MS_REMOUNT | libc::MS_BIND | read_only | locked,
         });
     }
     Ok(mounts)
+}
+
+/// The read-only mount of `resolv_conf` over `/etc/resolv.conf`, so that names resolve through the
+/// sandbox's DNS stub; none when the system has no `/etc/resolv.conf` (nothing would read it).
+pub(crate) fn resolv_conf_mount(resolv_conf: &Path) -> Result<Option<BindMount>, SandboxError> {
+    let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") else {
+        return Ok(None);
+    };
+    let source = c_path(&resolve(resolv_conf)?)?;
+    let locked = sys::locked_mount_flags(&source).map_err(|errno| {
+        protect_error(format!("cannot read the mount flags of {source:?}"), errno)
+    })?;
+    Ok(Some(BindMount {
+        source,
+        path: c_path(&target)?,
+        bind_flags: libc::MS_BIND,
+        remount_flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | locked,
+    }))
 }
 
 /// Which paths to bind, writable ancestors first (shortest first, so an outer bind never hides an

@@ -61,7 +61,7 @@ mod sys;
 pub use error::{SandboxError, SetupStep};
 pub use filesystem::LANDLOCK_MIN_ABI;
 pub use session::{SandboxChild, SandboxHandle, Session, exit_code};
-pub use spec::{DEFAULT_PROXY_PORT, DEFAULT_SANDBOX_ID, SandboxSpec};
+pub use spec::{DEFAULT_PROXY_PORT, DEFAULT_SANDBOX_ID, SandboxSpec, TransparentSpec};
 
 /// Makes the calling process non-dumpable: other processes of the same user can then no longer
 /// read its memory or environment through `/proc/<pid>/{mem,environ}` or attach to it. The

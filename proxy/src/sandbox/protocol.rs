@@ -10,6 +10,11 @@ pub(crate) const COMMAND_FAILED: u32 = 3;
 /// The command ended: `(0, raw wait status)`.
 pub(crate) const EXITED: u32 = 4;
 
+/// A transparent listener, attached: `(index into the spec's ports, 0)`. Sent before `READY`.
+pub(crate) const TRANSPARENT_LISTENER: u32 = 5;
+/// The DNS stub's UDP socket, attached. Sent before `READY`.
+pub(crate) const DNS_SOCKET: u32 = 6;
+
 /// `COMMAND_FAILED` actions.
 pub(crate) const ACTION_CHDIR: u32 = 1;
 pub(crate) const ACTION_EXEC: u32 = 2;

@@ -3,7 +3,7 @@
 //! it created inside the network namespace; [`SandboxChild`] waits for and signals the command.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -36,8 +36,21 @@ pub struct Session {
     /// only endpoint the command can reach; connections accepted here come from the sandbox.
     /// Blocking; call `set_nonblocking(true)` before handing it to tokio.
     pub listener: TcpListener,
+    /// With [`SandboxSpec::transparent`]: one listener per port of the spec, in its order, each
+    /// on `0.0.0.0:<port>` inside the sandbox. A connection's local address is where the program
+    /// inside wanted to go. Blocking, like `listener`.
+    pub transparent: Vec<TcpListener>,
+    /// With [`SandboxSpec::transparent`]: the DNS stub's UDP socket inside the sandbox. Blocking.
+    pub dns: Option<UdpSocket>,
     /// The command.
     pub child: SandboxChild,
+}
+
+/// What the init hands over during its setup.
+struct Handed {
+    listener: TcpListener,
+    transparent: Vec<TcpListener>,
+    dns: Option<UdpSocket>,
 }
 
 impl Session {
@@ -100,7 +113,12 @@ impl Session {
             status: None,
         };
         match child.handshake(&spec) {
-            Ok(listener) => Ok(Session { listener, child }),
+            Ok(handed) => Ok(Session {
+                listener: handed.listener,
+                transparent: handed.transparent,
+                dns: handed.dns,
+                child,
+            }),
             Err(err) => {
                 // The init exits on its own after reporting; make sure, then reap it.
                 let _ = child.handle.kill();
@@ -183,8 +201,11 @@ impl SandboxChild {
     }
 
     /// Reads the init's setup report: the listener, or why it could not start.
-    fn handshake(&mut self, spec: &SandboxSpec) -> Result<TcpListener, SandboxError> {
+    fn handshake(&mut self, spec: &SandboxSpec) -> Result<Handed, SandboxError> {
         let deadline = Instant::now() + SETUP_TIMEOUT;
+        let (mut transparent, mut dns) = (Vec::new(), None);
+        let wanted = spec.transparent.as_ref().map_or(0, |t| t.ports.len());
+        let bad_handover = || SandboxError::isolation(SetupStep::Transparent, libc::EBADMSG);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let ready =
@@ -210,6 +231,22 @@ impl SandboxChild {
                 continue;
             };
             match message.kind {
+                protocol::TRANSPARENT_LISTENER => {
+                    // In order, and only as many as asked for.
+                    let (Some(fd), true) = (fd, message.a as usize == transparent.len()) else {
+                        return Err(bad_handover());
+                    };
+                    if transparent.len() == wanted {
+                        return Err(bad_handover());
+                    }
+                    transparent.push(TcpListener::from(fd));
+                }
+                protocol::DNS_SOCKET => {
+                    let (Some(fd), true, None) = (fd, spec.transparent.is_some(), &dns) else {
+                        return Err(bad_handover());
+                    };
+                    dns = Some(UdpSocket::from(fd));
+                }
                 protocol::READY => {
                     let Some(fd) = fd else {
                         return Err(SandboxError::isolation(
@@ -219,8 +256,17 @@ impl SandboxChild {
                     };
                     let listener = TcpListener::from(fd);
                     let expected = SocketAddr::V4(spec.proxy_addr());
+                    if transparent.len() != wanted || dns.is_some() != spec.transparent.is_some() {
+                        return Err(bad_handover());
+                    }
                     match listener.local_addr() {
-                        Ok(addr) if addr == expected => return Ok(listener),
+                        Ok(addr) if addr == expected => {
+                            return Ok(Handed {
+                                listener,
+                                transparent,
+                                dns,
+                            });
+                        }
                         _ => {
                             return Err(SandboxError::isolation(
                                 SetupStep::SendListener,

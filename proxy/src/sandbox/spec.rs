@@ -54,6 +54,24 @@ pub struct SandboxSpec {
     pub read_only: Vec<PathBuf>,
     /// Where the command may write (a Landlock allowlist); `None` leaves writes unrestricted.
     pub writable: Option<Vec<PathBuf>>,
+    /// Catching connections of programs that ignore the proxy variables; `None`: no such listeners.
+    pub transparent: Option<TransparentSpec>,
+}
+
+/// The sandbox's side of the transparent path: programs that ignore the proxy variables resolve
+/// names through a DNS stub and connect to the addresses it gives, which fenzi listens on.
+#[derive(Debug, Clone)]
+pub struct TransparentSpec {
+    /// Ports listened on at every address of the sandbox's loopback (`0.0.0.0:<port>`). Each
+    /// listener is handed to the parent in this order ([`super::Session::transparent`]).
+    pub ports: Vec<u16>,
+    /// Addresses added to the loopback, each with its prefix length: the synthetic range the DNS
+    /// stub answers from, and the policy's IP literals.
+    pub addresses: Vec<(Ipv4Addr, u8)>,
+    /// The DNS stub's UDP address inside the sandbox (on the loopback).
+    pub dns: SocketAddrV4,
+    /// A file naming that stub, mounted read-only over `/etc/resolv.conf` when that exists.
+    pub resolv_conf: PathBuf,
 }
 
 impl std::fmt::Debug for SandboxSpec {
@@ -72,6 +90,7 @@ impl std::fmt::Debug for SandboxSpec {
             .field("stderr", &self.stderr)
             .field("read_only", &self.read_only)
             .field("writable", &self.writable)
+            .field("transparent", &self.transparent)
             .finish()
     }
 }
@@ -93,7 +112,15 @@ impl SandboxSpec {
             stderr: None,
             read_only: Vec::new(),
             writable: None,
+            transparent: None,
         }
+    }
+
+    /// Listens for connections that do not go through the proxy variables (see
+    /// [`TransparentSpec`]).
+    pub fn transparent(mut self, transparent: TransparentSpec) -> Self {
+        self.transparent = Some(transparent);
+        self
     }
 
     /// Makes these paths read-only inside the sandbox (see [`SandboxSpec::read_only`]).
@@ -185,6 +212,12 @@ pub(crate) struct Prepared {
     pub mounts: Vec<BindMount>,
     /// The write allowlist, applied by the init after `no_new_privs`.
     pub landlock: Option<OwnedFd>,
+    /// Loopback aliases to add: (address, netmask).
+    pub loopback_aliases: Vec<([u8; 4], [u8; 4])>,
+    /// The transparent listeners' addresses, in the order they are handed over.
+    pub transparent_listen: Vec<libc::sockaddr_in>,
+    /// The DNS stub's socket address, handed over after the listeners.
+    pub dns_addr: Option<libc::sockaddr_in>,
 }
 
 fn c_string(what: &str, bytes: &[u8]) -> Result<CString, SandboxError> {
@@ -287,7 +320,35 @@ impl Prepared {
             hint: None,
         })?;
 
-        let mounts = filesystem::bind_mounts(&spec.read_only)?;
+        let mut mounts = filesystem::bind_mounts(&spec.read_only)?;
+        let (mut loopback_aliases, mut transparent_listen, mut dns_addr) =
+            (Vec::new(), Vec::new(), None);
+        if let Some(t) = &spec.transparent {
+            for (addr, prefix) in &t.addresses {
+                if *prefix > 32 {
+                    return Err(SandboxError::InvalidSpec(format!(
+                        "prefix /{prefix} of {addr}"
+                    )));
+                }
+                let mask = u32::MAX.checked_shl(32 - u32::from(*prefix)).unwrap_or(0);
+                loopback_aliases.push((addr.octets(), mask.to_be_bytes()));
+            }
+            if loopback_aliases.len() > 999 {
+                return Err(SandboxError::InvalidSpec(
+                    "more than 999 addresses for the sandbox's loopback".into(),
+                ));
+            }
+            for port in &t.ports {
+                if *port == spec.proxy_port || *port == 0 {
+                    return Err(SandboxError::InvalidSpec(format!(
+                        "port {port} cannot be a transparent listener (the proxy's own port, or 0)"
+                    )));
+                }
+                transparent_listen.push(sockaddr_in(Ipv4Addr::UNSPECIFIED, *port));
+            }
+            dns_addr = Some(sockaddr_in(*t.dns.ip(), t.dns.port()));
+            mounts.extend(filesystem::resolv_conf_mount(&t.resolv_conf)?);
+        }
         let landlock = match &spec.writable {
             Some(paths) => Some(filesystem::write_allowlist(paths)?),
             None => None,
@@ -315,8 +376,19 @@ impl Prepared {
             keep_fds,
             mounts,
             landlock,
+            loopback_aliases,
+            transparent_listen,
+            dns_addr,
         })
     }
+}
+
+fn sockaddr_in(ip: Ipv4Addr, port: u16) -> libc::sockaddr_in {
+    let mut addr = sockaddr_in_zeroed();
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_port = port.to_be();
+    addr.sin_addr.s_addr = u32::from(ip).to_be();
+    addr
 }
 
 fn sockaddr_in_zeroed() -> libc::sockaddr_in {

@@ -574,6 +574,74 @@ pub(crate) fn loopback_up() -> SysResult<()> {
     result.map(drop)
 }
 
+/// Adds `addr`/`netmask` to the loopback device as the alias `lo:<alias>` (`SIOCSIFADDR`, then
+/// `SIOCSIFNETMASK`). On a loopback device the kernel makes the whole prefix local, so one alias
+/// makes a range of addresses connectable. `alias` is 1 to 999.
+pub(crate) fn add_loopback_alias(alias: u16, addr: [u8; 4], netmask: [u8; 4]) -> SysResult<()> {
+    if !(1..=999).contains(&alias) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: no pointers.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `ifreq` is plain data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let mut name = [0u8; 8];
+    name[..3].copy_from_slice(b"lo:");
+    let mut at = 3;
+    let mut started = false;
+    for divisor in [100, 10, 1] {
+        let digit = (alias / divisor) % 10;
+        if digit != 0 || started || divisor == 1 {
+            name[at] = b'0' + digit as u8;
+            at += 1;
+            started = true;
+        }
+    }
+    for (slot, byte) in req.ifr_name.iter_mut().zip(&name[..at]) {
+        *slot = *byte as libc::c_char;
+    }
+    let set = |req: &mut libc::ifreq, request: libc::c_ulong, value: [u8; 4]| {
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(value),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: `sockaddr_in` fits in the `ifru_addr` member of the union (a `sockaddr`).
+        unsafe {
+            std::ptr::write(
+                (&mut req.ifr_ifru.ifru_addr as *mut libc::sockaddr).cast::<libc::sockaddr_in>(),
+                sin,
+            )
+        };
+        // SAFETY: the request reads the name and the address of a valid `ifreq`.
+        check(unsafe { libc::ioctl(fd, request, req as *mut libc::ifreq) }).map(drop)
+    };
+    let result = set(&mut req, libc::SIOCSIFADDR, addr)
+        .and_then(|_| set(&mut req, libc::SIOCSIFNETMASK, netmask));
+    close(fd);
+    result
+}
+
+/// An IPv4 UDP socket bound to `addr`, close-on-exec.
+pub(crate) fn udp_bind(addr: &libc::sockaddr_in) -> SysResult<RawFd> {
+    // SAFETY: no pointers.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid `sockaddr_in` of `len` bytes.
+    match check(unsafe { libc::bind(fd, (addr as *const libc::sockaddr_in).cast(), len) }) {
+        Ok(_) => Ok(fd),
+        Err(e) => {
+            close(fd);
+            Err(e)
+        }
+    }
+}
+
 /// A listening IPv4 TCP socket bound to `addr`, close-on-exec.
 pub(crate) fn tcp_listen(addr: &libc::sockaddr_in, backlog: c_int) -> SysResult<RawFd> {
     // SAFETY: no pointers.

@@ -8,6 +8,7 @@
 
 mod agent;
 mod protect;
+mod transparent;
 
 use crate::commands::mcp::render::Agent;
 use crate::config_files::PolicyArgs;
@@ -127,7 +128,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         env
     };
 
-    let (listener, child) = if args.no_isolation {
+    let (listener, transparent, dns, child) = if args.no_isolation {
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").context("cannot listen on 127.0.0.1")?;
         let addr = listener.local_addr()?;
@@ -152,7 +153,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .current_dir(&cwd)
             .spawn()
             .with_context(|| format!("cannot start {}", launch.program.to_string_lossy()))?;
-        (listener, Child::Plain(child))
+        (listener, Vec::new(), None, Child::Plain(child))
     } else {
         let read_only = protect::read_only_paths(&protect::Governing {
             project_policy: &args.policy.config,
@@ -162,13 +163,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
             session_dir: &session_dir,
         })?;
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
+        let transparent = transparent::spec(&policy, &session_dir)?;
         let spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
         let env = inputs(&spec.proxy_url());
         let spec = spec
             .envs(env)
             .cwd(cwd)
             .read_only(read_only)
-            .writable(writable);
+            .writable(writable)
+            .transparent(transparent);
         print_status(
             &config,
             &policy,
@@ -176,28 +179,51 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &session,
             &audit_path,
             &format!(
-                "{} inside the sandbox (user, network, PID, mount namespaces; seccomp; Landlock)",
-                spec.proxy_addr()
+                "{} inside the sandbox (user, network, PID, mount namespaces; seccomp; Landlock); \
+                 programs that ignore the proxy variables are caught on ports {}",
+                spec.proxy_addr(),
+                spec.transparent
+                    .as_ref()
+                    .map(|t| t
+                        .ports
+                        .iter()
+                        .map(u16::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","))
+                    .unwrap_or_default()
             ),
             true,
         );
         // On this (the main) thread, which lives as long as the session: the sandbox is killed
         // when the thread that started it ends, and so when fenzi dies in any way.
-        let Session { listener, child } = Session::start(spec).map_err(|e| {
+        let Session {
+            listener,
+            transparent,
+            dns,
+            child,
+        } = Session::start(spec).map_err(|e| {
             anyhow::anyhow!("{e}\nfenzi run does not start a command it cannot isolate")
         })?;
-        (listener, Child::Sandboxed(child))
+        (listener, transparent, dns, Child::Sandboxed(child))
     };
 
     let result = runtime.block_on(async move {
         listener.set_nonblocking(true)?;
         let listener = fenzi_proxy::listener_from_std(listener)?;
+        let transparent = transparent
+            .into_iter()
+            .map(fenzi_proxy::listener_from_std)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        // The DNS stub ends with the runtime.
+        if let Some(dns) = dns {
+            tokio::spawn(proxy.serve_dns(dns)?);
+        }
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let stop = async {
             let _ = stop_rx.await;
         };
         let (served, status) = tokio::join!(
-            session::serve_until(&proxy, listener, stop, &writer),
+            session::serve_until(&proxy, listener, transparent, stop, &writer),
             async {
                 let status = child.wait_forwarding_signals().await;
                 let _ = stop_tx.send(());

@@ -1,0 +1,49 @@
+//! The sandbox's transparent path as `fenzi run` sets it up: which ports fenzi listens on inside
+//! (443 and 80 always, and every port the policy names), which addresses the sandbox's loopback
+//! carries (the synthetic range the DNS stub answers from, and each IPv4 literal the policy names),
+//! and the `resolv.conf` that points programs at the stub.
+
+use crate::session;
+use anyhow::Result;
+use fenzi_policy::engine::Policy;
+use fenzi_proxy::sandbox::{DEFAULT_PROXY_PORT, TransparentSpec};
+use fenzi_proxy::transparent::names::{SYNTHETIC_GATEWAY, SYNTHETIC_PREFIX};
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+
+/// Where the DNS stub listens inside the sandbox.
+const DNS_STUB: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53);
+
+/// The transparent path for `policy`; writes `resolv.conf` into `session_dir`.
+pub fn spec(policy: &Policy, session_dir: &Path) -> Result<TransparentSpec> {
+    let mut ports = BTreeSet::from([80u16, 443]);
+    let mut literals = BTreeSet::new();
+    for pattern in policy.destination_patterns() {
+        ports.insert(pattern.port);
+        if let Some(IpAddr::V4(ip)) = pattern.exact_ip()
+            && !ip.is_loopback()
+        {
+            literals.insert(ip);
+        }
+    }
+    // The proxy's own listener has that port on the loopback already.
+    ports.remove(&DEFAULT_PROXY_PORT);
+    let mut addresses = vec![(SYNTHETIC_GATEWAY, SYNTHETIC_PREFIX)];
+    addresses.extend(literals.into_iter().map(|ip| (ip, 32)));
+    let resolv_conf = session::write_file(
+        session_dir,
+        "resolv.conf",
+        format!(
+            "# fenzi run: names resolve through the sandbox's DNS stub\nnameserver {}\n",
+            DNS_STUB.ip()
+        )
+        .as_bytes(),
+    )?;
+    Ok(TransparentSpec {
+        ports: ports.into_iter().collect(),
+        addresses,
+        dns: DNS_STUB,
+        resolv_conf,
+    })
+}
