@@ -5,10 +5,14 @@
 //! [`Session::start`] clones an init process into new user, PID, network, mount and IPC
 //! namespaces. The init asks to be killed when its parent thread ends, maps the caller's uid/gid
 //! to a non-root id inside (a user namespace always, even for root), mounts a `/proc` of the new
-//! PID namespace, brings up `lo`, creates the proxy listener on `127.0.0.1:<port>` inside the
-//! network namespace, joins a fresh session keyring, sets `no_new_privs`, drops its capabilities,
-//! installs the seccomp filter ([`seccomp`] says what it refuses and why), forks the command
-//! and, once the command is exec'd, hands the listener to the parent over `SCM_RIGHTS`. The
+//! PID namespace, makes the governing files read-only and their ancestors immovable (`filesystem`),
+//! brings up `lo` (with the synthetic range and the policy's IP literals when the spec asks for the
+//! transparent path), creates the proxy listener on `127.0.0.1:<port>` inside the network
+//! namespace (and the transparent listeners and the DNS stub's socket, each handed over as it is
+//! made), joins a fresh session keyring, sets `no_new_privs`, drops its capabilities, applies the
+//! Landlock write allowlist, installs the seccomp filter ([`seccomp`] says what it refuses and
+//! why), forks the command and, once the command is exec'd, hands the listener to the parent over
+//! `SCM_RIGHTS`. The
 //! proxy, in the parent and the host's namespaces, accepts on that listener; nothing else is
 //! reachable from inside: no other interface, no route, no host Unix socket, no abstract socket
 //! of the host.
