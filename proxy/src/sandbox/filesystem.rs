@@ -253,8 +253,8 @@ mod tests {
             ("/home/u/proj", false),
             ("/home/u/.local/state", false),
             ("/home/u/.config/fenzi", true),
-            ("/home/u/.local/state/fenzi", true),
             ("/home/u/proj/fenzi.yaml", true),
+            ("/home/u/.local/state/fenzi", true),
         ];
         let expect: Vec<(String, bool)> = expect.iter().map(|(p, r)| (p.to_string(), *r)).collect();
         assert_eq!(shown, expect);
