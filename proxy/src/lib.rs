@@ -27,6 +27,7 @@ pub mod error;
 pub mod net;
 pub mod options;
 pub mod server;
+pub mod synthetic;
 pub mod tls;
 pub mod transparent;
 

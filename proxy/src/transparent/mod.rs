@@ -1,5 +1,5 @@
 //! The transparent path: connections from programs that ignore the proxy variables. Inside the
-//! sandbox, names resolve through a DNS stub ([`dns`]) to synthetic addresses ([`names`]), and
+//! sandbox, names resolve through a DNS stub ([`dns`]) to synthetic addresses ([`crate::synthetic`]), and
 //! fenzi listens on every port the policy names at every address of the sandbox's loopback (the
 //! synthetic range and the policy's IP literals among them). A connection accepted there is where
 //! the program wanted to go: its local address gives back the name (or is itself the IP literal),
@@ -9,7 +9,6 @@
 //! exchange to answer in.
 
 pub mod dns;
-pub mod names;
 
 use crate::admit::admit;
 use crate::audit_sink::Subject;
@@ -17,10 +16,10 @@ use crate::capacity::Tracked;
 use crate::context::{ConnGuard, SessionContext};
 use crate::intercept;
 use crate::refusal::Refusal;
+use crate::synthetic::SyntheticNames;
 use crate::tunnel;
 use crate::upstream::dial;
 use fenzi_policy::host::Host;
-use names::SyntheticNames;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use tokio::net::TcpStream;

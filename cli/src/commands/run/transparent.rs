@@ -7,7 +7,7 @@ use crate::session;
 use anyhow::Result;
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::sandbox::{DEFAULT_PROXY_PORT, TransparentSpec};
-use fenzi_proxy::transparent::names::{SYNTHETIC_GATEWAY, SYNTHETIC_PREFIX};
+use fenzi_proxy::synthetic::{SYNTHETIC_GATEWAY, SYNTHETIC_PREFIX};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::path::Path;
