@@ -836,3 +836,51 @@ fn programs_that_ignore_the_proxy_variables_are_caught() {
         "{log}"
     );
 }
+
+/// An IPv6 literal the policy names is caught on the transparent path as well.
+#[test]
+fn an_ipv6_literal_is_caught_without_the_proxy_variables() {
+    if !sandbox_available() || !have("curl") {
+        return;
+    }
+    let Ok(listener) = TcpListener::bind("[::1]:0") else {
+        skip(
+            "an_ipv6_literal_is_caught_without_the_proxy_variables",
+            "no IPv6 loopback here",
+        );
+        return;
+    };
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nv6");
+        }
+    });
+    let env = Env::new(
+        "ipv6",
+        &format!("version: 1\nhosts:\n  - \"[::1]:{port}\"\n"),
+    );
+    let script = format!(
+        "curl --noproxy '*' -s -m 5 -o /dev/null -w 'v6=%{{http_code}}\\n' 'http://[::1]:{port}/'"
+    );
+    let out = env.run(&["--", "sh", "-c", &script]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("v6=200"), "{stdout}\n{}", text(&out.stderr));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let log = env.audit_log();
+    assert!(
+        log.contains("\"decision\":\"allowed\",\"method\":\"CONNECT\"")
+            && log.contains(&format!("\"port\":{port}")),
+        "{log}"
+    );
+}

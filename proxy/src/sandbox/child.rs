@@ -163,9 +163,21 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
             sys::add_loopback_alias(at as u16 + 1, *addr, *mask),
         );
     }
+    for addr in &p.loopback_v6 {
+        step(
+            ctl,
+            SetupStep::Transparent,
+            sys::add_loopback_address_v6(*addr, 128),
+        );
+    }
     for (index, addr) in p.transparent_listen.iter().enumerate() {
         let fd = step(ctl, SetupStep::Transparent, sys::tcp_listen(addr, 1024));
         hand_over(ctl, protocol::TRANSPARENT_LISTENER, index as u32, fd);
+    }
+    for (index, port) in p.transparent_listen_v6.iter().enumerate() {
+        let fd = step(ctl, SetupStep::Transparent, sys::tcp_listen_v6(*port, 1024));
+        let index = (p.transparent_listen.len() + index) as u32;
+        hand_over(ctl, protocol::TRANSPARENT_LISTENER, index, fd);
     }
     if let Some(addr) = &p.dns_addr {
         let fd = step(ctl, SetupStep::Transparent, sys::udp_bind(addr));

@@ -37,7 +37,8 @@ pub struct Session {
     /// Blocking; call `set_nonblocking(true)` before handing it to tokio.
     pub listener: TcpListener,
     /// With [`SandboxSpec::transparent`]: one listener per port of the spec, in its order, each
-    /// on `0.0.0.0:<port>` inside the sandbox. A connection's local address is where the program
+    /// on `0.0.0.0:<port>` inside the sandbox, then (when the spec asks for IPv6) one per port on
+    /// `[::]:<port>`. A connection's local address is where the program
     /// inside wanted to go. Blocking, like `listener`.
     pub transparent: Vec<TcpListener>,
     /// With [`SandboxSpec::transparent`]: the DNS stub's UDP socket inside the sandbox. Blocking.
@@ -204,7 +205,10 @@ impl SandboxChild {
     fn handshake(&mut self, spec: &SandboxSpec) -> Result<Handed, SandboxError> {
         let deadline = Instant::now() + SETUP_TIMEOUT;
         let (mut transparent, mut dns) = (Vec::new(), None);
-        let wanted = spec.transparent.as_ref().map_or(0, |t| t.ports.len());
+        let wanted = spec.transparent.as_ref().map_or(0, |t| {
+            let v6 = t.ipv6 || !t.addresses_v6.is_empty();
+            t.ports.len() * if v6 { 2 } else { 1 }
+        });
         let bad_handover = || SandboxError::isolation(SetupStep::Transparent, libc::EBADMSG);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -3,7 +3,7 @@
 //! the fork, because the child may not allocate (see `child.rs`).
 
 use std::ffi::{CString, OsStr, OsString};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -66,8 +66,14 @@ pub struct TransparentSpec {
     /// listener is handed to the parent in this order ([`super::Session::transparent`]).
     pub ports: Vec<u16>,
     /// Addresses added to the loopback, each with its prefix length: the synthetic range the DNS
-    /// stub answers from, and the policy's IP literals.
+    /// stub answers from, and the policy's IPv4 literals.
     pub addresses: Vec<(Ipv4Addr, u8)>,
+    /// The policy's IPv6 literals (other than `::1`, which the loopback has), added as /128. When
+    /// this is non-empty or `ipv6` is set, every port is also listened on at `[::]` (IPv6 only),
+    /// after the IPv4 listeners.
+    pub addresses_v6: Vec<Ipv6Addr>,
+    /// Listen on `[::]` too (the policy names an IPv6 literal).
+    pub ipv6: bool,
     /// The DNS stub's UDP address inside the sandbox (on the loopback).
     pub dns: SocketAddrV4,
     /// A file naming that stub, mounted read-only over `/etc/resolv.conf` when that exists.
@@ -216,6 +222,10 @@ pub(crate) struct Prepared {
     pub loopback_aliases: Vec<([u8; 4], [u8; 4])>,
     /// The transparent listeners' addresses, in the order they are handed over.
     pub transparent_listen: Vec<libc::sockaddr_in>,
+    /// IPv6 addresses to add to the loopback (/128).
+    pub loopback_v6: Vec<[u8; 16]>,
+    /// Ports listened on at `[::]`, handed over after the IPv4 listeners.
+    pub transparent_listen_v6: Vec<u16>,
     /// The DNS stub's socket address, handed over after the listeners.
     pub dns_addr: Option<libc::sockaddr_in>,
 }
@@ -323,6 +333,7 @@ impl Prepared {
         let mut mounts = filesystem::bind_mounts(&spec.read_only)?;
         let (mut loopback_aliases, mut transparent_listen, mut dns_addr) =
             (Vec::new(), Vec::new(), None);
+        let (mut loopback_v6, mut transparent_listen_v6) = (Vec::new(), Vec::new());
         if let Some(t) = &spec.transparent {
             for (addr, prefix) in &t.addresses {
                 if *prefix > 32 {
@@ -345,6 +356,10 @@ impl Prepared {
                     )));
                 }
                 transparent_listen.push(sockaddr_in(Ipv4Addr::UNSPECIFIED, *port));
+            }
+            loopback_v6 = t.addresses_v6.iter().map(|a| a.octets()).collect();
+            if t.ipv6 || !t.addresses_v6.is_empty() {
+                transparent_listen_v6 = t.ports.clone();
             }
             dns_addr = Some(sockaddr_in(*t.dns.ip(), t.dns.port()));
             mounts.extend(filesystem::resolv_conf_mount(&t.resolv_conf)?);
@@ -378,6 +393,8 @@ impl Prepared {
             landlock,
             loopback_aliases,
             transparent_listen,
+            loopback_v6,
+            transparent_listen_v6,
             dns_addr,
         })
     }

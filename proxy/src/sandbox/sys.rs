@@ -626,6 +626,74 @@ pub(crate) fn add_loopback_alias(alias: u16, addr: [u8; 4], netmask: [u8; 4]) ->
     result
 }
 
+/// Adds `addr`/`prefix` to the loopback device (`SIOCSIFADDR` on an IPv6 socket).
+pub(crate) fn add_loopback_address_v6(addr: [u8; 16], prefix: u32) -> SysResult<()> {
+    /// `struct in6_ifreq` (linux/ipv6.h).
+    #[repr(C)]
+    struct In6Ifreq {
+        addr: libc::in6_addr,
+        prefixlen: u32,
+        ifindex: c_int,
+    }
+    // SAFETY: no pointers.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `ifreq` is plain data; zeroed is a valid value. The name is "lo\0".
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    req.ifr_name[0] = b'l' as libc::c_char;
+    req.ifr_name[1] = b'o' as libc::c_char;
+    // SAFETY: SIOCGIFINDEX reads the name and writes `ifru_ifindex` of a valid `ifreq`.
+    let result = check(unsafe { libc::ioctl(fd, libc::SIOCGIFINDEX, &mut req) }).and_then(|_| {
+        let request = In6Ifreq {
+            addr: libc::in6_addr { s6_addr: addr },
+            prefixlen: prefix,
+            // SAFETY: the union member SIOCGIFINDEX just filled.
+            ifindex: unsafe { req.ifr_ifru.ifru_ifindex },
+        };
+        // SAFETY: SIOCSIFADDR on an IPv6 socket reads a valid `in6_ifreq`.
+        check(unsafe { libc::ioctl(fd, libc::SIOCSIFADDR, &request) })
+    });
+    close(fd);
+    result.map(drop)
+}
+
+/// A listening IPv6-only TCP socket on `[::]:port`, close-on-exec.
+pub(crate) fn tcp_listen_v6(port: u16, backlog: c_int) -> SysResult<RawFd> {
+    // SAFETY: no pointers.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    let on: c_int = 1;
+    // SAFETY: `on` is a readable c_int of the size passed.
+    let v6only = check(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            (&on as *const c_int).cast(),
+            std::mem::size_of::<c_int>() as libc::socklen_t,
+        )
+    });
+    // SAFETY: `sockaddr_in6` is plain data; zeroed is the unspecified address.
+    let mut addr: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+    addr.sin6_port = port.to_be();
+    let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+    let bound = v6only
+        // SAFETY: `addr` is a valid `sockaddr_in6` of `len` bytes.
+        .and_then(|_| {
+            check(unsafe { libc::bind(fd, (&addr as *const libc::sockaddr_in6).cast(), len) })
+        })
+        // SAFETY: no pointers.
+        .and_then(|_| check(unsafe { libc::listen(fd, backlog) }));
+    match bound {
+        Ok(_) => Ok(fd),
+        Err(e) => {
+            close(fd);
+            Err(e)
+        }
+    }
+}
+
 /// An IPv4 UDP socket bound to `addr`, close-on-exec.
 pub(crate) fn udp_bind(addr: &libc::sockaddr_in) -> SysResult<RawFd> {
     // SAFETY: no pointers.

@@ -1,6 +1,7 @@
 //! The sandbox's transparent path as `fenzi run` sets it up: which ports fenzi listens on inside
-//! (443 and 80 always, and every port the policy names), which addresses the sandbox's loopback
-//! carries (the synthetic range the DNS stub answers from, and each IPv4 literal the policy names),
+//! (443 and 80 always, and every port the policy names; on IPv6 too when the policy names an IPv6
+//! literal), which addresses the sandbox's loopback carries (the synthetic range the DNS stub
+//! answers from, and each IP literal the policy names),
 //! and the `resolv.conf` that points programs at the stub.
 
 use crate::session;
@@ -18,13 +19,20 @@ const DNS_STUB: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 5
 /// The transparent path for `policy`; writes `resolv.conf` into `session_dir`.
 pub fn spec(policy: &Policy, session_dir: &Path) -> Result<TransparentSpec> {
     let mut ports = BTreeSet::from([80u16, 443]);
-    let mut literals = BTreeSet::new();
+    let (mut literals, mut literals_v6, mut ipv6) = (BTreeSet::new(), BTreeSet::new(), false);
     for pattern in policy.destination_patterns() {
         ports.insert(pattern.port);
-        if let Some(IpAddr::V4(ip)) = pattern.exact_ip()
-            && !ip.is_loopback()
-        {
-            literals.insert(ip);
+        match pattern.exact_ip() {
+            Some(IpAddr::V4(ip)) if !ip.is_loopback() => {
+                literals.insert(ip);
+            }
+            Some(IpAddr::V6(ip)) => {
+                ipv6 = true;
+                if !ip.is_loopback() {
+                    literals_v6.insert(ip);
+                }
+            }
+            _ => {}
         }
     }
     // The proxy's own listener has that port on the loopback already.
@@ -43,6 +51,8 @@ pub fn spec(policy: &Policy, session_dir: &Path) -> Result<TransparentSpec> {
     Ok(TransparentSpec {
         ports: ports.into_iter().collect(),
         addresses,
+        addresses_v6: literals_v6.into_iter().collect(),
+        ipv6,
         dns: DNS_STUB,
         resolv_conf,
     })
