@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 
 /// A tiny HTTP server on 127.0.0.1 that answers `200 hello` and counts requests.
 fn http_server() -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    http_server_on(TcpListener::bind("127.0.0.1:0").unwrap())
+}
+
+/// [`http_server`] on `listener`.
+fn http_server_on(listener: TcpListener) -> (u16, Arc<AtomicUsize>) {
     let port = listener.local_addr().unwrap().port();
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
@@ -850,22 +854,7 @@ fn an_ipv6_literal_is_caught_without_the_proxy_variables() {
         );
         return;
     };
-    let port = listener.local_addr().unwrap().port();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            counter.fetch_add(1, Ordering::SeqCst);
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                line.clear();
-            }
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nv6");
-        }
-    });
+    let (port, hits) = http_server_on(listener);
     let env = Env::new(
         "ipv6",
         &format!("version: 1\nhosts:\n  - \"[::1]:{port}\"\n"),

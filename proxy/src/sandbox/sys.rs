@@ -678,20 +678,11 @@ pub(crate) fn tcp_listen_v6(port: u16, backlog: c_int) -> SysResult<RawFd> {
     addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
     addr.sin6_port = port.to_be();
     let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-    let bound = v6only
+    let bound = v6only.and_then(|_| {
         // SAFETY: `addr` is a valid `sockaddr_in6` of `len` bytes.
-        .and_then(|_| {
-            check(unsafe { libc::bind(fd, (&addr as *const libc::sockaddr_in6).cast(), len) })
-        })
-        // SAFETY: no pointers.
-        .and_then(|_| check(unsafe { libc::listen(fd, backlog) }));
-    match bound {
-        Ok(_) => Ok(fd),
-        Err(e) => {
-            close(fd);
-            Err(e)
-        }
-    }
+        check(unsafe { libc::bind(fd, (&addr as *const libc::sockaddr_in6).cast(), len) })
+    });
+    listen_or_close(fd, bound.map(drop), backlog)
 }
 
 /// An IPv4 UDP socket bound to `addr`, close-on-exec.
@@ -717,10 +708,14 @@ pub(crate) fn tcp_listen(addr: &libc::sockaddr_in, backlog: c_int) -> SysResult<
         check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // SAFETY: `addr` is a valid `sockaddr_in` of `len` bytes.
-    let bound = check(unsafe { libc::bind(fd, (addr as *const libc::sockaddr_in).cast(), len) })
-        // SAFETY: no pointers.
-        .and_then(|_| check(unsafe { libc::listen(fd, backlog) }));
-    match bound {
+    let bound = check(unsafe { libc::bind(fd, (addr as *const libc::sockaddr_in).cast(), len) });
+    listen_or_close(fd, bound.map(drop), backlog)
+}
+
+/// `listen(fd, backlog)` once `bound` succeeded; closes `fd` on any failure.
+fn listen_or_close(fd: RawFd, bound: SysResult<()>, backlog: c_int) -> SysResult<RawFd> {
+    // SAFETY: no pointers.
+    match bound.and_then(|_| check(unsafe { libc::listen(fd, backlog) })) {
         Ok(_) => Ok(fd),
         Err(e) => {
             close(fd);
