@@ -113,6 +113,21 @@ pub(crate) async fn admit(
     })
 }
 
+/// [`admit`] for a tunnel (a CONNECT, or a connection caught on the transparent path), with its
+/// allowing decision recorded: the one record a tunnel gets.
+pub(crate) async fn admit_tunnel(
+    session: &SessionContext,
+    host: &Host,
+    port: u16,
+    subject: &Subject,
+) -> Result<Destination, Refusal> {
+    let dest = admit(session, host, port, subject).await?;
+    session
+        .record(dest.subject("CONNECT", None).decided(&dest.decision))
+        .await?;
+    Ok(dest)
+}
+
 /// One resolution: an IP literal is itself; a name goes to the resolver, with a timeout.
 async fn resolve(
     session: &SessionContext,

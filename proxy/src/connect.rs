@@ -4,7 +4,7 @@
 //! passed through byte for byte (dialled before the 200, so an unreachable upstream is a 502) or
 //! handed to interception when the route needs inspection.
 
-use crate::admit::{Destination, admit};
+use crate::admit::{Destination, admit_tunnel};
 use crate::audit_sink::Subject;
 use crate::authority::{check_no_placeholder, logged_authority};
 use crate::body::{self, Body};
@@ -87,8 +87,5 @@ async fn check_target<B>(
     subject.host = host.to_string();
     subject.port = port;
 
-    let dest = admit(session, &host, port, &subject).await?;
-    let subject = dest.subject("CONNECT", None);
-    session.record(subject.decided(&dest.decision)).await?;
-    Ok(dest)
+    admit_tunnel(session, &host, port, &subject).await
 }

@@ -63,7 +63,6 @@ mod spec;
 mod sys;
 
 pub use error::{SandboxError, SetupStep};
-pub use filesystem::LANDLOCK_MIN_ABI;
 pub use session::{SandboxChild, SandboxHandle, Session, exit_code};
 pub use spec::{DEFAULT_PROXY_PORT, DEFAULT_SANDBOX_ID, SandboxSpec, TransparentSpec};
 

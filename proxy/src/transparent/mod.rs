@@ -10,7 +10,7 @@
 
 pub mod dns;
 
-use crate::admit::admit;
+use crate::admit::{Destination, admit_tunnel};
 use crate::audit_sink::Subject;
 use crate::capacity::Tracked;
 use crate::context::{ConnGuard, SessionContext};
@@ -62,7 +62,7 @@ pub(crate) async fn serve(
 async fn check_destination(
     session: &SessionContext,
     local: SocketAddr,
-) -> Result<crate::admit::Destination, Refusal> {
+) -> Result<Destination, Refusal> {
     let port = local.port();
     let host = match local.ip() {
         IpAddr::V4(ip) if SyntheticNames::is_synthetic(ip) => match session.synthetic.name_of(ip) {
@@ -78,9 +78,5 @@ async fn check_destination(
         ip => Host::Ip(ip),
     };
     let subject = Subject::new("CONNECT", host.to_string(), port, None);
-    let dest = admit(session, &host, port, &subject).await?;
-    session
-        .record(dest.subject("CONNECT", None).decided(&dest.decision))
-        .await?;
-    Ok(dest)
+    admit_tunnel(session, &host, port, &subject).await
 }

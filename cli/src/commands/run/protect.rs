@@ -12,9 +12,9 @@
 use crate::commands::log::audit_dir;
 use crate::commands::mcp::render::Agent;
 use crate::config_files;
+use crate::session;
 use anyhow::{Context, Result, bail};
 use fenzi_proxy::audit_writer::head_path;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// The lock file beside a project policy (pinned tool definitions).
@@ -86,7 +86,7 @@ pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Re
     if let (Some(agent), Some(home)) = (agent, &home) {
         for dir in agent_state(agent, home) {
             // The agent would create them itself on its first run; it cannot once it is inside.
-            ensure_private_dir(&dir)?;
+            session::create_private_dir(&dir)?;
             paths.push(dir);
         }
     }
@@ -143,32 +143,19 @@ fn refuse_symlink(path: &Path, what: &str) -> Result<()> {
 /// `dir`, created first when missing; `None` when the user may not create it, since then the
 /// sandbox, which runs as the same user with fewer rights, cannot create it either.
 fn protectable_dir(dir: &Path) -> Result<Option<PathBuf>> {
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
+    match session::create_private_dir(dir) {
         Ok(()) => Ok(Some(dir.to_path_buf())),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-            ) =>
+        Err(e) => match e
+            .root_cause()
+            .downcast_ref::<std::io::Error>()
+            .map(|e| e.kind())
         {
-            Ok(None)
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", dir.display())),
+            Some(std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem) => {
+                Ok(None)
+            }
+            _ => Err(e),
+        },
     }
-}
-
-/// Creates `dir` (and its parents) private to the user when missing; returns it.
-fn ensure_private_dir(dir: &Path) -> Result<PathBuf> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir.to_path_buf())
 }
 
 #[cfg(test)]
