@@ -22,5 +22,6 @@ pub mod mcp;
 pub mod secret_name;
 pub mod secret_use;
 pub mod tool_pattern;
+pub mod uri_pattern;
 
 pub use decision::{Decision, Reason, Verdict};

@@ -338,5 +338,6 @@ fn narrow_tools(
     Some(ToolRules {
         allow: project.allow.clone(),
         deny,
+        allow_annotated: project.allow_annotated.clone(),
     })
 }

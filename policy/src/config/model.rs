@@ -3,6 +3,7 @@
 
 use crate::host::{Host, HostPattern};
 use crate::tool_pattern::ToolPattern;
+use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
 
 /// Which file an element came from.
@@ -48,7 +49,40 @@ pub struct McpServerConfig {
     /// True when a project entry narrowed a machine server.
     pub narrowed_by_project: bool,
     pub kind: ServerKind,
+    /// What of a `url` or `account` server the agent may see and use beyond its tools (the default
+    /// for a local server, which is not inspected).
+    pub surface: ServerSurface,
     pub at: Location,
+}
+
+/// `list`, `pin`, `resources` and `prompts` on a `url` or `account` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerSurface {
+    /// How the server's list results reach the agent.
+    pub list: ListMode,
+    /// `pin: true`: tool definitions are pinned in the lock file beside the declaring file.
+    pub pin: bool,
+    /// `resources.allow`: URI globs for `resources/read` and `resources/subscribe` (default deny).
+    pub resources: Vec<Located<UriPattern>>,
+    /// `prompts.allow`: prompt names or globs for `prompts/get` (default deny).
+    pub prompts: Vec<Located<ToolPattern>>,
+}
+
+/// `list: filter` (the default) or `list: all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListMode {
+    /// Lists show only the tools, prompts and resources the policy allows.
+    #[default]
+    Filter,
+    /// Lists pass unchanged (they are still read strictly).
+    All,
+}
+
+/// A value of `tools.allow_annotated`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Annotation {
+    /// `read_only`: the pinned definition says `readOnlyHint: true` and not `destructiveHint: true`.
+    ReadOnly,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +146,8 @@ impl AccountProvider {
 pub struct ToolRules {
     pub allow: Vec<Located<ToolPattern>>,
     pub deny: Vec<Located<ToolPattern>>,
+    /// `allow_annotated`: tools allowed by what their pinned definition declares (pinned servers only).
+    pub allow_annotated: Vec<Located<Annotation>>,
 }
 
 /// A top-level `secrets:` entry.

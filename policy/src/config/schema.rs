@@ -344,6 +344,7 @@ impl Reader {
                     origin: self.origin,
                     narrowed_by_project: false,
                     kind,
+                    surface: Default::default(),
                     at: self.at(k, &path),
                 });
             }
@@ -557,7 +558,11 @@ impl Reader {
         if clash {
             return None;
         }
-        Some(ToolRules { allow, deny })
+        Some(ToolRules {
+            allow,
+            deny,
+            allow_annotated: Vec::new(),
+        })
     }
 
     fn patterns(&mut self, node: &Node, path: &str) -> Option<Vec<Located<ToolPattern>>> {
