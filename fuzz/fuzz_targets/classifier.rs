@@ -14,19 +14,19 @@ fuzz_target!(|data: &[u8]| {
     let method = methods[(sel as usize) % methods.len()];
     let paths = ["/mcp", "/mcp?x=1", "/messages", "/.well-known/oauth-protected-resource", "/MCP"];
     let path = paths[((sel as usize) / 5) % paths.len()];
-    let rule = ServerRule {
-        name: "fuzz".into(),
-        endpoint: EndpointPath::Exact("/mcp".into()),
-        allow: vec![ToolPattern::parse("read_*").unwrap(), ToolPattern::parse("echo").unwrap()],
-        deny: vec![ToolPattern::parse("read_secret").unwrap()],
-        limits: JsonLimits { max_bytes: 64 * 1024, max_depth: 32 },
-    };
+    let rule = ServerRule::with_tools(
+        "fuzz",
+        EndpointPath::Exact("/mcp".into()),
+        vec![ToolPattern::parse("read_*").unwrap(), ToolPattern::parse("echo").unwrap()],
+        vec![ToolPattern::parse("read_secret").unwrap()],
+        JsonLimits { max_bytes: 64 * 1024, max_depth: 32 },
+    );
     let mut headers: Vec<(&str, &[u8])> = vec![("content-type", b"application/json")];
     if sel & 0x80 != 0 {
         headers.push(("mcp-method", b"tools/call"));
     }
     let req = RequestView { method, path, headers: &headers, body };
-    let d = classify(&rule, &req);
+    let d = classify(&rule, &fenzi_policy::inventory::Inventory::unpinned(), &req);
     if d.overall.is_allowed() {
         for m in &d.messages {
             assert!(m.decision.is_allowed(), "allowed overall with a denied message");

@@ -27,6 +27,7 @@
 use crate::decision::{Decision, Reason};
 use crate::engine::{Policy, Route};
 use crate::host::{Host, split_authority};
+use crate::inventory::Inventory;
 use crate::mcp::{EndpointPath, RequestView};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -191,9 +192,13 @@ pub struct CaseResult {
     pub tool: Option<String>,
 }
 
+/// What is known of each pinned server's tools, by server name (built from the lock files). A
+/// server missing here is decided as a session that has read nothing would decide it.
+pub type Inventories = BTreeMap<String, Inventory>;
+
 /// Runs one case against the policy.
-pub fn run(policy: &Policy, case: &Case) -> CaseResult {
-    let (got, rpc, tool) = decide(policy, case);
+pub fn run(policy: &Policy, inventories: &Inventories, case: &Case) -> CaseResult {
+    let (got, rpc, tool) = decide(policy, inventories, case);
     let passed = match case.expect {
         Expect::Allowed => got.is_allowed(),
         Expect::Denied => !got.is_allowed() && case.reason.is_none_or(|r| got.reason() == Some(r)),
@@ -206,10 +211,14 @@ pub fn run(policy: &Policy, case: &Case) -> CaseResult {
     }
 }
 
-fn decide(policy: &Policy, case: &Case) -> (Decision, Option<String>, Option<String>) {
+fn decide(
+    policy: &Policy,
+    inventories: &Inventories,
+    case: &Case,
+) -> (Decision, Option<String>, Option<String>) {
     match &case.target {
         Target::Server(name) => match policy.servers().iter().find(|s| &s.name == name) {
-            Some(server) => classify(policy, server, case),
+            Some(server) => classify(policy, inventories, server, case),
             None => (
                 Decision::deny(
                     Reason::PolicyDenied,
@@ -247,7 +256,7 @@ fn decide(policy: &Policy, case: &Case) -> (Decision, Option<String>, Option<Str
                 }
             }
             match (route, &case.body) {
-                (Route::Mcp(server), Some(_)) => classify(policy, server, case),
+                (Route::Mcp(server), Some(_)) => classify(policy, inventories, server, case),
                 (route, _) => (
                     Decision::allow(route.rule(), format!("{} is allowed", host.authority(port))),
                     None,
@@ -260,6 +269,7 @@ fn decide(policy: &Policy, case: &Case) -> (Decision, Option<String>, Option<Str
 
 fn classify(
     policy: &Policy,
+    inventories: &Inventories,
     server: &crate::engine::McpServer,
     case: &Case,
 ) -> (Decision, Option<String>, Option<String>) {
@@ -280,7 +290,11 @@ fn classify(
         headers: &headers,
         body,
     };
-    let decision = policy.decide_mcp(server, &view);
+    let inventory = inventories
+        .get(&server.name)
+        .cloned()
+        .unwrap_or_else(|| Inventory::new(server.rule.pin, None));
+    let decision = policy.decide_mcp(server, &inventory, &view);
     let (rpc, tool) = match decision.messages.as_slice() {
         [one] => (one.rpc_method.clone(), one.tool.clone()),
         _ => (None, None),

@@ -18,10 +18,12 @@ pub enum Reason {
     BadRequest,
     UpstreamError,
     AuditUnavailable,
+    /// A pinned server's tool whose definition differs from its lock file, or is not in it.
+    ToolChanged,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::HostNotAllowed,
         Reason::PrivateAddress,
         Reason::PolicyDenied,
@@ -30,6 +32,7 @@ impl Reason {
         Reason::BadRequest,
         Reason::UpstreamError,
         Reason::AuditUnavailable,
+        Reason::ToolChanged,
     ];
 
     /// The snake_case code used on the wire and in the log.
@@ -43,6 +46,7 @@ impl Reason {
             Reason::BadRequest => "bad_request",
             Reason::UpstreamError => "upstream_error",
             Reason::AuditUnavailable => "audit_unavailable",
+            Reason::ToolChanged => "tool_changed",
         }
     }
 
@@ -56,7 +60,8 @@ impl Reason {
             Reason::HostNotAllowed
             | Reason::PrivateAddress
             | Reason::PolicyDenied
-            | Reason::CredentialEndpointMismatch => 403,
+            | Reason::CredentialEndpointMismatch
+            | Reason::ToolChanged => 403,
             Reason::BodyTooLarge => 413,
             Reason::BadRequest => 400,
             Reason::UpstreamError => 502,

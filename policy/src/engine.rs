@@ -5,9 +5,12 @@
 //! with a request to an MCP server ([`Policy::decide_mcp`]). It also lists what needs TLS interception
 //! and which secrets are bound where.
 
-use crate::config::{AccountProvider, Config, Origin, ServerKind};
+use crate::config::{
+    AccountProvider, Annotation, Config, ListMode, McpServerConfig, Origin, ServerKind, ToolRules,
+};
 use crate::decision::{Decision, Reason};
 use crate::host::{Host, HostPattern};
+use crate::inventory::Inventory;
 use crate::ip::internal_range;
 use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, ServerRule};
 use crate::secret_name::server_token_name;
@@ -198,13 +201,12 @@ impl Policy {
                         origin: entry.origin,
                         pattern,
                         tls: url.tls,
-                        rule: ServerRule {
-                            name: entry.name.clone(),
-                            endpoint: EndpointPath::Exact(url.path.clone()),
-                            allow: tools.allow.iter().map(|t| t.value.clone()).collect(),
-                            deny: tools.deny.iter().map(|t| t.value.clone()).collect(),
+                        rule: server_rule(
+                            entry,
+                            EndpointPath::Exact(url.path.clone()),
+                            tools,
                             limits,
-                        },
+                        ),
                         token_secret,
                     });
                 }
@@ -215,13 +217,12 @@ impl Policy {
                         origin: entry.origin,
                         pattern: HostPattern::for_host(host, 443),
                         tls: true,
-                        rule: ServerRule {
-                            name: entry.name.clone(),
-                            endpoint: EndpointPath::Prefix(account_prefix(*provider).to_string()),
-                            allow: tools.allow.iter().map(|t| t.value.clone()).collect(),
-                            deny: tools.deny.iter().map(|t| t.value.clone()).collect(),
+                        rule: server_rule(
+                            entry,
+                            EndpointPath::Prefix(account_prefix(*provider).to_string()),
+                            tools,
                             limits,
-                        },
+                        ),
                         token_secret: None,
                     });
                 }
@@ -376,8 +377,14 @@ impl Policy {
     }
 
     /// Classifies one request to an MCP server.
-    pub fn decide_mcp(&self, server: &McpServer, req: &RequestView<'_>) -> McpDecision {
-        mcp::classify(&server.rule, req)
+    /// `inventory` is what the session knows of the server's tools (pins, listed schemas).
+    pub fn decide_mcp(
+        &self,
+        server: &McpServer,
+        inventory: &Inventory,
+        req: &RequestView<'_>,
+    ) -> McpDecision {
+        mcp::classify(&server.rule, inventory, req)
     }
 
     /// The decision for an inspected body that exceeded the limit before it was fully read.
@@ -390,6 +397,31 @@ impl Policy {
                 self.limits.max_bytes
             ),
         )
+    }
+}
+
+/// The classifier's view of a `url` or `account` entry.
+fn server_rule(
+    entry: &McpServerConfig,
+    endpoint: EndpointPath,
+    tools: &ToolRules,
+    limits: JsonLimits,
+) -> ServerRule {
+    let surface = &entry.surface;
+    ServerRule {
+        name: entry.name.clone(),
+        endpoint,
+        allow: tools.allow.iter().map(|t| t.value.clone()).collect(),
+        deny: tools.deny.iter().map(|t| t.value.clone()).collect(),
+        allow_read_only: tools
+            .allow_annotated
+            .iter()
+            .any(|a| a.value == Annotation::ReadOnly),
+        pin: surface.pin,
+        filter_lists: surface.list == ListMode::Filter,
+        prompts: surface.prompts.iter().map(|p| p.value.clone()).collect(),
+        resources: surface.resources.iter().map(|r| r.value.clone()).collect(),
+        limits,
     }
 }
 

@@ -28,7 +28,7 @@
 mod denial;
 mod headers;
 mod http;
-mod methods;
+pub(crate) mod methods;
 mod shape;
 mod text;
 
@@ -38,7 +38,9 @@ pub use methods::{CONNECT_AND_LIST, TOOLS_CALL};
 
 use crate::decision::{Decision, Reason};
 use crate::json::{self, JsonErrorKind, Value};
+use crate::inventory::Inventory;
 use crate::tool_pattern::ToolPattern;
+use crate::uri_pattern::UriPattern;
 use text::shown;
 
 /// Which request paths are the server's MCP endpoint.
@@ -57,7 +59,41 @@ pub struct ServerRule {
     pub endpoint: EndpointPath,
     pub allow: Vec<ToolPattern>,
     pub deny: Vec<ToolPattern>,
+    /// `tools.allow_annotated: [read_only]` (only ever set on a pinned server).
+    pub allow_read_only: bool,
+    /// `pin: true`.
+    pub pin: bool,
+    /// `list: filter` (true, the default) or `list: all`.
+    pub filter_lists: bool,
+    /// `prompts.allow`.
+    pub prompts: Vec<ToolPattern>,
+    /// `resources.allow`.
+    pub resources: Vec<UriPattern>,
     pub limits: JsonLimits,
+}
+
+impl ServerRule {
+    /// A server rule with only tool patterns (everything else at its default).
+    pub fn with_tools(
+        name: &str,
+        endpoint: EndpointPath,
+        allow: Vec<ToolPattern>,
+        deny: Vec<ToolPattern>,
+        limits: JsonLimits,
+    ) -> ServerRule {
+        ServerRule {
+            name: name.to_string(),
+            endpoint,
+            allow,
+            deny,
+            allow_read_only: false,
+            pin: false,
+            filter_lists: true,
+            prompts: Vec::new(),
+            resources: Vec::new(),
+            limits,
+        }
+    }
 }
 
 /// An HTTP request as the classifier sees it. `path` is the origin-form request target (path and query).
@@ -121,13 +157,22 @@ impl McpDecision {
     }
 }
 
+/// Reads one message from a server by the JSON-RPC shape rules; `Ok(Some(id))` for a response
+/// (the id of the request it answers), `Ok(None)` for a request or notification.
+pub(crate) fn read_shape(v: &Value) -> Result<Option<RpcId>, impl std::fmt::Display> {
+    shape::read(v).map(|m| match m.kind {
+        MessageKind::Response => m.id,
+        _ => None,
+    })
+}
+
 const RULE_STRICT_HTTP: &str = "strict http";
 const RULE_BODY_LIMIT: &str = "body size limit";
 const RULE_STRICT_JSON: &str = "strict json";
 const RULE_MCP_HEADERS: &str = "mcp headers";
 
 /// Decides one HTTP request to the host:port of `server` (see the module documentation).
-pub fn classify(server: &ServerRule, req: &RequestView<'_>) -> McpDecision {
+pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_>) -> McpDecision {
     let target = match http::parse_target(req.path) {
         Ok(target) => target,
         Err(e) => {
@@ -139,7 +184,7 @@ pub fn classify(server: &ServerRule, req: &RequestView<'_>) -> McpDecision {
         }
     };
     match req.method {
-        "POST" => McpDecision::post(server, req),
+        "POST" => McpDecision::post(server, inventory, req),
         "GET" | "DELETE" => McpDecision::request(bodyless(server, req, target.path)),
         other => McpDecision::request(Decision::deny(
             Reason::PolicyDenied,
@@ -185,7 +230,7 @@ fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision 
 
 impl McpDecision {
     /// POST: a JSON-RPC message or batch, inspected in full.
-    fn post(server: &ServerRule, req: &RequestView<'_>) -> McpDecision {
+    fn post(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_>) -> McpDecision {
         let limit = server.limits.max_bytes;
         let declared = match http::declared_length(req) {
             Ok(declared) => declared,
@@ -202,7 +247,8 @@ impl McpDecision {
         if let Err(e) = http::check_post_headers(req) {
             return Self::request(bad(RULE_STRICT_HTTP, e.to_string()));
         }
-        let body = match json::parse_to_depth(req.body, &server.limits, keep_depth(req.body)) {
+        let keep = keep_depth(req.body, headers::mirrors_arguments(req.headers));
+        let body = match json::parse_to_depth(req.body, &server.limits, keep) {
             Ok(body) => body,
             Err(e) if e.kind == JsonErrorKind::TooLarge => {
                 return Self::request(Decision::deny(
@@ -232,11 +278,14 @@ impl McpDecision {
             }
             Value::Array(items) => (
                 true,
-                items.iter().map(|v| methods::decide(server, v)).collect(),
+                items
+                    .iter()
+                    .map(|v| methods::decide(server, inventory, v))
+                    .collect(),
             ),
-            single => (false, vec![methods::decide(server, single)]),
+            single => (false, vec![methods::decide(server, inventory, single)]),
         };
-        if let Err(e) = headers::check(req.headers, &body) {
+        if let Err(e) = headers::check(req.headers, &body, inventory) {
             // The headers are about the request as a whole: nothing in it goes through.
             let overall = bad(RULE_MCP_HEADERS, e.to_string());
             for m in messages.iter_mut().filter(|m| m.decision.is_allowed()) {
@@ -274,11 +323,13 @@ impl McpDecision {
 /// How deep the classifier reads a body: down to the members of `params` (a message is depth 1, its
 /// `params` depth 2; one more in a batch). Deeper values (tool arguments) are checked as strictly
 /// but not kept.
-fn keep_depth(body: &[u8]) -> usize {
+/// With `Mcp-Param-*` headers to check, one level more: the arguments they mirror.
+fn keep_depth(body: &[u8], arguments: bool) -> usize {
     let first = body
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'));
-    if first == Some(&b'[') { 3 } else { 2 }
+    let base = if first == Some(&b'[') { 3 } else { 2 };
+    base + usize::from(arguments)
 }
 
 fn bad(rule: &str, message: impl Into<String>) -> Decision {

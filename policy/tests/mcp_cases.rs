@@ -1,6 +1,7 @@
 //! Runs every case file under `testdata/mcp/` (format: `testdata/mcp/README.md`) through
 //! `mcp::classify` and `mcp::denial_body`, and reports every failing case by file:line and name.
 
+use fenzi_policy::inventory::Inventory;
 use fenzi_policy::decision::{Reason, Verdict};
 use fenzi_policy::mcp::{
     EndpointPath, JsonLimits, McpDecision, MessageKind, RequestView, RpcId, ServerRule, classify,
@@ -190,13 +191,13 @@ fn server_line(text: &str) -> Result<ServerRule, String> {
     let toks = tokens(text)?;
     let mut it = toks.iter();
     let name = it.next().ok_or("server needs a name")?.clone();
-    let mut server = ServerRule {
-        name,
-        endpoint: EndpointPath::Exact("/mcp".into()),
-        allow: Vec::new(),
-        deny: Vec::new(),
-        limits: JsonLimits::default(),
-    };
+    let mut server = ServerRule::with_tools(
+        &name,
+        EndpointPath::Exact("/mcp".into()),
+        Vec::new(),
+        Vec::new(),
+        JsonLimits::default(),
+    );
     let patterns = |list: &str| -> Result<Vec<ToolPattern>, String> {
         list.split(',')
             .filter(|p| !p.is_empty())
@@ -503,7 +504,7 @@ fn mcp_case_files() {
                 headers: &headers,
                 body: &case.body,
             };
-            let decision = classify(&server, &req);
+            let decision = classify(&server, &Inventory::unpinned(), &req);
             let denial = denial_body(&decision, &req);
             let problems = check(&case, &decision, &denial);
             if !problems.is_empty() {
@@ -607,21 +608,21 @@ mod properties {
             body in body(),
             prefix in any::<bool>(),
         ) {
-            let server = ServerRule {
-                name: "s".into(),
-                endpoint: if prefix {
+            let server = ServerRule::with_tools(
+                "s",
+                if prefix {
                     EndpointPath::Prefix("/v1/mcp/".into())
                 } else {
                     EndpointPath::Exact("/mcp".into())
                 },
-                allow: vec![ToolPattern::parse("get_*").unwrap()],
-                deny: vec![ToolPattern::parse("get_secret").unwrap()],
-                limits: JsonLimits::default(),
-            };
+                vec![ToolPattern::parse("get_*").unwrap()],
+                vec![ToolPattern::parse("get_secret").unwrap()],
+                JsonLimits::default(),
+            );
             let headers: Vec<(&str, &[u8])> =
                 headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
             let req = RequestView { method, path: &path, headers: &headers, body: &body };
-            let decision = classify(&server, &req);
+            let decision = classify(&server, &Inventory::unpinned(), &req);
             let denial = denial_body(&decision, &req);
             if decision.overall.is_allowed() {
                 prop_assert!(denial.is_empty());

@@ -12,6 +12,7 @@
 use crate::audit_sink::AuditSink;
 use crate::audit_writer::AuditEntry;
 use crate::capacity::{Admitted, InFlight};
+use crate::inventories::Inventories;
 use crate::net::Network;
 use crate::options::ProxyOptions;
 use crate::pool::Pool;
@@ -38,6 +39,8 @@ pub(crate) struct SessionContext {
     pub upstreams: Arc<Pool>,
     /// The names the sandbox's DNS stub handed out, by synthetic address (the transparent path).
     pub synthetic: Arc<SyntheticNames>,
+    /// What the session knows of each MCP server's tools (pins, listed schemas).
+    pub inventories: Inventories,
 }
 
 /// An audit record could not be written: nothing may be forwarded, and the client gets 503.

@@ -36,7 +36,9 @@ pub(crate) async fn decide(
     }
     let entries = match &dest.handling {
         Handling::Mcp(server) => {
-            let decision = mcp_enforce::classify(&session.policy, server, parts, &body);
+            let decision = session.inventories.read(&server.name, |inventory| {
+                mcp_enforce::classify(&session.policy, inventory, server, parts, &body)
+            });
             if !decision.overall.is_allowed() {
                 // Refused: nothing was substituted, so the records name no secret.
                 return Err(mcp_enforce::refused(&cx.subject, &decision, parts, &body));
@@ -55,7 +57,11 @@ pub(crate) async fn decide(
     };
     if let Handling::Mcp(server) = &dest.handling
         && use_.substitute.iter().any(|g| g.body)
-        && !mcp_enforce::classify(&session.policy, server, parts, &body)
+        && !session
+            .inventories
+            .read(&server.name, |inventory| {
+                mcp_enforce::classify(&session.policy, inventory, server, parts, &body)
+            })
             .overall
             .is_allowed()
     {
@@ -84,13 +90,19 @@ fn refused(
 ) -> Refusal {
     let refusal = Refusal::denied(&cx.subject, decision).naming_secrets(secrets);
     match &cx.dest().handling {
-        Handling::Mcp(server) => refusal.answered_with(mcp_enforce::answer_as_rpc_errors(
-            &cx.session.policy,
-            server,
-            decision,
-            parts,
-            body,
-        )),
+        Handling::Mcp(server) => {
+            let answer = cx.session.inventories.read(&server.name, |inventory| {
+                mcp_enforce::answer_as_rpc_errors(
+                    &cx.session.policy,
+                    inventory,
+                    server,
+                    decision,
+                    parts,
+                    body,
+                )
+            });
+            refusal.answered_with(answer)
+        }
         Handling::Plain => refusal,
     }
 }

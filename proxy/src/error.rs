@@ -68,6 +68,12 @@ pub enum ProxyError {
     /// The session's secrets could not be set up, or a value could not be placed in a request.
     #[error(transparent)]
     Secrets(#[from] crate::secrets::SecretsError),
+    /// A message from an MCP server that cannot be read strictly (never passed on).
+    #[error("the upstream's answer cannot be read: {0}")]
+    UnreadableResponse(#[from] fenzi_policy::response::ResponseError),
+    /// A pinned server's lock file cannot be used.
+    #[error(transparent)]
+    LockFile(#[from] crate::lock_file::LockFileError),
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -87,11 +93,12 @@ impl ProxyError {
             | UpstreamHttp(_)
             | UpstreamTimeout(_)
             | UpstreamBody(_)
+            | UnreadableResponse(_)
             | Unscrubbable(_) => ErrorSource::Upstream,
             ClientTls(_) | ClientTlsTimeout(_) | ClientBody(_) | ClientBodyTimeout(_) => {
                 ErrorSource::Client
             }
-            Audit(_) | TlsSetup(_) | Secrets(_) | Io(_) => ErrorSource::Proxy,
+            Audit(_) | TlsSetup(_) | Secrets(_) | LockFile(_) | Io(_) => ErrorSource::Proxy,
         }
     }
 

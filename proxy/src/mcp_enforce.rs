@@ -10,6 +10,7 @@ use crate::body::Body;
 use crate::refusal::Refusal;
 use crate::respond;
 use fenzi_policy::Decision;
+use fenzi_policy::inventory::Inventory;
 use fenzi_policy::engine::{McpServer, Policy};
 use fenzi_policy::mcp::{McpDecision, RequestView, denial_body};
 use http::Response;
@@ -38,11 +39,12 @@ fn with_view<T>(parts: &Parts, body: &[u8], f: impl FnOnce(&RequestView<'_>) -> 
 /// The policy's decision about a buffered request to `server`.
 pub(crate) fn classify(
     policy: &Policy,
+    inventory: &Inventory,
     server: &McpServer,
     parts: &Parts,
     body: &[u8],
 ) -> McpDecision {
-    with_view(parts, body, |view| policy.decide_mcp(server, view))
+    with_view(parts, body, |view| policy.decide_mcp(server, inventory, view))
 }
 
 /// The audit entries of a decision: one per JSON-RPC message, or one for a request without any.
@@ -84,12 +86,13 @@ fn answer(decision: &McpDecision, parts: &Parts, body: &[u8]) -> Response<Body> 
 /// `refused`'s reason, so the client reports the call as failed and its session keeps working.
 pub(crate) fn answer_as_rpc_errors(
     policy: &Policy,
+    inventory: &Inventory,
     server: &McpServer,
     refused: &Decision,
     parts: &Parts,
     body: &[u8],
 ) -> Response<Body> {
-    let mut decision = classify(policy, server, parts, body);
+    let mut decision = classify(policy, inventory, server, parts, body);
     decision.overall = refused.clone();
     for m in &mut decision.messages {
         m.decision = refused.clone();

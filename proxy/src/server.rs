@@ -10,6 +10,7 @@ use crate::capacity::Capacity;
 use crate::client::serve_client;
 use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
+use crate::inventories::{Inventories, LockFiles};
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::secrets::{SecretSet, SessionSecrets};
@@ -46,9 +47,16 @@ pub struct ProxyBuilder {
     options: ProxyOptions,
     network: Arc<dyn Network>,
     secrets: SecretSet,
+    lock_files: LockFiles,
 }
 
 impl ProxyBuilder {
+    /// Where pinned servers' lock files are (default: none, pins held in memory only).
+    pub fn lock_files(mut self, lock_files: LockFiles) -> ProxyBuilder {
+        self.lock_files = lock_files;
+        self
+    }
+
     pub fn options(mut self, options: ProxyOptions) -> ProxyBuilder {
         self.options = options;
         self
@@ -77,8 +85,10 @@ impl ProxyBuilder {
             options,
             network,
             secrets,
+            lock_files,
         } = self;
         let secrets = SessionSecrets::new(policy.secrets(), secrets)?;
+        let inventories = Inventories::load(&policy, &lock_files)?;
         let ca = SessionCa::new(&policy.inspected_patterns(), options.ca_validity)
             .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
         let upstream_tls = upstream::client_config(&options.upstream_roots)
@@ -94,6 +104,7 @@ impl ProxyBuilder {
                 secrets,
                 upstreams: Arc::default(),
                 synthetic: Arc::default(),
+                inventories,
             }),
         })
     }
@@ -108,6 +119,7 @@ impl Proxy {
             options: ProxyOptions::default(),
             network: Arc::new(SystemNetwork),
             secrets: SecretSet::new(),
+            lock_files: LockFiles::default(),
         }
     }
 

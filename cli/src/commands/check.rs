@@ -61,7 +61,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let runs = cases
                 .into_iter()
                 .map(|case| CaseRun {
-                    result: cases::run(&policy, &case),
+                    result: cases::run(&policy, &cases::Inventories::new(), &case),
                     case,
                 })
                 .collect();

@@ -13,7 +13,7 @@ use crate::decision::Reason;
 use crate::json::write_string;
 
 /// The JSON-RPC `error.code` for each reason.
-pub const ERROR_CODES: [(Reason, i64); 8] = [
+pub const ERROR_CODES: [(Reason, i64); 9] = [
     (Reason::PolicyDenied, -31001),
     (Reason::BadRequest, -31002),
     (Reason::BodyTooLarge, -31003),
@@ -22,6 +22,7 @@ pub const ERROR_CODES: [(Reason, i64); 8] = [
     (Reason::CredentialEndpointMismatch, -31006),
     (Reason::UpstreamError, -31007),
     (Reason::AuditUnavailable, -31008),
+    (Reason::ToolChanged, -31009),
 ];
 
 /// The JSON-RPC error code fenzi answers `reason` with.

@@ -10,10 +10,16 @@
 //!   UTF-8 value>?=` (markers exact and lowercase; a malformed payload is refused). For other
 //!   methods it mirrors `params.name`, else `params.uri`, as the reference SDKs send it; an
 //!   `Mcp-Name` with nothing in the body to mirror is refused.
-//! - `Mcp-Param-*` headers (tool arguments mirrored by schema) are not checked here: the decision
-//!   never depends on arguments, and the server, which knows the tool's schema, checks them.
+//! - `Mcp-Param-{Name}` headers mirror the `tools/call` arguments the tool's schema marks with
+//!   `x-mcp-header: Name`, as the lists this session read declared them ([`Inventory::mirrored`]).
+//!   Each one present must be the only one of its name, go with a single `tools/call` of a tool
+//!   whose schema the session has read and that declares it, and equal the argument's scalar
+//!   spelling (a string as is, an integer's JSON text, `true`/`false`) after the same Base64
+//!   decoding as `Mcp-Name`. Anything else cannot be checked, so it is refused. An argument whose
+//!   header is absent is fine: clients before 2026-07-28 send none.
 
 use super::http::{header_values, trim_ows};
+use crate::inventory::Inventory;
 use crate::json::Value;
 
 const MCP_METHOD: &str = "mcp-method";
@@ -36,10 +42,38 @@ pub(super) enum HeaderError {
     NameWithoutTarget,
     #[error("Mcp-Name is not valid Base64-wrapped UTF-8")]
     NameEncoding,
+    #[error("Mcp-Param-* headers only go with a single tools/call")]
+    ParamNotOnCall,
+    #[error("an Mcp-Param-* header is given more than once")]
+    ParamRepeated,
+    #[error("Mcp-Param-* headers for a tool no list in this session has shown")]
+    ParamSchemaUnknown,
+    #[error("an Mcp-Param-* header the tool's schema does not declare")]
+    ParamUndeclared,
+    #[error("an Mcp-Param-* header is not valid Base64-wrapped UTF-8")]
+    ParamEncoding,
+    #[error("an Mcp-Param-* header does not match the argument it mirrors")]
+    ParamMismatch,
+}
+
+const MCP_PARAM: &str = "mcp-param-";
+
+/// Whether the request carries `Mcp-Param-*` headers (the classifier then keeps the arguments).
+pub(super) fn mirrors_arguments(headers: &[(&str, &[u8])]) -> bool {
+    headers.iter().any(|(name, _)| is_param(name))
+}
+
+fn is_param(name: &str) -> bool {
+    name.len() > MCP_PARAM.len() && name[..MCP_PARAM.len()].eq_ignore_ascii_case(MCP_PARAM)
 }
 
 /// Checks the `Mcp-*` headers of a POST against its parsed body.
-pub(super) fn check(headers: &[(&str, &[u8])], body: &Value) -> Result<(), HeaderError> {
+pub(super) fn check(
+    headers: &[(&str, &[u8])],
+    body: &Value,
+    inventory: &Inventory,
+) -> Result<(), HeaderError> {
+    check_params(headers, body, inventory)?;
     let method_header = single(headers, MCP_METHOD, "Mcp-Method")?;
     let name_header = single(headers, MCP_NAME, "Mcp-Name")?;
     if method_header.is_none() && name_header.is_none() {
@@ -79,6 +113,55 @@ pub(super) fn check(headers: &[(&str, &[u8])], body: &Value) -> Result<(), Heade
         };
         if expected.map(str::as_bytes) != Some(decoded.as_slice()) {
             return Err(HeaderError::NameMismatch(field));
+        }
+    }
+    Ok(())
+}
+
+/// The `Mcp-Param-*` headers against the arguments they mirror.
+fn check_params(
+    headers: &[(&str, &[u8])],
+    body: &Value,
+    inventory: &Inventory,
+) -> Result<(), HeaderError> {
+    let params: Vec<(String, &[u8])> = headers
+        .iter()
+        .filter(|(name, _)| is_param(name))
+        .map(|(name, value)| (name.to_ascii_lowercase(), trim_ows(value)))
+        .collect();
+    if params.is_empty() {
+        return Ok(());
+    }
+    if body.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return Err(HeaderError::ParamNotOnCall);
+    }
+    let call = body.get("params");
+    let tool = call
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .ok_or(HeaderError::ParamNotOnCall)?;
+    let declared = match inventory.mirrored(tool) {
+        None => return Err(HeaderError::ParamSchemaUnknown),
+        Some(None) => return Err(HeaderError::ParamUndeclared),
+        Some(Some(declared)) => declared,
+    };
+    let arguments = call.and_then(|p| p.get("arguments"));
+    for (i, (name, value)) in params.iter().enumerate() {
+        if params[..i].iter().any(|(other, _)| other == name) {
+            return Err(HeaderError::ParamRepeated);
+        }
+        let argument = declared.get(name).ok_or(HeaderError::ParamUndeclared)?;
+        let decoded = decode_name(value).ok_or(HeaderError::ParamEncoding)?;
+        let spelled = match arguments.and_then(|a| a.get(argument)) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) if n.bytes().all(|b| b.is_ascii_digit() || b == b'-') => {
+                n.clone()
+            }
+            Some(Value::Bool(b)) => b.to_string(),
+            _ => return Err(HeaderError::ParamMismatch),
+        };
+        if spelled.as_bytes() != decoded.as_slice() {
+            return Err(HeaderError::ParamMismatch);
         }
     }
     Ok(())
@@ -161,7 +244,74 @@ mod tests {
         check(
             headers,
             &parse(body.as_bytes(), &JsonLimits::default()).unwrap(),
+            &Inventory::unpinned(),
         )
+    }
+
+    #[test]
+    fn mirrored_arguments_must_match_the_schema_this_session_read() {
+        let mut inventory = Inventory::unpinned();
+        let listed = r#"{"name":"sql","inputSchema":{"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "limit":{"type":"integer","x-mcp-header":"Limit"},
+            "dry":{"type":"boolean","x-mcp-header":"Dry"}}}}"#;
+        inventory.observe(
+            "sql",
+            &parse(listed.as_bytes(), &JsonLimits::default()).unwrap(),
+        );
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sql",
+            "arguments":{"region":"eu-west-1","limit":10,"dry":true}}}"#;
+        let run = |headers: &[(&str, &[u8])], body: &str, inv: &Inventory| {
+            check(
+                headers,
+                &parse(body.as_bytes(), &JsonLimits::default()).unwrap(),
+                inv,
+            )
+        };
+        let ok: &[(&str, &[u8])] = &[
+            ("Mcp-Param-Region", b"eu-west-1"),
+            ("mcp-param-limit", b"10"),
+            ("MCP-PARAM-DRY", b"true"),
+        ];
+        assert_eq!(run(ok, body, &inventory), Ok(()));
+        assert_eq!(
+            run(&[("Mcp-Param-Region", b"=?base64?ZXUtd2VzdC0x?=")], body, &inventory),
+            Ok(())
+        );
+        assert_eq!(
+            run(&[("Mcp-Param-Region", b"us-east-1")], body, &inventory),
+            Err(HeaderError::ParamMismatch)
+        );
+        assert_eq!(
+            run(&[("Mcp-Param-Other", b"x")], body, &inventory),
+            Err(HeaderError::ParamUndeclared)
+        );
+        assert_eq!(
+            run(
+                &[("Mcp-Param-Region", b"eu-west-1"), ("mcp-param-region", b"eu-west-1")],
+                body,
+                &inventory
+            ),
+            Err(HeaderError::ParamRepeated)
+        );
+        assert_eq!(
+            run(&[("Mcp-Param-Region", b"eu-west-1")], body, &Inventory::unpinned()),
+            Err(HeaderError::ParamSchemaUnknown)
+        );
+        assert_eq!(
+            run(
+                &[("Mcp-Param-Region", b"x")],
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+                &inventory
+            ),
+            Err(HeaderError::ParamNotOnCall)
+        );
+        let absent = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sql","arguments":{}}}"#;
+        assert_eq!(
+            run(&[("Mcp-Param-Region", b"eu-west-1")], absent, &inventory),
+            Err(HeaderError::ParamMismatch)
+        );
+        assert_eq!(run(&[], absent, &inventory), Ok(()));
     }
 
     const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"café"}}"#;

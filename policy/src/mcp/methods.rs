@@ -1,12 +1,17 @@
 //! What one well-formed JSON-RPC message is allowed to do on an MCP server (README, "What the proxy decides"): the
 //! methods a client needs to connect and list, `tools/call` by tool name against the server's allow
-//! and deny patterns, responses from the client, and nothing else.
+//! and deny patterns (and, on a pinned server, its lock), `prompts/get` by name and
+//! `resources/read` / `resources/subscribe` / `resources/unsubscribe` by URI, responses from the
+//! client, and nothing else. [`tool`], [`prompt`] and [`resource`] are also what list filtering
+//! asks, so a hidden entry and a refused call are always the same decision.
 //!
-//! Method names are compared exactly (case-sensitive, after JSON unescaping, never normalised).
+//! Method and tool names and URIs are compared exactly (case-sensitive, after JSON unescaping,
+//! never normalised).
 
 use super::shape::{self, Message};
 use super::text::{quoted, shown};
 use super::{MessageDecision, MessageKind, ServerRule};
+use crate::inventory::{CallPin, Inventory};
 use crate::decision::{Decision, Reason};
 use crate::json::Value;
 
@@ -35,12 +40,20 @@ pub const CONNECT_AND_LIST: [&str; 17] = [
 
 /// The method decided by tool name.
 pub const TOOLS_CALL: &str = "tools/call";
+/// The method decided by prompt name.
+pub const PROMPTS_GET: &str = "prompts/get";
+/// The methods decided by resource URI.
+pub const RESOURCE_METHODS: [&str; 3] = [
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
 
 /// Rule name for a message the shape rules refuse.
 pub(super) const RULE_STRICT_JSON_RPC: &str = "strict json-rpc";
 
 /// Decides one message (the body, or one element of a batch).
-pub(super) fn decide(server: &ServerRule, v: &Value) -> MessageDecision {
+pub(super) fn decide(server: &ServerRule, inventory: &Inventory, v: &Value) -> MessageDecision {
     match shape::read(v) {
         Err(e) => {
             let (rpc_method, rpc_id) = shape::peek(v);
@@ -52,11 +65,15 @@ pub(super) fn decide(server: &ServerRule, v: &Value) -> MessageDecision {
                 rpc_id,
             }
         }
-        Ok(message) => decide_message(server, &message),
+        Ok(message) => decide_message(server, inventory, &message),
     }
 }
 
-fn decide_message(server: &ServerRule, message: &Message<'_>) -> MessageDecision {
+fn decide_message(
+    server: &ServerRule,
+    inventory: &Inventory,
+    message: &Message<'_>,
+) -> MessageDecision {
     let mut out = MessageDecision {
         decision: Decision::allow(
             format!("mcp.{} client-response", server.name),
@@ -71,19 +88,35 @@ fn decide_message(server: &ServerRule, message: &Message<'_>) -> MessageDecision
         debug_assert_eq!(message.kind, MessageKind::Response);
         return out;
     };
-    if method == TOOLS_CALL {
-        let name = message
+    let param = |key: &str| {
+        message
             .params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str);
+            .and_then(|p| p.get(key))
+            .and_then(Value::as_str)
+    };
+    let missing = |what: &str| {
+        Decision::deny(
+            Reason::PolicyDenied,
+            default_deny(server),
+            format!("{method} without a string {what}"),
+        )
+    };
+    if method == TOOLS_CALL {
+        let name = param("name");
         out.tool = name.map(str::to_owned);
         out.decision = match name {
-            Some(name) => decide_tool(server, name),
-            None => Decision::deny(
-                Reason::PolicyDenied,
-                default_deny(server),
-                "tools/call without a string params.name",
-            ),
+            Some(name) => tool(server, inventory, name),
+            None => missing("params.name"),
+        };
+    } else if method == PROMPTS_GET {
+        out.decision = match param("name") {
+            Some(name) => prompt(server, name),
+            None => missing("params.name"),
+        };
+    } else if RESOURCE_METHODS.contains(&method) {
+        out.decision = match param("uri") {
+            Some(uri) => resource(server, uri),
+            None => missing("params.uri"),
         };
     } else if CONNECT_AND_LIST.contains(&method) {
         out.decision = Decision::allow(
@@ -103,8 +136,11 @@ fn decide_message(server: &ServerRule, message: &Message<'_>) -> MessageDecision
     out
 }
 
-/// Deny wins over allow; a name no pattern matches is denied.
-fn decide_tool(server: &ServerRule, name: &str) -> Decision {
+/// `tools/call NAME`, and whether a listed tool is shown: deny wins; then `allow`, or on a pinned
+/// server `allow_annotated: [read_only]` with a pinned definition that says so; then, on a pinned
+/// server, the lock must vouch for the tool (`tool_changed` otherwise). A name nothing allows is
+/// denied.
+pub(crate) fn tool(server: &ServerRule, inventory: &Inventory, name: &str) -> Decision {
     if let Some(pattern) = server.deny.iter().find(|p| p.matches(name)) {
         return Decision::deny(
             Reason::PolicyDenied,
@@ -116,21 +152,84 @@ fn decide_tool(server: &ServerRule, name: &str) -> Decision {
             format!("tools/call {} is denied", shown(name)),
         );
     }
-    if let Some(pattern) = server.allow.iter().find(|p| p.matches(name)) {
-        return Decision::allow(
+    let pin = inventory.call(name);
+    let allowed_by = match server.allow.iter().find(|p| p.matches(name)) {
+        Some(pattern) => Some(format!(
+            "mcp.{}.tools.allow {}",
+            server.name,
+            quoted(pattern.as_str())
+        )),
+        None => match pin {
+            CallPin::Pinned(hints) if server.allow_read_only && hints.is_read_only() => Some(
+                format!("mcp.{}.tools.allow_annotated read_only", server.name),
+            ),
+            _ => None,
+        },
+    };
+    let Some(rule) = allowed_by else {
+        return Decision::deny(
+            Reason::PolicyDenied,
+            default_deny(server),
+            format!("tools/call {} is not in the allowed tools", shown(name)),
+        );
+    };
+    let changed = |why: &str| {
+        Decision::deny(
+            Reason::ToolChanged,
+            format!("mcp.{} pin", server.name),
             format!(
-                "mcp.{}.tools.allow {}",
+                "tools/call {}: {why}; review it with `fenzi mcp pin {}`",
+                shown(name),
+                server.name
+            ),
+        )
+    };
+    match pin {
+        CallPin::NotPinned | CallPin::Pinned(_) => {
+            Decision::allow(rule, format!("tools/call {} is allowed", shown(name)))
+        }
+        CallPin::Changed => changed("its definition differs from the pinned one"),
+        CallPin::NotInLock => changed("the tool is not in the lock file"),
+    }
+}
+
+/// `prompts/get NAME`, and whether a listed prompt is shown: `prompts.allow`, default deny.
+pub(crate) fn prompt(server: &ServerRule, name: &str) -> Decision {
+    match server.prompts.iter().find(|p| p.matches(name)) {
+        Some(pattern) => Decision::allow(
+            format!(
+                "mcp.{}.prompts.allow {}",
                 server.name,
                 quoted(pattern.as_str())
             ),
-            format!("tools/call {} is allowed", shown(name)),
-        );
+            format!("prompts/get {} is allowed", shown(name)),
+        ),
+        None => Decision::deny(
+            Reason::PolicyDenied,
+            default_deny(server),
+            format!("prompt {} is not in the allowed prompts", shown(name)),
+        ),
     }
-    Decision::deny(
-        Reason::PolicyDenied,
-        default_deny(server),
-        format!("tools/call {} is not in the allowed tools", shown(name)),
-    )
+}
+
+/// `resources/read URI` (and subscribing to it), and whether a listed resource or template is
+/// shown: `resources.allow`, default deny.
+pub(crate) fn resource(server: &ServerRule, uri: &str) -> Decision {
+    match server.resources.iter().find(|p| p.matches(uri)) {
+        Some(pattern) => Decision::allow(
+            format!(
+                "mcp.{}.resources.allow {}",
+                server.name,
+                quoted(pattern.as_str())
+            ),
+            format!("resource {} is allowed", shown(uri)),
+        ),
+        None => Decision::deny(
+            Reason::PolicyDenied,
+            default_deny(server),
+            format!("resource {} is not in the allowed resources", shown(uri)),
+        ),
+    }
 }
 
 pub(super) fn default_deny(server: &ServerRule) -> String {

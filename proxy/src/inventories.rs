@@ -1,0 +1,133 @@
+//! The session's tool inventories ([`fenzi_policy::inventory`]): one per remote or account server,
+//! read by every classification (pins, mirrored headers) and updated by every list result the
+//! response phase reads, and the lock files pinned servers are recorded in ([`crate::lock_file`]).
+//!
+//! A server's lock entry lives in the lock beside the file that declared it ([`LockFiles`]). A
+//! tool pinned at first sight is written to it at once (whole-file replace, serialised per file,
+//! off the async threads); a failed write is logged and the session keeps enforcing what it
+//! pinned in memory. A pinned server whose file has no lock path pins in memory only.
+
+use crate::lock_file::{LockFileError, read_lock, write_lock};
+use fenzi_policy::config::Origin;
+use fenzi_policy::engine::Policy;
+use fenzi_policy::inventory::Inventory;
+use fenzi_policy::mcp::ServerRule;
+use fenzi_policy::pins::Lock;
+use fenzi_policy::response::{self, ReadMessage, ResponseError};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Where the lock files of a session's policy files are.
+#[derive(Debug, Clone, Default)]
+pub struct LockFiles {
+    /// Beside the project policy (`fenzi.lock`).
+    pub project: Option<PathBuf>,
+    /// Beside the machine file (`mcp.lock`).
+    pub machine: Option<PathBuf>,
+}
+
+struct LockSlot {
+    path: PathBuf,
+    /// The whole file as this session knows it; held while it is written.
+    lock: Mutex<Lock>,
+}
+
+struct Slot {
+    inventory: RwLock<Inventory>,
+    lock: Option<Arc<LockSlot>>,
+}
+
+/// Every server's inventory in one session.
+pub(crate) struct Inventories {
+    servers: HashMap<String, Slot>,
+}
+
+impl Inventories {
+    /// Reads the lock files a pinned server of `policy` needs. A lock that cannot be read or
+    /// parsed stops the session from starting: pins that cannot be checked are not enforced.
+    pub fn load(policy: &Policy, files: &LockFiles) -> Result<Inventories, LockFileError> {
+        let mut slots: HashMap<Origin, Arc<LockSlot>> = HashMap::new();
+        let mut servers = HashMap::new();
+        for server in policy.servers() {
+            let mut lock_slot = None;
+            if server.rule.pin {
+                let path = match server.origin {
+                    Origin::Project => files.project.clone(),
+                    Origin::Machine => files.machine.clone(),
+                };
+                match path {
+                    Some(path) => {
+                        let slot = match slots.get(&server.origin) {
+                            Some(slot) => slot.clone(),
+                            None => {
+                                let lock = read_lock(&path)?;
+                                let slot = Arc::new(LockSlot {
+                                    path,
+                                    lock: Mutex::new(lock),
+                                });
+                                slots.insert(server.origin, slot.clone());
+                                slot
+                            }
+                        };
+                        lock_slot = Some(slot);
+                    }
+                    None => tracing::warn!(
+                        server = %server.name,
+                        "pin: true but no lock file for its policy file; pinning in memory only"
+                    ),
+                }
+            }
+            let entry = lock_slot.as_ref().and_then(|slot| {
+                let lock = slot.lock.lock().unwrap_or_else(|e| e.into_inner());
+                lock.servers.get(&server.name).cloned()
+            });
+            servers.insert(
+                server.name.clone(),
+                Slot {
+                    inventory: RwLock::new(Inventory::new(server.rule.pin, entry)),
+                    lock: lock_slot,
+                },
+            );
+        }
+        Ok(Inventories { servers })
+    }
+
+    /// Runs `f` on the inventory of `server` (a server of this session's policy).
+    pub fn read<T>(&self, server: &str, f: impl FnOnce(&Inventory) -> T) -> T {
+        match self.servers.get(server) {
+            Some(slot) => f(&slot.inventory.read().unwrap_or_else(|e| e.into_inner())),
+            None => f(&Inventory::unpinned()),
+        }
+    }
+
+    /// Reads a list-carrying message from `server` whole and filters it, updating the inventory;
+    /// when a tool was pinned at first sight, writes the lock file in the background.
+    pub fn filter(&self, server: &ServerRule, text: &[u8]) -> Result<ReadMessage, ResponseError> {
+        let Some(slot) = self.servers.get(&server.name) else {
+            return response::filter_lists(server, &mut Inventory::unpinned(), text);
+        };
+        let (read, entry) = {
+            let mut inventory = slot.inventory.write().unwrap_or_else(|e| e.into_inner());
+            let read = response::filter_lists(server, &mut inventory, text)?;
+            let entry = read
+                .lock_changed
+                .then(|| inventory.lock_entry().cloned())
+                .flatten();
+            (read, entry)
+        };
+        if let (Some(entry), Some(lock)) = (entry, &slot.lock) {
+            let lock = lock.clone();
+            let name = server.name.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut whole = lock.lock.lock().unwrap_or_else(|e| e.into_inner());
+                whole.servers.insert(name.clone(), entry);
+                match write_lock(&lock.path, &whole) {
+                    Ok(()) => tracing::info!(server = %name, path = %lock.path.display(), "pinned tool definitions"),
+                    Err(e) => tracing::warn!(server = %name, "{e}; the pins hold for this session only"),
+                }
+            });
+        }
+        Ok(read)
+    }
+}
