@@ -4,21 +4,22 @@
 //! `cargo bench -p fenzi-policy --bench classifier -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::{EndpointPath, JsonLimits, RequestView, ServerRule, classify};
 use fenzi_policy::tool_pattern::ToolPattern;
 use std::hint::black_box;
 
 fn server() -> ServerRule {
-    ServerRule {
-        name: "deepwiki".into(),
-        endpoint: EndpointPath::Exact("/mcp".into()),
-        allow: ["read_wiki_structure", "read_wiki_contents", "get_*"]
+    ServerRule::with_tools(
+        "deepwiki",
+        EndpointPath::Exact("/mcp".into()),
+        ["read_wiki_structure", "read_wiki_contents", "get_*"]
             .into_iter()
             .map(|p| ToolPattern::parse(p).unwrap())
             .collect(),
-        deny: vec![ToolPattern::parse("get_secret").unwrap()],
-        limits: JsonLimits::default(),
-    }
+        vec![ToolPattern::parse("get_secret").unwrap()],
+        JsonLimits::default(),
+    )
 }
 
 const HEAD: &str = r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"read_wiki_contents","arguments":{"#;
@@ -79,12 +80,15 @@ fn bench(c: &mut Criterion) {
                 body: &body,
             };
             assert!(
-                classify(&server, &req).overall.is_allowed(),
+                classify(&server, &Inventory::unpinned(), &req)
+                    .overall
+                    .is_allowed(),
                 "{shape} {label}"
             );
+            let inventory = Inventory::unpinned();
             group.throughput(Throughput::Bytes(body.len() as u64));
             group.bench_with_input(BenchmarkId::new(shape, label), &req, |b, req| {
-                b.iter(|| classify(black_box(&server), black_box(req)))
+                b.iter(|| classify(black_box(&server), &inventory, black_box(req)))
             });
         }
     }

@@ -96,7 +96,8 @@ impl Inventory {
         };
         // Only tools within the cap have their headers recorded; a header for any other is refused.
         if self.mirrored.len() < MAX_TOOLS && !self.mirrored.contains_key(name) {
-            self.mirrored.insert(name.to_string(), mirrored_headers(entry));
+            self.mirrored
+                .insert(name.to_string(), mirrored_headers(entry));
         }
         if !self.pin {
             return sighting;
@@ -195,11 +196,17 @@ mod tests {
     fn first_sight_pins_and_a_later_change_sticks() {
         let mut inv = Inventory::new(true, None);
         assert_eq!(inv.call("a"), CallPin::NotInLock);
-        assert!(inv.observe("a", &v(r#"{"name":"a","description":"one"}"#)).lock_changed);
+        assert!(
+            inv.observe("a", &v(r#"{"name":"a","description":"one"}"#))
+                .lock_changed
+        );
         assert!(inv.observe("b", &v(r#"{"name":"b"}"#)).lock_changed);
         assert!(matches!(inv.call("a"), CallPin::Pinned(_)));
         // The same session sees a different definition: changed, and it stays changed.
-        assert!(!inv.observe("a", &v(r#"{"name":"a","description":"two"}"#)).lock_changed);
+        assert!(
+            !inv.observe("a", &v(r#"{"name":"a","description":"two"}"#))
+                .lock_changed
+        );
         assert_eq!(inv.call("a"), CallPin::Changed);
         inv.observe("a", &v(r#"{"name":"a","description":"one"}"#));
         assert_eq!(inv.call("a"), CallPin::Changed);
@@ -212,7 +219,11 @@ mod tests {
         first.observe("a", &v(r#"{"name":"a"}"#));
         let entry = first.lock_entry().cloned();
         let mut next = Inventory::new(true, entry);
-        assert!(!next.observe("renamed", &v(r#"{"name":"renamed"}"#)).lock_changed);
+        assert!(
+            !next
+                .observe("renamed", &v(r#"{"name":"renamed"}"#))
+                .lock_changed
+        );
         assert_eq!(next.call("renamed"), CallPin::NotInLock);
         assert_eq!(next.call("never_listed"), CallPin::NotInLock);
         assert!(matches!(next.call("a"), CallPin::Pinned(_)));
@@ -228,7 +239,10 @@ mod tests {
         );
         assert_eq!(inv.call("q"), CallPin::NotPinned);
         let headers = inv.mirrored("q").unwrap().as_ref().unwrap();
-        assert_eq!(headers.get("mcp-param-region").map(String::as_str), Some("region"));
+        assert_eq!(
+            headers.get("mcp-param-region").map(String::as_str),
+            Some("region")
+        );
         assert!(inv.mirrored("other").is_none());
     }
 
@@ -241,7 +255,9 @@ mod tests {
             r#"{"a":{"type":"string","x-mcp-header":1}}"#,
             r#"{"a":{"type":"string","x-mcp-header":"X"},"b":{"type":"string","x-mcp-header":"x"}}"#,
         ] {
-            let tool = v(&format!(r#"{{"name":"t","inputSchema":{{"properties":{bad}}}}}"#));
+            let tool = v(&format!(
+                r#"{{"name":"t","inputSchema":{{"properties":{bad}}}}}"#
+            ));
             assert_eq!(mirrored_headers(&tool), None, "{bad}");
         }
     }

@@ -102,7 +102,10 @@ mod tests {
     #[test]
     fn compact_keeps_order_and_numbers_as_written() {
         let text = r#"{"b":1.50,"a":[true,null,"x\u00e9"],"c":{}}"#;
-        assert_eq!(compact(&v(text)), r#"{"b":1.50,"a":[true,null,"x\u00e9"],"c":{}}"#);
+        assert_eq!(
+            compact(&v(text)),
+            r#"{"b":1.50,"a":[true,null,"x\u00e9"],"c":{}}"#
+        );
         assert_eq!(v(&compact(&v(text))), v(text));
     }
 

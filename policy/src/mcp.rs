@@ -37,8 +37,8 @@ pub use denial::{ERROR_CODES, denial_body, error_code};
 pub use methods::{CONNECT_AND_LIST, TOOLS_CALL};
 
 use crate::decision::{Decision, Reason};
-use crate::json::{self, JsonErrorKind, Value};
 use crate::inventory::Inventory;
+use crate::json::{self, JsonErrorKind, Value};
 use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use text::shown;

@@ -148,7 +148,9 @@ impl Lock {
         };
         let root = json::parse(bytes, &limits)?;
         let shape = |what: &str| LockError::Shape(what.to_string());
-        let top = root.as_object().ok_or_else(|| shape("the lock is not an object"))?;
+        let top = root
+            .as_object()
+            .ok_or_else(|| shape("the lock is not an object"))?;
         only_keys(top, &["version", "servers"], "the lock")?;
         match root.get("version") {
             Some(Value::Number(n)) if n == &LOCK_VERSION.to_string() => {}
@@ -169,9 +171,14 @@ impl Lock {
             only_keys(entry, &["tools"], &format!("servers.{server}"))?;
             let mut pins = ServerPins::new();
             let tools = Value::Object(entry.to_vec());
-            let tools = tools.get("tools").and_then(Value::as_object).ok_or_else(|| {
-                LockError::Shape(format!("servers.{server}.tools is missing or not an object"))
-            })?;
+            let tools = tools
+                .get("tools")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    LockError::Shape(format!(
+                        "servers.{server}.tools is missing or not an object"
+                    ))
+                })?;
             for (tool, pinned) in tools {
                 let at = format!("servers.{server}.tools.{tool}");
                 let members = pinned
@@ -232,7 +239,10 @@ impl Lock {
             .collect();
         let root = Value::Object(vec![
             ("servers".to_string(), Value::Object(servers)),
-            ("version".to_string(), Value::Number(LOCK_VERSION.to_string())),
+            (
+                "version".to_string(),
+                Value::Number(LOCK_VERSION.to_string()),
+            ),
         ]);
         let mut text = json_text::pretty(&root);
         text.push('\n');
@@ -288,7 +298,8 @@ pub fn diff(pinned: Option<&ServerPins>, listed: &ServerPins) -> BTreeMap<String
                 let fields = DEFINITION_FIELDS
                     .iter()
                     .filter_map(|&field| {
-                        let text = |p: &PinnedTool| p.definition.get(field).map(json_text::canonical);
+                        let text =
+                            |p: &PinnedTool| p.definition.get(field).map(json_text::canonical);
                         let (a, b) = (text(before), text(now));
                         (a != b).then_some(FieldDiff {
                             field,
@@ -353,7 +364,8 @@ mod tests {
     fn hints_need_read_only_and_not_destructive() {
         let ro = tool(r#"{"name":"t","annotations":{"readOnlyHint":true}}"#);
         assert!(ro.hints().is_read_only());
-        let both = tool(r#"{"name":"t","annotations":{"readOnlyHint":true,"destructiveHint":true}}"#);
+        let both =
+            tool(r#"{"name":"t","annotations":{"readOnlyHint":true,"destructiveHint":true}}"#);
         assert!(!both.hints().is_read_only());
         let text = tool(r#"{"name":"t","annotations":{"readOnlyHint":"true"}}"#);
         assert!(!text.hints().is_read_only());
@@ -365,7 +377,10 @@ mod tests {
         let mut lock = Lock::default();
         let mut pins = ServerPins::new();
         pins.insert("b".into(), tool(r#"{"name":"b","description":"é"}"#));
-        pins.insert("a".into(), tool(r#"{"name":"a","inputSchema":{"z":1,"y":2.50}}"#));
+        pins.insert(
+            "a".into(),
+            tool(r#"{"name":"a","inputSchema":{"z":1,"y":2.50}}"#),
+        );
         lock.servers.insert("s".into(), pins);
         let text = lock.to_text();
         assert!(text.ends_with("}\n"));
@@ -390,10 +405,16 @@ mod tests {
         let mut pinned = ServerPins::new();
         pinned.insert("keep".into(), tool(r#"{"name":"keep"}"#));
         pinned.insert("gone".into(), tool(r#"{"name":"gone"}"#));
-        pinned.insert("edit".into(), tool(r#"{"name":"edit","description":"old"}"#));
+        pinned.insert(
+            "edit".into(),
+            tool(r#"{"name":"edit","description":"old"}"#),
+        );
         let mut listed = ServerPins::new();
         listed.insert("keep".into(), tool(r#"{"name":"keep"}"#));
-        listed.insert("edit".into(), tool(r#"{"name":"edit","description":"new"}"#));
+        listed.insert(
+            "edit".into(),
+            tool(r#"{"name":"edit","description":"new"}"#),
+        );
         listed.insert("new".into(), tool(r#"{"name":"new"}"#));
         let d = diff(Some(&pinned), &listed);
         assert_eq!(d.len(), 3);

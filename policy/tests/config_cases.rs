@@ -3,7 +3,8 @@
 //! with the case's expectation. All mismatches are reported together, by file.
 
 use fenzi_policy::config::{
-    self, Config, ConfigError, ConfigErrors, Origin, ServerKind, decode, load,
+    self, Config, ConfigError, ConfigErrors, ListMode, Origin, ServerKind, ServerSurface,
+    ToolRules, decode, load,
 };
 use std::path::{Path, PathBuf};
 
@@ -153,6 +154,36 @@ fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
         .join(",")
 }
 
+/// ` list=all pin=true resources=A,B prompts=C annotated=read_only`, each only when not the default.
+fn surface(s: &ServerSurface, tools: &ToolRules) -> String {
+    let mut out = String::new();
+    if s.list != ListMode::Filter {
+        out.push_str(&format!(" list={}", s.list.name()));
+    }
+    if s.pin {
+        out.push_str(" pin=true");
+    }
+    if !s.resources.is_empty() {
+        out.push_str(&format!(
+            " resources={}",
+            list(s.resources.iter().map(|p| &p.value))
+        ));
+    }
+    if !s.prompts.is_empty() {
+        out.push_str(&format!(
+            " prompts={}",
+            list(s.prompts.iter().map(|p| &p.value))
+        ));
+    }
+    if !tools.allow_annotated.is_empty() {
+        out.push_str(&format!(
+            " annotated={}",
+            list(tools.allow_annotated.iter().map(|a| a.value.name()))
+        ));
+    }
+    out
+}
+
 /// One line per element of a loaded config, for `= ...` expectations.
 fn summary(c: &Config) -> Vec<String> {
     let mut out = Vec::new();
@@ -171,13 +202,14 @@ fn summary(c: &Config) -> Vec<String> {
         };
         let kind = match &s.kind {
             ServerKind::Remote { url, token, tools } => format!(
-                "remote {} {} {}{} allow={} deny={}",
+                "remote {} {} {}{} allow={} deny={}{}",
                 if url.tls { "https" } else { "http" },
                 url.host.authority(url.port),
                 url.path,
                 if *token { " token" } else { "" },
                 list(tools.allow.iter().map(|p| &p.value)),
                 list(tools.deny.iter().map(|p| &p.value)),
+                surface(&s.surface, tools),
             ),
             ServerKind::Local {
                 command,
@@ -190,9 +222,10 @@ fn summary(c: &Config) -> Vec<String> {
                 list(hosts.iter().map(|h| &h.value)),
             ),
             ServerKind::Account { provider, tools } => format!(
-                "account {provider:?} allow={} deny={}",
+                "account {provider:?} allow={} deny={}{}",
                 list(tools.allow.iter().map(|p| &p.value)),
                 list(tools.deny.iter().map(|p| &p.value)),
+                surface(&s.surface, tools),
             ),
         };
         out.push(format!("server {} {origin}{narrowed} {kind}", s.name));

@@ -1,8 +1,8 @@
 //! Runs every case file under `testdata/mcp/` (format: `testdata/mcp/README.md`) through
 //! `mcp::classify` and `mcp::denial_body`, and reports every failing case by file:line and name.
 
-use fenzi_policy::inventory::Inventory;
 use fenzi_policy::decision::{Reason, Verdict};
+use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::{
     EndpointPath, JsonLimits, McpDecision, MessageKind, RequestView, RpcId, ServerRule, classify,
     denial_body,

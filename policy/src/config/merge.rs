@@ -7,6 +7,12 @@
 //!   covered by a machine `allow` pattern and by no machine `deny` pattern; the merged `allow` is
 //!   the project's, the merged `deny` is both lists. The result keeps the machine's origin and
 //!   location and is marked `narrowed_by_project`.
+//! - The rest of such an entry narrows too, and a key it omits keeps the machine's value:
+//!   `pin` may go from false to true, never from true to false; `list` may go from `all` to
+//!   `filter`, never the other way; each `resources.allow` and `prompts.allow` pattern must be
+//!   one of the machine's, written the same way; `tools.allow_annotated` may be kept or emptied,
+//!   never given a value the machine's does not have. The result still has `allow_annotated` only
+//!   with `pin: true`.
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
 //!   identical, and then changes nothing.
 //! - `hosts` are the union: the project file may add plain egress hosts.
@@ -22,6 +28,11 @@ use crate::host::HostPattern;
 use crate::secret_name::server_token_name;
 use crate::tool_pattern::ToolPattern;
 use std::collections::HashMap;
+
+/// The hint of every widening of a server's `pin`, `list`, `resources`, `prompts` and
+/// `allow_annotated`.
+const WIDEN_HINT: &str = "a project file can only narrow a machine server; remove the key to keep \
+     the machine's setting, or change the machine file if you mean it";
 
 fn error(at: &Location, message: String, hint: &str) -> ConfigError {
     ConfigError {
@@ -166,7 +177,7 @@ fn project_new_bindings<'p>(
 fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<ConfigError>) {
     let name = ps.name.clone();
     let where_ = place(&ms.at);
-    let new_tools = match (&ms.kind, &ps.kind) {
+    let (mtools, ptools) = match (&ms.kind, &ps.kind) {
         (
             ServerKind::Remote {
                 url: mu,
@@ -199,7 +210,7 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
                 ));
                 return;
             }
-            narrow_tools(&name, &where_, mtools, ptools, errors)
+            (mtools, ptools)
         }
         (
             ServerKind::Account {
@@ -219,7 +230,7 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
                 ));
                 return;
             }
-            narrow_tools(&name, &where_, mtools, ptools, errors)
+            (mtools, ptools)
         }
         (
             ServerKind::Local {
@@ -262,9 +273,22 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
             return;
         }
     };
-    let Some(tools) = new_tools else {
+    let tools = narrow_tools(&name, &where_, mtools, ptools, errors);
+    let surface = narrow_surface(&name, &where_, &ms.surface, &ps.surface, errors);
+    let (Some(tools), Some(surface)) = (tools, surface) else {
         return;
     };
+    // Follows from the rules above and each file's own check; kept so that a change to either
+    // cannot leave annotations trusted without a pinned definition.
+    if !tools.allow_annotated.is_empty() && !surface.pin {
+        errors.push(error(
+            tools.allow_annotated_at.as_ref().unwrap_or(&ps.at),
+            format!("`allow_annotated` on machine server `{name}` ({where_}) needs `pin: true`"),
+            "add `pin: true` to the server: annotations are read from the pinned definition only",
+        ));
+        return;
+    }
+    ms.surface = surface;
     match &mut ms.kind {
         ServerKind::Remote { tools: t, .. } | ServerKind::Account { tools: t, .. } => *t = tools,
         ServerKind::Local { .. } => return,
@@ -272,7 +296,8 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
     ms.narrowed_by_project = true;
 }
 
-/// The project's `allow` must sit inside the machine's; `deny` accumulates.
+/// The project's `allow` must sit inside the machine's; `deny` accumulates; `allow_annotated`, when
+/// written, may only drop values.
 fn narrow_tools(
     name: &str,
     where_: &str,
@@ -323,6 +348,30 @@ fn narrow_tools(
             ));
         }
     }
+    let (allow_annotated, allow_annotated_at) = match &project.allow_annotated_at {
+        None => (
+            machine.allow_annotated.clone(),
+            machine.allow_annotated_at.clone(),
+        ),
+        Some(at) => {
+            for a in &project.allow_annotated {
+                if !machine.allow_annotated.iter().any(|m| m.value == a.value) {
+                    errors.push(error(
+                        &a.at,
+                        format!(
+                            "project adds `allow_annotated: [{}]` to machine server `{name}` \
+                             ({where_}), which the machine file does not allow",
+                            a.value.name()
+                        ),
+                        "a project file can only narrow a machine server: keep the machine's \
+                         `allow_annotated`, remove it with `allow_annotated: []`, or change the \
+                         machine file",
+                    ));
+                }
+            }
+            (project.allow_annotated.clone(), Some(at.clone()))
+        }
+    };
     if errors.len() > before {
         return None;
     }
@@ -338,6 +387,131 @@ fn narrow_tools(
     Some(ToolRules {
         allow: project.allow.clone(),
         deny,
-        allow_annotated: project.allow_annotated.clone(),
+        allow_annotated,
+        allow_annotated_at,
+    })
+}
+
+/// `pin`, `list`, `resources` and `prompts`: a key the project writes must narrow the machine's,
+/// a key it omits keeps the machine's.
+fn narrow_surface(
+    name: &str,
+    where_: &str,
+    machine: &ServerSurface,
+    project: &ServerSurface,
+    errors: &mut Vec<ConfigError>,
+) -> Option<ServerSurface> {
+    let before = errors.len();
+    let (mw, pw) = (&machine.written, &project.written);
+    let pin = match &pw.pin {
+        Some(at) if machine.pin && !project.pin => {
+            errors.push(error(
+                at,
+                format!(
+                    "machine server `{name}` ({where_}) has `pin: true`; the project entry turns \
+                     it off"
+                ),
+                WIDEN_HINT,
+            ));
+            machine.pin
+        }
+        Some(_) => project.pin,
+        None => machine.pin,
+    };
+    let list = match &pw.list {
+        Some(at) if machine.list == ListMode::Filter && project.list == ListMode::All => {
+            errors.push(error(
+                at,
+                format!(
+                    "machine server `{name}` ({where_}) has `list: filter`; the project entry says \
+                     `list: all`, which would show the agent what the policy hides"
+                ),
+                WIDEN_HINT,
+            ));
+            machine.list
+        }
+        Some(_) => project.list,
+        None => machine.list,
+    };
+    let resources = match &pw.resources {
+        None => machine.resources.clone(),
+        Some(_) => {
+            let hint = match &mw.resources {
+                Some(at) if !machine.resources.is_empty() => format!(
+                    "a project file can only narrow a machine server: each pattern must be one of \
+                     the machine's `resources.allow` patterns ({}), written the same way",
+                    place(at)
+                ),
+                _ => "the machine file allows no resources on this server; change the machine \
+                      file if you mean it"
+                    .to_string(),
+            };
+            // A URI may hold a credential, so the pattern is named by its key, not quoted.
+            for p in &project.resources {
+                if !machine.resources.iter().any(|m| m.value == p.value) {
+                    errors.push(error(
+                        &p.at,
+                        format!(
+                            "project allows a resource pattern on machine server `{name}` \
+                             ({where_}) that the machine file does not allow"
+                        ),
+                        &hint,
+                    ));
+                }
+            }
+            project.resources.clone()
+        }
+    };
+    let prompts = match &pw.prompts {
+        None => machine.prompts.clone(),
+        Some(_) => {
+            let hint = if machine.prompts.is_empty() {
+                "the machine file allows no prompts on this server; change the machine file if \
+                 you mean it"
+                    .to_string()
+            } else {
+                let machine_list = machine
+                    .prompts
+                    .iter()
+                    .map(|p| format!("`{}`", p.value))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!(
+                    "a project file can only narrow a machine server: allow a subset of the \
+                     machine's list ({machine_list}), each written the same way, or change the \
+                     machine file"
+                )
+            };
+            for p in &project.prompts {
+                if !machine.prompts.iter().any(|m| m.value == p.value) {
+                    errors.push(error(
+                        &p.at,
+                        format!(
+                            "project allows prompt `{}` on machine server `{name}` ({where_}), \
+                             which the machine file does not allow",
+                            p.value
+                        ),
+                        &hint,
+                    ));
+                }
+            }
+            project.prompts.clone()
+        }
+    };
+    if errors.len() > before {
+        return None;
+    }
+    let pick = |p: &Option<Location>, m: &Option<Location>| p.clone().or_else(|| m.clone());
+    Some(ServerSurface {
+        list,
+        pin,
+        resources,
+        prompts,
+        written: SurfaceKeys {
+            list: pick(&pw.list, &mw.list),
+            pin: pick(&pw.pin, &mw.pin),
+            resources: pick(&pw.resources, &mw.resources),
+            prompts: pick(&pw.prompts, &mw.prompts),
+        },
     })
 }

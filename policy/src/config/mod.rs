@@ -26,7 +26,20 @@
 //!   keeps the machine's hosts and `body` (a cloned repository's `fenzi.yaml` must not be able
 //!   to send the user's stored tokens elsewhere).
 //! - Error messages may quote names (keys, server, secret, tool and host names) but never a url,
-//!   a command argument or any other value that could hold a credential.
+//!   a command argument or any other value that could hold a credential. A `resources.allow`
+//!   pattern is a URI, so merge errors name it by its key (`mcp.x.resources.allow[1]`) only.
+//! - `list` is the string `filter` or `all` (exact case); `pin` a boolean. `resources` and
+//!   `prompts` are mappings whose only key, `allow`, is required; `allow: []` is fine. None of
+//!   `list`, `pin`, `resources`, `prompts` is allowed on a local (`command`) entry.
+//! - `tools.allow_annotated` lists each annotation once (only `read_only` exists). A non-empty
+//!   list needs `pin: true` on the same entry, in the same file: a project entry repeating a
+//!   pinned machine server's `allow_annotated` repeats its `pin: true` too. `allow_annotated: []`
+//!   needs no pin (so a project can drop the machine's annotations without repeating `pin`).
+//! - A project entry narrowing a machine server keeps the machine's `list`, `pin`, `resources`,
+//!   `prompts` and `allow_annotated` when it omits them; when it writes them it may only turn
+//!   `pin` on, go from `list: all` to `filter`, keep patterns of `resources.allow` and
+//!   `prompts.allow` that are textually equal to machine ones (a narrower glob counts as new),
+//!   and keep or drop `allow_annotated` values.
 
 mod merge;
 pub mod model;

@@ -66,6 +66,20 @@ pub struct ServerSurface {
     pub resources: Vec<Located<UriPattern>>,
     /// `prompts.allow`: prompt names or globs for `prompts/get` (default deny).
     pub prompts: Vec<Located<ToolPattern>>,
+    /// Where each of these keys was written; all `None` when the entry leaves them to their
+    /// defaults (and always for a local server). The merge needs it: a key a project entry omits
+    /// keeps the machine's value, one it writes must narrow it. After a merge, the place is the
+    /// project's for a key the project wrote, the machine's otherwise.
+    pub written: SurfaceKeys,
+}
+
+/// Where `list`, `pin`, `resources` and `prompts` were written (the key, not its value).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SurfaceKeys {
+    pub list: Option<Location>,
+    pub pin: Option<Location>,
+    pub resources: Option<Location>,
+    pub prompts: Option<Location>,
 }
 
 /// `list: filter` (the default) or `list: all`.
@@ -83,6 +97,28 @@ pub enum ListMode {
 pub enum Annotation {
     /// `read_only`: the pinned definition says `readOnlyHint: true` and not `destructiveHint: true`.
     ReadOnly,
+}
+
+impl Annotation {
+    /// Every annotation, as written in a config file.
+    pub const ALL: &[(&str, Annotation)] = &[("read_only", Annotation::ReadOnly)];
+
+    /// The name a config file writes it as.
+    pub fn name(self) -> &'static str {
+        match self {
+            Annotation::ReadOnly => "read_only",
+        }
+    }
+}
+
+impl ListMode {
+    /// The value a config file writes it as.
+    pub fn name(self) -> &'static str {
+        match self {
+            ListMode::Filter => "filter",
+            ListMode::All => "all",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +184,10 @@ pub struct ToolRules {
     pub deny: Vec<Located<ToolPattern>>,
     /// `allow_annotated`: tools allowed by what their pinned definition declares (pinned servers only).
     pub allow_annotated: Vec<Located<Annotation>>,
+    /// Where the `allow_annotated` key was written; `None` when omitted. As
+    /// [`ServerSurface::written`]: an omitted key keeps the machine's list in a merge, a written
+    /// one (even `[]`) replaces it.
+    pub allow_annotated_at: Option<Location>,
 }
 
 /// A top-level `secrets:` entry.

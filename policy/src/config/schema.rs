@@ -13,6 +13,7 @@ use super::yaml::{Node, Value, push_key};
 use crate::host::HostPattern;
 use crate::secret_name::{is_valid_secret_name, reserved_reason};
 use crate::tool_pattern::ToolPattern;
+use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
 
 /// Longest server name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`).
@@ -20,14 +21,37 @@ pub const MAX_SERVER_NAME: usize = 64;
 
 const TOP_KEYS: &[&str] = &["version", "hosts", "mcp", "secrets"];
 const ENTRY_KEYS: &[&str] = &[
-    "url", "command", "account", "token", "tools", "secrets", "hosts",
+    "url",
+    "command",
+    "account",
+    "token",
+    "tools",
+    "secrets",
+    "hosts",
+    "list",
+    "pin",
+    "resources",
+    "prompts",
 ];
-const TOOLS_KEYS: &[&str] = &["allow", "deny"];
+const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated"];
+/// The keys of `resources` and `prompts`.
+const ALLOW_KEYS: &[&str] = &["allow"];
+const LIST_MODES: &[(&str, ListMode)] = &[("filter", ListMode::Filter), ("all", ListMode::All)];
 const SECRET_KEYS: &[&str] = &["hosts", "body"];
 const ACCOUNTS: &[&str] = &["claude"];
 
 const LIST_TOOLS_HINT: &str = "list the tools agents may call, e.g. `tools: {allow: [get_issue]}`, \
      or allow every tool with `allow: [\"*\"]` (`--all-tools`)";
+const LIST_HINT: &str = "write `list: filter` (the default: lists show only what the policy allows) \
+     or `list: all` (lists pass unchanged)";
+const RESOURCES_HINT: &str = "list the resource URIs agents may read, e.g. \
+     `resources: {allow: [\"linear://issues/*\"]}`";
+const PROMPTS_HINT: &str =
+    "list the prompts agents may get, e.g. `prompts: {allow: [summarize, \"review_*\"]}`";
+const ANNOTATIONS_HINT: &str = "the one annotation is `read_only`: tools whose pinned definition \
+     says `readOnlyHint: true` and not `destructiveHint: true`";
+const ANNOTATED_PIN_HINT: &str =
+    "add `pin: true` to the server: annotations are read from the pinned definition only";
 
 /// True for `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.
 pub fn is_valid_server_name(name: &str) -> bool {
@@ -338,13 +362,13 @@ impl Reader {
                 );
                 continue;
             }
-            if let Some(kind) = self.entry(k, v, &path) {
+            if let Some((kind, surface)) = self.entry(k, v, &path) {
                 out.push(McpServerConfig {
                     name: name.to_string(),
                     origin: self.origin,
                     narrowed_by_project: false,
                     kind,
-                    surface: Default::default(),
+                    surface,
                     at: self.at(k, &path),
                 });
             }
@@ -352,7 +376,12 @@ impl Reader {
         out
     }
 
-    fn entry(&mut self, name_node: &Node, node: &Node, path: &str) -> Option<ServerKind> {
+    fn entry(
+        &mut self,
+        name_node: &Node,
+        node: &Node,
+        path: &str,
+    ) -> Option<(ServerKind, ServerSurface)> {
         let f = self.fields(
             node,
             path,
@@ -419,6 +448,22 @@ impl Reader {
                     "tools",
                     "`tools` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per tool",
                 ),
+                (
+                    "list",
+                    "`list` applies to `url` and `account` servers: a local server's lists reach the agent over a pipe that is not inspected",
+                ),
+                (
+                    "pin",
+                    "`pin` applies to `url` and `account` servers: a local server's tool definitions reach the agent over a pipe that is not inspected",
+                ),
+                (
+                    "resources",
+                    "`resources` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per resource",
+                ),
+                (
+                    "prompts",
+                    "`prompts` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per prompt",
+                ),
             ],
         };
         let mut ok = true;
@@ -441,14 +486,191 @@ impl Reader {
             }
         }
         let result = match kind {
-            "url" => self.remote(name_node, &f, path),
-            "account" => self.account(name_node, &f, path),
-            _ => self.local(&f, path),
+            "url" | "account" => {
+                let (pin, surface) = self.surface(&f, path);
+                let server = if kind == "url" {
+                    self.remote(name_node, &f, path, pin)
+                } else {
+                    self.account(name_node, &f, path, pin)
+                };
+                server.zip(surface)
+            }
+            _ => self.local(&f, path).map(|k| (k, ServerSurface::default())),
         };
         if ok { result } else { None }
     }
 
-    fn remote(&mut self, name_node: &Node, f: &Fields<'_>, path: &str) -> Option<ServerKind> {
+    /// `list`, `pin`, `resources` and `prompts` of a `url` or `account` entry. The `pin` value is
+    /// also returned on its own, for the `allow_annotated` check when another key is wrong.
+    fn surface(&mut self, f: &Fields<'_>, path: &str) -> (Option<bool>, Option<ServerSurface>) {
+        let mut written = SurfaceKeys::default();
+        let list = match f.get("list") {
+            None => Some(ListMode::Filter),
+            Some((k, v)) => {
+                let key = child(path, "list");
+                written.list = Some(self.at(k, &key));
+                self.list_mode(v, &key)
+            }
+        };
+        let pin = match f.get("pin") {
+            None => Some(false),
+            Some((k, v)) => {
+                let key = child(path, "pin");
+                written.pin = Some(self.at(k, &key));
+                self.boolean(v, &key)
+            }
+        };
+        let resources = match f.get("resources") {
+            None => Some(Vec::new()),
+            Some((k, v)) => {
+                let key = child(path, "resources");
+                written.resources = Some(self.at(k, &key));
+                self.allow_only(k, v, &key, RESOURCES_HINT)
+                    .and_then(|a| self.uri_patterns(a, &child(&key, "allow")))
+            }
+        };
+        let prompts = match f.get("prompts") {
+            None => Some(Vec::new()),
+            Some((k, v)) => {
+                let key = child(path, "prompts");
+                written.prompts = Some(self.at(k, &key));
+                self.allow_only(k, v, &key, PROMPTS_HINT)
+                    .and_then(|a| self.patterns(a, &child(&key, "allow"), "prompt"))
+            }
+        };
+        let surface = match (list, pin, resources, prompts) {
+            (Some(list), Some(pin), Some(resources), Some(prompts)) => Some(ServerSurface {
+                list,
+                pin,
+                resources,
+                prompts,
+                written,
+            }),
+            _ => None,
+        };
+        (pin, surface)
+    }
+
+    fn list_mode(&mut self, node: &Node, key: &str) -> Option<ListMode> {
+        let text = self.string(node, key, "`filter` or `all`", LIST_HINT)?;
+        match LIST_MODES.iter().find(|(name, _)| *name == text) {
+            Some((_, mode)) => Some(*mode),
+            None => {
+                self.error(
+                    node,
+                    key,
+                    format!("unknown list mode `{text}`; `list` is `filter` or `all`"),
+                    LIST_HINT,
+                );
+                None
+            }
+        }
+    }
+
+    /// The `allow` list of a `resources` or `prompts` mapping (its only key, and required).
+    fn allow_only<'n>(
+        &mut self,
+        key_node: &Node,
+        node: &'n Node,
+        path: &str,
+        hint: &str,
+    ) -> Option<&'n Node> {
+        let f = self.fields(node, path, ALLOW_KEYS, "a mapping with `allow`", hint)?;
+        match f.get("allow") {
+            Some((_, a)) => Some(a),
+            None => {
+                let name = path.rsplit('.').next().unwrap_or(path);
+                self.error(
+                    key_node,
+                    path,
+                    format!("`{name}` has no `allow` list"),
+                    format!("{hint}; `allow: []` allows none"),
+                );
+                None
+            }
+        }
+    }
+
+    fn uri_patterns(&mut self, node: &Node, path: &str) -> Option<Vec<Located<UriPattern>>> {
+        let hint = "write a list of resource URIs or globs: `[\"linear://issues/*\"]`";
+        let items = self.seq(node, path, "a list of resource URIs", hint)?;
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let key = index(path, i);
+            let Some(text) = self.string(item, &key, "a resource URI", "quote it") else {
+                ok = false;
+                continue;
+            };
+            match UriPattern::parse(text) {
+                Ok(p) => out.push(Located {
+                    value: p,
+                    at: self.at(item, &key),
+                }),
+                Err(e) => {
+                    ok = false;
+                    self.error(
+                        item,
+                        &key,
+                        e.to_string(),
+                        "a resource pattern is a URI as the server names it, or a glob where `*` \
+                         matches any run of characters (`/` included) and `?` one character",
+                    );
+                }
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn annotations(&mut self, node: &Node, path: &str) -> Option<Vec<Located<Annotation>>> {
+        let items = self.seq(node, path, "a list of annotations", ANNOTATIONS_HINT)?;
+        let mut out: Vec<Located<Annotation>> = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let key = index(path, i);
+            let Some(text) = self.string(item, &key, "an annotation name", ANNOTATIONS_HINT) else {
+                ok = false;
+                continue;
+            };
+            match Annotation::ALL.iter().find(|(name, _)| *name == text) {
+                None => {
+                    ok = false;
+                    self.error(
+                        item,
+                        &key,
+                        format!("unknown annotation `{text}`"),
+                        ANNOTATIONS_HINT,
+                    );
+                }
+                Some((name, a)) => {
+                    if let Some(first) = out.iter().find(|o| o.value == *a) {
+                        ok = false;
+                        let line = first.at.line;
+                        self.error(
+                            item,
+                            &key,
+                            format!("`{name}` is listed twice (first at line {line})"),
+                            "list each annotation once",
+                        );
+                    } else {
+                        out.push(Located {
+                            value: *a,
+                            at: self.at(item, &key),
+                        });
+                    }
+                }
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn remote(
+        &mut self,
+        name_node: &Node,
+        f: &Fields<'_>,
+        path: &str,
+        pin: Option<bool>,
+    ) -> Option<ServerKind> {
         let (_, url_node) = f.get("url")?;
         let url_key = child(path, "url");
         let url = self
@@ -479,7 +701,7 @@ impl Reader {
                 "use the server's https:// url",
             );
         }
-        let tools = self.tools(name_node, f, path);
+        let tools = self.tools(name_node, f, path, pin);
         Some(ServerKind::Remote {
             url: url?,
             token: token?,
@@ -487,7 +709,13 @@ impl Reader {
         })
     }
 
-    fn account(&mut self, name_node: &Node, f: &Fields<'_>, path: &str) -> Option<ServerKind> {
+    fn account(
+        &mut self,
+        name_node: &Node,
+        f: &Fields<'_>,
+        path: &str,
+        pin: Option<bool>,
+    ) -> Option<ServerKind> {
         let (_, a) = f.get("account")?;
         let key = child(path, "account");
         let hint = format!("supported accounts: {}", ACCOUNTS.join(", "));
@@ -499,14 +727,22 @@ impl Reader {
             }
             None => None,
         };
-        let tools = self.tools(name_node, f, path);
+        let tools = self.tools(name_node, f, path, pin);
         Some(ServerKind::Account {
             provider: provider?,
             tools: tools?,
         })
     }
 
-    fn tools(&mut self, name_node: &Node, f: &Fields<'_>, path: &str) -> Option<ToolRules> {
+    /// `pin` is the entry's `pin` value (`None` when it is itself wrong): `allow_annotated` needs
+    /// `pin: true`.
+    fn tools(
+        &mut self,
+        name_node: &Node,
+        f: &Fields<'_>,
+        path: &str,
+        pin: Option<bool>,
+    ) -> Option<ToolRules> {
         let Some((tools_key, tools)) = f.get("tools") else {
             self.error(name_node, path, "the entry lists no tools", LIST_TOOLS_HINT);
             return None;
@@ -529,13 +765,33 @@ impl Reader {
                 );
                 None
             }
-            Some((_, a)) => self.patterns(a, &child(&tpath, "allow")),
+            Some((_, a)) => self.patterns(a, &child(&tpath, "allow"), "tool"),
         };
         let deny = match tf.get("deny") {
             None => Some(Vec::new()),
-            Some((_, d)) => self.patterns(d, &child(&tpath, "deny")),
+            Some((_, d)) => self.patterns(d, &child(&tpath, "deny"), "tool"),
         };
-        let (allow, deny) = (allow?, deny?);
+        let mut allow_annotated_at = None;
+        let allow_annotated = match tf.get("allow_annotated") {
+            None => Some(Vec::new()),
+            Some((k, v)) => {
+                let key = child(&tpath, "allow_annotated");
+                allow_annotated_at = Some(self.at(k, &key));
+                match self.annotations(v, &key) {
+                    Some(list) if !list.is_empty() && pin == Some(false) => {
+                        self.error(
+                            k,
+                            &key,
+                            "`allow_annotated` needs `pin: true` on this server",
+                            ANNOTATED_PIN_HINT,
+                        );
+                        None
+                    }
+                    list => list,
+                }
+            }
+        };
+        let (allow, deny, allow_annotated) = (allow?, deny?, allow_annotated?);
         let mut clash = false;
         for a in &allow {
             if let Some(d) = deny.iter().find(|d| a.value.is_covered_by(&d.value)) {
@@ -561,13 +817,25 @@ impl Reader {
         Some(ToolRules {
             allow,
             deny,
-            allow_annotated: Vec::new(),
+            allow_annotated,
+            allow_annotated_at,
         })
     }
 
-    fn patterns(&mut self, node: &Node, path: &str) -> Option<Vec<Located<ToolPattern>>> {
-        let hint = "write a list of tool names or globs: `[get_issue, \"list_*\"]`";
-        let items = self.seq(node, path, "a list of tool names", hint)?;
+    /// A list of tool (or prompt: `noun`) names and globs.
+    fn patterns(
+        &mut self,
+        node: &Node,
+        path: &str,
+        noun: &str,
+    ) -> Option<Vec<Located<ToolPattern>>> {
+        let example = if noun == "prompt" {
+            "[summarize, \"review_*\"]"
+        } else {
+            "[get_issue, \"list_*\"]"
+        };
+        let hint = format!("write a list of {noun} names or globs: `{example}`");
+        let items = self.seq(node, path, &format!("a list of {noun} names"), &hint)?;
         let mut out = Vec::new();
         let mut ok = true;
         for (i, item) in items.iter().enumerate() {
@@ -575,8 +843,8 @@ impl Reader {
             let Some(text) = self.string(
                 item,
                 &key,
-                "a tool name",
-                "quote it if the tool's name looks like a number or boolean",
+                &format!("a {noun} name"),
+                &format!("quote it if the {noun}'s name looks like a number or boolean"),
             ) else {
                 ok = false;
                 continue;
@@ -588,7 +856,12 @@ impl Reader {
                 }),
                 Err(e) => {
                     ok = false;
-                    self.error(item, &key, e.to_string(), "a tool pattern is a tool's exact name, or a glob of A-Z a-z 0-9 _ . - and `*`");
+                    self.error(
+                        item,
+                        &key,
+                        e.to_string(),
+                        format!("a {noun} pattern is a {noun}'s exact name, or a glob of A-Z a-z 0-9 _ . - and `*`"),
+                    );
                 }
             }
         }

@@ -275,7 +275,11 @@ mod tests {
         ];
         assert_eq!(run(ok, body, &inventory), Ok(()));
         assert_eq!(
-            run(&[("Mcp-Param-Region", b"=?base64?ZXUtd2VzdC0x?=")], body, &inventory),
+            run(
+                &[("Mcp-Param-Region", b"=?base64?ZXUtd2VzdC0x?=")],
+                body,
+                &inventory
+            ),
             Ok(())
         );
         assert_eq!(
@@ -288,14 +292,21 @@ mod tests {
         );
         assert_eq!(
             run(
-                &[("Mcp-Param-Region", b"eu-west-1"), ("mcp-param-region", b"eu-west-1")],
+                &[
+                    ("Mcp-Param-Region", b"eu-west-1"),
+                    ("mcp-param-region", b"eu-west-1")
+                ],
                 body,
                 &inventory
             ),
             Err(HeaderError::ParamRepeated)
         );
         assert_eq!(
-            run(&[("Mcp-Param-Region", b"eu-west-1")], body, &Inventory::unpinned()),
+            run(
+                &[("Mcp-Param-Region", b"eu-west-1")],
+                body,
+                &Inventory::unpinned()
+            ),
             Err(HeaderError::ParamSchemaUnknown)
         );
         assert_eq!(

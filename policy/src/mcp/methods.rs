@@ -11,8 +11,8 @@
 use super::shape::{self, Message};
 use super::text::{quoted, shown};
 use super::{MessageDecision, MessageKind, ServerRule};
-use crate::inventory::{CallPin, Inventory};
 use crate::decision::{Decision, Reason};
+use crate::inventory::{CallPin, Inventory};
 use crate::json::Value;
 
 /// Methods allowed without listing, in every protocol version from 2025-03-26 to 2026-07-28: the

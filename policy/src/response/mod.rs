@@ -305,7 +305,9 @@ mod tests {
         let got = read(&server(), text).unwrap();
         assert_eq!(
             got.rewritten.as_deref(),
-            Some(r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"get_a","x":1},{"name":"get_b"}],"nextCursor":"c2"}}"#)
+            Some(
+                r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"get_a","x":1},{"name":"get_b"}],"nextCursor":"c2"}}"#
+            )
         );
         assert_eq!(got.answered, vec![RpcId::Number("3".into())]);
         assert_eq!(
@@ -349,7 +351,9 @@ mod tests {
         let got = read(&server(), text).unwrap();
         assert_eq!(
             got.rewritten.as_deref(),
-            Some(r#"[{"jsonrpc":"2.0","method":"notifications/message","params":{}},{"jsonrpc":"2.0","id":9,"result":{"tools":[]}}]"#)
+            Some(
+                r#"[{"jsonrpc":"2.0","method":"notifications/message","params":{}},{"jsonrpc":"2.0","id":9,"result":{"tools":[]}}]"#
+            )
         );
         assert_eq!(got.answered, vec![RpcId::Number("9".into())]);
     }
@@ -358,19 +362,39 @@ mod tests {
     fn unreadable_messages_are_errors() {
         let s = server();
         for (text, want) in [
-            (r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{}}"#, "not strict JSON"),
-            (r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","name":"b"}]}}"#, "not strict JSON"),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{}}"#,
+                "not strict JSON",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","name":"b"}]}}"#,
+                "not strict JSON",
+            ),
             (r#"{"jsonrpc":"2.0","id":1}"#, "not a JSON-RPC message"),
             (r#"{"id":1,"result":{}}"#, "not a JSON-RPC message"),
             ("[]", "an empty batch"),
-            (r#"{"jsonrpc":"2.0","id":1,"result":{"tools":{}}}"#, "result.tools is not an array"),
-            (r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get_a"},{"name":"get_a","x":1}]}}"#, "lists one name twice"),
-            ("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"\u{00ff}\"}} trailing", "not strict JSON"),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":{}}}"#,
+                "result.tools is not an array",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get_a"},{"name":"get_a","x":1}]}}"#,
+                "lists one name twice",
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"\u{00ff}\"}} trailing",
+                "not strict JSON",
+            ),
         ] {
             let e = read(&s, text).unwrap_err();
             assert!(e.to_string().contains(want), "{text}: {e}");
         }
-        let e = read_and_filter(&s, &mut Inventory::unpinned(), b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"a\":\"\xff\"}}").unwrap_err();
+        let e = read_and_filter(
+            &s,
+            &mut Inventory::unpinned(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"a\":\"\xff\"}}",
+        )
+        .unwrap_err();
         assert!(matches!(e, ResponseError::Json(_)));
     }
 
@@ -379,7 +403,8 @@ mod tests {
         let mut s = server();
         s.pin = true;
         let mut inv = Inventory::new(true, None);
-        let first = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get_a","description":"v1"}]}}"#;
+        let first =
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get_a","description":"v1"}]}}"#;
         let got = read_and_filter(&s, &mut inv, first.as_bytes()).unwrap();
         assert!(got.lock_changed && got.rewritten.is_none());
         let entry = inv.lock_entry().cloned();
@@ -410,7 +435,11 @@ mod tests {
         let got = read_and_filter(&s, &mut inv, list.as_bytes()).unwrap();
         let text = got.rewritten.unwrap();
         assert!(text.contains("\"ro\""), "{text}");
-        assert!(!text.contains("ro_destructive") && !text.contains("ro_denied") && !text.contains("plain"));
+        assert!(
+            !text.contains("ro_destructive")
+                && !text.contains("ro_denied")
+                && !text.contains("plain")
+        );
         let d = crate::mcp::methods::tool(&s, &inv, "ro");
         assert_eq!(d.rule, "mcp.s.tools.allow_annotated read_only");
     }

@@ -327,17 +327,29 @@ mod tests {
 
     #[test]
     fn ambiguous_streams_are_refused() {
-        assert_eq!(read_all(&[b"data: a\rdata: b\n\n"]), Err(SseError::BareCr(1)));
+        assert_eq!(
+            read_all(&[b"data: a\rdata: b\n\n"]),
+            Err(SseError::BareCr(1))
+        );
         assert_eq!(read_all(&[b"Data: a\n\n"]), Err(SseError::UnknownField(1)));
         assert_eq!(read_all(&[b"foo: a\n\n"]), Err(SseError::UnknownField(1)));
         assert_eq!(
             read_all(&[b"event: a\nevent: b\ndata: x\n\n"]),
             Err(SseError::RepeatedField(2))
         );
-        assert_eq!(read_all(&[b"retry: 1x\n\n"]), Err(SseError::InvalidField(1)));
+        assert_eq!(
+            read_all(&[b"retry: 1x\n\n"]),
+            Err(SseError::InvalidField(1))
+        );
         assert_eq!(read_all(&[b"id: a\0b\n\n"]), Err(SseError::InvalidField(1)));
-        assert_eq!(read_all(&[b"data: \xff\n\n"]), Err(SseError::InvalidUtf8(1)));
-        assert_eq!(read_all(&[b"\xEF\xBB\xBFdata: x\n\n"]), Err(SseError::ByteOrderMark));
+        assert_eq!(
+            read_all(&[b"data: \xff\n\n"]),
+            Err(SseError::InvalidUtf8(1))
+        );
+        assert_eq!(
+            read_all(&[b"\xEF\xBB\xBFdata: x\n\n"]),
+            Err(SseError::ByteOrderMark)
+        );
         assert_eq!(read_all(&[b"data: x\n"]), Err(SseError::Truncated));
         assert_eq!(read_all(&[b"data: x"]), Err(SseError::Truncated));
     }
@@ -367,6 +379,9 @@ mod tests {
         };
         write_event(&mut out, &e, Some("{\"a\":\n1}"));
         write_comment(&mut out);
-        assert_eq!(out, b"event: message\nid: 3\ndata: {\"a\":\ndata: 1}\n\n:\n");
+        assert_eq!(
+            out,
+            b"event: message\nid: 3\ndata: {\"a\":\ndata: 1}\n\n:\n"
+        );
     }
 }
