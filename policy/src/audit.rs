@@ -13,13 +13,15 @@ use sha2::{Digest, Sha256};
 /// `prev` of the first record in a log.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// What happened to a request. `Failed` follows an `Allowed` record when the upstream then failed.
+/// What happened to a request. `Failed` follows an `Allowed` record when the upstream then failed;
+/// `Filtered` follows it when the server's answer reached the client with list entries hidden.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Allowed,
     Denied,
     Failed,
+    Filtered,
 }
 
 impl Outcome {
@@ -28,6 +30,7 @@ impl Outcome {
             Outcome::Allowed => "allowed",
             Outcome::Denied => "denied",
             Outcome::Failed => "failed",
+            Outcome::Filtered => "filtered",
         }
     }
 }
@@ -66,6 +69,9 @@ pub struct AuditRecord {
     /// Where the request failed, for `failed` records: `client`, `upstream`, `policy` or `proxy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// For `filtered` records: how many list entries the client did not see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<u64>,
     pub prev: String,
 }
 
@@ -396,6 +402,7 @@ mod tests {
             secrets: vec![],
             rule: None,
             source: None,
+            hidden: None,
             prev: prev.into(),
         }
     }

@@ -144,6 +144,9 @@ pub struct McpDecision {
     /// One per JSON-RPC message (empty for GET/DELETE/metadata requests and unparseable bodies).
     pub messages: Vec<MessageDecision>,
     pub batch: bool,
+    /// The request asks for OAuth metadata: its answer is a metadata document, not MCP messages,
+    /// so the response phase passes it on without reading it as JSON-RPC.
+    pub oauth_metadata: bool,
 }
 
 impl McpDecision {
@@ -153,6 +156,7 @@ impl McpDecision {
             overall,
             messages: Vec::new(),
             batch: false,
+            oauth_metadata: false,
         }
     }
 }
@@ -185,7 +189,12 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
     };
     match req.method {
         "POST" => McpDecision::post(server, inventory, req),
-        "GET" | "DELETE" => McpDecision::request(bodyless(server, req, target.path)),
+        "GET" | "DELETE" => McpDecision {
+            oauth_metadata: req.method == "GET"
+                && !http::is_endpoint(&server.endpoint, target.path)
+                && http::is_well_known(target.path),
+            ..McpDecision::request(bodyless(server, req, target.path))
+        },
         other => McpDecision::request(Decision::deny(
             Reason::PolicyDenied,
             methods::default_deny(server),
@@ -295,6 +304,7 @@ impl McpDecision {
                 overall,
                 messages,
                 batch,
+                oauth_metadata: false,
             };
         }
         let first_denied = messages
@@ -316,6 +326,7 @@ impl McpDecision {
             overall,
             messages,
             batch,
+            oauth_metadata: false,
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::error::ProxyError;
 use fenzi_policy::Decision;
 use fenzi_policy::audit::Outcome;
 use fenzi_policy::mcp::{MessageDecision, RpcId};
+use fenzi_policy::response::Filtered;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -79,6 +80,7 @@ impl Subject {
             secrets: Vec::new(),
             rule,
             source: None,
+            hidden: None,
         }
     }
 
@@ -96,6 +98,34 @@ impl Subject {
     pub fn failed(&self, error: &ProxyError) -> AuditEntry {
         let mut entry = self.entry(Outcome::Failed, Some(error.reason()), None);
         entry.source = Some(error.source_kind().label().to_string());
+        entry
+    }
+
+    /// The `filtered` entry for a list result of `server` that reached the client with entries
+    /// hidden: which list, for which response id, how many, and `tool_changed` when pins hid some.
+    pub fn filtered(&self, server: &str, filtered: &Filtered) -> AuditEntry {
+        let changed = filtered.changed > 0;
+        let rule = if changed {
+            format!("mcp.{server} pin")
+        } else {
+            format!("mcp.{server} list filter")
+        };
+        let mut entry = self.entry(
+            Outcome::Filtered,
+            changed.then_some(fenzi_policy::Reason::ToolChanged),
+            Some(rule),
+        );
+        entry.rpc = Some(list_method(filtered.list).to_string());
+        entry.rpc_id = filtered.rpc_id.as_ref().map(rpc_id_text);
+        entry.hidden = Some(filtered.hidden as u64);
+        entry
+    }
+
+    /// The `failed` entry for an answer from an MCP server that could not be read: the record's
+    /// rule says why (the error names no content).
+    pub fn unreadable(&self, error: &ProxyError) -> AuditEntry {
+        let mut entry = self.failed(error);
+        entry.rule = Some(format!("strict response: {error}"));
         entry
     }
 
@@ -120,6 +150,16 @@ pub(crate) fn recorded_decision<'a>(
         &message.decision
     } else {
         overall
+    }
+}
+
+/// The method a list of this name answers, for the record.
+fn list_method(list: &str) -> &'static str {
+    match list {
+        "tools" => "tools/list",
+        "prompts" => "prompts/list",
+        "resources" => "resources/list",
+        _ => "resources/templates/list",
     }
 }
 

@@ -82,6 +82,7 @@ pub struct AuditEntry {
     pub secrets: Vec<String>,
     pub rule: Option<String>,
     pub source: Option<String>,
+    pub hidden: Option<u64>,
 }
 
 impl AuditEntry {
@@ -107,6 +108,7 @@ impl AuditEntry {
             secrets: Vec::new(),
             rule: None,
             source: None,
+            hidden: None,
         }
     }
 
@@ -128,6 +130,7 @@ impl AuditEntry {
             secrets: self.secrets,
             rule: self.rule,
             source: self.source,
+            hidden: self.hidden,
             prev,
         }
     }

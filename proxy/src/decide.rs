@@ -16,25 +16,33 @@
 
 use crate::admit::Handling;
 use crate::mcp_enforce;
+use crate::mcp_response::Reading;
 use crate::refusal::Refusal;
 use crate::request_context::RequestContext;
 use bytes::Bytes;
 use fenzi_policy::{Decision, Reason};
 use http::request::Parts;
 
-/// Decides and records a buffered request. `Ok` is the body to forward (`parts` updated).
+/// An allowed request: the body to forward, and how its answer is to be read.
+pub(crate) struct Decided {
+    pub body: Bytes,
+    /// For a request to an MCP server: what its answer must answer.
+    pub reading: Option<Reading>,
+}
+
+/// Decides and records a buffered request (`parts` updated).
 pub(crate) async fn decide(
     cx: &RequestContext<'_>,
     parts: &mut Parts,
     body: Bytes,
-) -> Result<Bytes, Refusal> {
+) -> Result<Decided, Refusal> {
     let (session, dest) = (cx.session, cx.dest());
     let secrets = &session.secrets;
     let use_ = secrets.check_request(&dest.host, dest.port, cx.upstream.secure(), parts, &body);
     if !use_.is_allowed() {
         return Err(refused(cx, &use_.decision, &use_.secrets, parts, &body));
     }
-    let entries = match &dest.handling {
+    let (entries, reading) = match &dest.handling {
         Handling::Mcp(server) => {
             let decision = session.inventories.read(&server.name, |inventory| {
                 mcp_enforce::classify(&session.policy, inventory, server, parts, &body)
@@ -43,9 +51,10 @@ pub(crate) async fn decide(
                 // Refused: nothing was substituted, so the records name no secret.
                 return Err(mcp_enforce::refused(&cx.subject, &decision, parts, &body));
             }
-            mcp_enforce::entries(&cx.subject, &decision)
+            let reading = Reading::of(session, server, &decision);
+            (mcp_enforce::entries(&cx.subject, &decision), reading)
         }
-        Handling::Plain => vec![cx.subject.decided(&dest.decision)],
+        Handling::Plain => (vec![cx.subject.decided(&dest.decision)], None),
     };
 
     let body = match secrets.apply(&use_, parts, body.clone()) {
@@ -76,7 +85,7 @@ pub(crate) async fn decide(
         entry.secrets = use_.secrets.clone();
         session.record(entry).await?;
     }
-    Ok(body)
+    Ok(Decided { body, reading })
 }
 
 /// The refusal of a buffered request by `decision`, naming `secrets`: on an MCP server answered with

@@ -9,7 +9,8 @@
 //!    limit.
 //! 3. decide ([`crate::decide`]): secrets, MCP classification, substitution; every record written.
 //! 4. upstream ([`crate::upstream`]): origin-form, a pooled or new connection to a checked address.
-//! 5. response ([`crate::response`]): hop-by-hop out, secret values scrubbed as the body streams, a
+//! 5. response ([`crate::response`]): hop-by-hop out, an MCP server's answer read strictly and its
+//!    lists filtered ([`crate::mcp_response`]), secret values scrubbed as the body streams, a
 //!    broken-off body recorded.
 //!
 //! Any phase may refuse: it returns a [`Refusal`], which [`exchange`] records and answers. Redirects
@@ -48,11 +49,14 @@ async fn phases(
 ) -> Result<Response<Body>, Refusal> {
     let (mut parts, body) = req.into_parts();
     let session = cx.session;
-    let answering = Answering {
+    let mut answering = Answering {
         client_version: parts.version,
         is_head: parts.method == Method::HEAD,
+        reading: None,
     };
-    head::prepare_request(&mut parts, host, !session.secrets.is_empty());
+    // A response that will be scrubbed or read must come unencoded.
+    let mcp = matches!(cx.dest().handling, Handling::Mcp(_));
+    head::prepare_request(&mut parts, host, !session.secrets.is_empty() || mcp);
 
     let body: Body = if session.secrets.is_empty() && matches!(cx.dest().handling, Handling::Plain)
     {
@@ -63,7 +67,9 @@ async fn phases(
         body.map_err(BoxError::from).boxed_unsync()
     } else {
         let bytes = request_body::read(&cx, &parts, body).await?;
-        body::full(decide(&cx, &mut parts, bytes).await?)
+        let decided = decide(&cx, &mut parts, bytes).await?;
+        answering.reading = decided.reading;
+        body::full(decided.body)
     };
 
     head::to_origin_form(&mut parts);
@@ -72,5 +78,5 @@ async fn phases(
         .send(session, Request::from_parts(parts, body))
         .await
         .map_err(|error: ProxyError| Refusal::failed(&cx.subject, error))?;
-    response::finish(cx, answering, response)
+    response::finish(cx, answering, response).await
 }

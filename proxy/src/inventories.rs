@@ -123,8 +123,12 @@ impl Inventories {
                 let mut whole = lock.lock.lock().unwrap_or_else(|e| e.into_inner());
                 whole.servers.insert(name.clone(), entry);
                 match write_lock(&lock.path, &whole) {
-                    Ok(()) => tracing::info!(server = %name, path = %lock.path.display(), "pinned tool definitions"),
-                    Err(e) => tracing::warn!(server = %name, "{e}; the pins hold for this session only"),
+                    Ok(()) => {
+                        tracing::info!(server = %name, path = %lock.path.display(), "pinned tool definitions")
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %name, "{e}; the pins hold for this session only")
+                    }
                 }
             });
         }

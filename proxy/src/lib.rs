@@ -48,6 +48,7 @@ mod inventories;
 mod io;
 mod malformed;
 mod mcp_enforce;
+mod mcp_response;
 mod plain_http;
 mod pool;
 mod refusal;

@@ -10,8 +10,8 @@ use crate::body::Body;
 use crate::refusal::Refusal;
 use crate::respond;
 use fenzi_policy::Decision;
-use fenzi_policy::inventory::Inventory;
 use fenzi_policy::engine::{McpServer, Policy};
+use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::{McpDecision, RequestView, denial_body};
 use http::Response;
 use http::request::Parts;
@@ -44,7 +44,9 @@ pub(crate) fn classify(
     parts: &Parts,
     body: &[u8],
 ) -> McpDecision {
-    with_view(parts, body, |view| policy.decide_mcp(server, inventory, view))
+    with_view(parts, body, |view| {
+        policy.decide_mcp(server, inventory, view)
+    })
 }
 
 /// The audit entries of a decision: one per JSON-RPC message, or one for a request without any.

@@ -1,15 +1,14 @@
 //! The response phase: what an upstream sends back on its way to the client. The head loses its
-//! hop-by-hop headers and gets the client's HTTP version; with secrets in the session, the head is
+//! hop-by-hop headers and gets the client's HTTP version; an MCP server's answer is read strictly
+//! and its lists filtered ([`crate::mcp_response`]); with secrets in the session, the head is
 //! checked (an encoded body cannot be scrubbed, so it is refused) and every value in the body is
-//! replaced by its placeholder as it streams. The body is never buffered here, and one that breaks off
-//! after its head went out gets its `failed` record ([`crate::failure_body`]).
-//!
-//! A check on what MCP servers send back belongs here, between the head and the body: it sees the
-//! request's [`RequestContext`] (destination, subject) and returns a [`Refusal`] to answer instead.
+//! replaced by its placeholder as it streams. A body that breaks off after its head went out gets
+//! its `failed` record ([`crate::failure_body`]).
 
-use crate::body::Body;
+use crate::body::{Body, BoxError};
 use crate::failure_body::RecordsFailure;
 use crate::head::strip_hop_by_hop;
+use crate::mcp_response::{self, Reading};
 use crate::refusal::Refusal;
 use crate::request_context::RequestContext;
 use http::header::CONTENT_LENGTH;
@@ -23,10 +22,12 @@ pub(crate) struct Answering {
     pub client_version: Version,
     /// A HEAD request: its response has no body, whatever its length says.
     pub is_head: bool,
+    /// The answer of an MCP server, to be read before it is passed on.
+    pub reading: Option<Reading>,
 }
 
 /// The upstream's `response` as the client gets it.
-pub(crate) fn finish(
+pub(crate) async fn finish(
     cx: RequestContext<'_>,
     request: Answering,
     response: Response<Incoming>,
@@ -34,6 +35,20 @@ pub(crate) fn finish(
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);
     head.version = request.client_version;
+    let body: Body = match request.reading {
+        Some(reading) => {
+            mcp_response::read(
+                cx.session,
+                &cx.subject,
+                reading,
+                &mut head,
+                body,
+                request.is_head,
+            )
+            .await?
+        }
+        None => body.map_err(BoxError::from).boxed_unsync(),
+    };
     let secrets = &cx.session.secrets;
     if secrets.is_empty() {
         let body = RecordsFailure::new(body, cx.session.clone(), cx.subject, cx.guard.clone());

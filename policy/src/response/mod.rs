@@ -62,6 +62,45 @@ pub enum ResponseError {
     ListNotArray(&'static str),
     #[error("result.{0} lists one name twice")]
     DuplicateName(&'static str),
+    #[error("an event stream that cannot be read: {0}")]
+    Stream(#[from] sse::SseError),
+    #[error("an event of a type MCP does not send")]
+    EventType,
+    #[error("an endpoint event whose data is not a single URI reference")]
+    Endpoint,
+    #[error("a {0} body, which is neither JSON nor an event stream")]
+    ContentType(String),
+    #[error("an encoded body ({0})")]
+    Encoded(String),
+}
+
+/// What to make of one server-sent event's type before its data is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A JSON-RPC message (no `event` field, or `message`).
+    Message,
+    /// The legacy HTTP+SSE transport's `endpoint` event: the URI to POST to, passed as it is.
+    Endpoint,
+}
+
+/// Classifies an event by its type and, for `endpoint`, checks its data: one line of printable
+/// ASCII without spaces (a URI reference), nothing a model would read as text.
+pub fn event_kind(event: &sse::SseEvent) -> Result<EventKind, ResponseError> {
+    match event.event.as_deref() {
+        None | Some("message") => Ok(EventKind::Message),
+        Some("endpoint") => {
+            let data = event.data.as_deref().unwrap_or_default();
+            let uri_like = !data.is_empty()
+                && data.len() <= 4096
+                && data.bytes().all(|b| b.is_ascii_graphic());
+            if uri_like {
+                Ok(EventKind::Endpoint)
+            } else {
+                Err(ResponseError::Endpoint)
+            }
+        }
+        Some(_) => Err(ResponseError::EventType),
+    }
 }
 
 impl From<JsonError> for ResponseError {

@@ -8,7 +8,7 @@ use super::cases::{self, Case, Via};
 use super::wire::{self, Seen};
 use super::world::{SECRETS, World};
 use crate::common::{Answers, Upstream};
-use fenzi_policy::audit::{self, AuditRecord, Head, Outcome};
+use fenzi_policy::audit::{self, AuditRecord, Head};
 use fenzi_policy::host::split_authority;
 use fenzi_proxy::audit_writer::head_path;
 use std::collections::BTreeMap;
@@ -36,11 +36,7 @@ pub fn testdata(file: &str) -> PathBuf {
 /// A compact view of a record: `decision METHOD host:port [path] [rpc] [tool] [-> reason]
 /// [secrets=A,B]`.
 pub fn summary(r: &AuditRecord) -> String {
-    let decision = match r.decision {
-        Outcome::Allowed => "allowed",
-        Outcome::Denied => "denied",
-        Outcome::Failed => "failed",
-    };
+    let decision = r.decision.label();
     let mut out = format!("{decision} {} {}:{}", r.method, r.host, r.port);
     for part in [&r.path, &r.rpc, &r.tool].into_iter().flatten() {
         out.push(' ');

@@ -98,26 +98,37 @@ pub const MAX_BYTES: usize = 64 * 1024;
 // ---------------------------------------------------------------------------------------------
 // How the HTTP upstreams answer
 
-/// JSON-RPC results echoing each request's id (an array for a batch); GET is a short event stream.
+/// What a real MCP server sends back: a JSON-RPC result echoing each request's id (an array for a
+/// batch), `202` with no body when the request carried no requests (notifications, client
+/// responses); GET is a short event stream of one notification, DELETE an empty `200`.
 fn mcp_answers() -> Handler {
     Arc::new(|parts: Parts, body: Bytes| {
         let method = &parts.method;
         if method == http::Method::GET {
-            return respond(200, "text/event-stream", "data: {}\n\n");
+            return respond(
+                200,
+                "text/event-stream",
+                "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n",
+            );
         }
         if method != http::Method::POST {
-            return respond(200, "text/plain", "ok");
+            return respond(200, "application/json", "");
         }
         let result = |v: &serde_json::Value| {
-            serde_json::json!({"jsonrpc": "2.0", "id": v.get("id").cloned().unwrap_or_default(),
-                "result": {"content": [{"type": "text", "text": "upstream says hi"}]}})
+            let id = v.get("id").filter(|_| v.get("method").is_some())?;
+            Some(serde_json::json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "upstream says hi"}]}}))
         };
         let out = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(serde_json::Value::Array(items)) => {
-                serde_json::Value::Array(items.iter().map(result).collect())
+                let results: Vec<_> = items.iter().filter_map(result).collect();
+                (!results.is_empty()).then_some(serde_json::Value::Array(results))
             }
             Ok(one) => result(&one),
-            Err(_) => serde_json::Value::Null,
+            Err(_) => None,
+        };
+        let Some(out) = out else {
+            return respond(200, "application/json", "");
         };
         respond(200, "application/json", out.to_string())
     })
@@ -140,6 +151,17 @@ fn echo_request() -> Handler {
         }
         text.push(b'\n');
         text.extend_from_slice(&body);
+        if parts.uri.path() == "/mcp" && parts.method == http::Method::POST {
+            // An MCP server's answer must be JSON-RPC: the echo travels as the call's text.
+            let id = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .unwrap_or(serde_json::Value::from(0));
+            let text = String::from_utf8_lossy(&text).into_owned();
+            let out = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": text}]}});
+            return respond(200, "application/json", out.to_string());
+        }
         let mut response = respond(200, "text/plain", text);
         if parts.uri.path() == "/gzip" {
             response.headers_mut().insert(

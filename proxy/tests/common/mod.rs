@@ -6,7 +6,6 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use fenzi_policy::audit::Outcome;
 use fenzi_policy::config;
 use fenzi_policy::engine::Policy;
 use fenzi_policy::mcp::JsonLimits;
@@ -123,11 +122,7 @@ impl AuditSink for FileSink {
 
 /// A compact view of an entry for assertions: `outcome reason method host:port path rpc tool`.
 pub fn summary(entry: &AuditEntry) -> String {
-    let outcome = match entry.outcome {
-        Outcome::Allowed => "allowed",
-        Outcome::Denied => "denied",
-        Outcome::Failed => "failed",
-    };
+    let outcome = entry.outcome.label();
     let mut out = format!("{outcome} {} {}:{}", entry.method, entry.host, entry.port);
     for part in [&entry.path, &entry.rpc, &entry.tool].into_iter().flatten() {
         out.push(' ');

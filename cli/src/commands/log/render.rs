@@ -55,6 +55,7 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
         Outcome::Allowed => ("allowed", GREEN),
         Outcome::Denied => ("denied", RED),
         Outcome::Failed => ("failed", YELLOW),
+        Outcome::Filtered => ("filtered", YELLOW),
     };
     if colour {
         line.push_str(tint);
@@ -63,7 +64,7 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
     } else {
         line.push_str(label);
     }
-    line.push_str(&" ".repeat(8 - label.len()));
+    line.push_str(&" ".repeat(8usize.saturating_sub(label.len()).max(1)));
     line.push_str(&field(&r.method));
     line.push(' ');
     line.push_str(&target(r));
@@ -79,6 +80,9 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
         let names: Vec<String> = r.secrets.iter().map(|s| field(s)).collect();
         line.push_str(" secrets:");
         line.push_str(&names.join(","));
+    }
+    if let Some(hidden) = r.hidden {
+        line.push_str(&format!(" hidden:{hidden}"));
     }
     if r.decision != Outcome::Allowed || r.reason.is_some() {
         line.push_str("  ");

@@ -24,6 +24,7 @@ pub(super) fn rec(decision: Outcome, method: &str, host: &str, port: u16) -> Aud
         secrets: vec![],
         rule: None,
         source: None,
+        hidden: None,
         prev: GENESIS.into(),
     }
 }

@@ -1,0 +1,417 @@
+//! The response phase on an MCP server's host: the server's answer is read before any of it
+//! reaches the client (README, "Reading responses"; the rules are [`fenzi_policy::response`]'s).
+//!
+//! - `application/json`: read whole (up to the response limit), read strictly, list results
+//!   filtered; the client gets the checked text, or the filtered one with its `Content-Length`.
+//! - `text/event-stream`: read event by event as it streams ([`SseRead`]); each event is passed on
+//!   once read, in canonical form, so a stream open for hours holds one event at a time.
+//! - An empty body (a `202` to a notification) passes; any other body is unreadable.
+//! - An answer that cannot be read strictly is not passed on. On a success status, each request
+//!   still waiting for an answer gets a JSON-RPC error in its place (a 502 body, or error events
+//!   ending the stream) and a `failed` record says why. On an error status (a `401` with its
+//!   `WWW-Authenticate`, a `404` for an expired session) the status and headers pass and the
+//!   unreadable body is replaced by fenzi's own short JSON: clients act on the status.
+//! - A list result that lost entries gets its `filtered` record before the client sees it; if that
+//!   record cannot be written, the answer does not go out (503 for a JSON body, the stream breaks
+//!   off for an event).
+//!
+//! OAuth metadata (`GET /.well-known/...`) is a document, not MCP messages, and is not read here.
+
+use crate::audit_sink::{BoxFuture, Subject};
+use crate::audit_writer::AuditEntry;
+use crate::body::{self, Body, BoxError};
+use crate::context::{AuditUnavailable, SessionContext};
+use crate::error::ProxyError;
+use crate::refusal::Refusal;
+use crate::respond;
+use bytes::Bytes;
+use fenzi_policy::engine::McpServer;
+use fenzi_policy::mcp::{McpDecision, MessageKind, RpcId, ServerRule};
+use fenzi_policy::response::sse::{self, SseItem, SseReader};
+use fenzi_policy::response::{
+    self as reading, EventKind, ReadMessage, ResponseError, response_limits, unreadable_reply,
+};
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use http::response::Parts;
+use http::{HeaderValue, StatusCode};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// What the response phase needs to read the answer to one request on an MCP server.
+pub(crate) struct Reading {
+    /// The server's position in the session policy's servers.
+    server: usize,
+    /// The ids of the requests forwarded, each waiting for its answer.
+    pending: Vec<RpcId>,
+}
+
+impl Reading {
+    /// The reading of the answer to a request `decision` allowed; `None` for OAuth metadata.
+    pub fn of(
+        session: &SessionContext,
+        server: &McpServer,
+        decision: &McpDecision,
+    ) -> Option<Self> {
+        if decision.oauth_metadata {
+            return None;
+        }
+        let index = session
+            .policy
+            .servers()
+            .iter()
+            .position(|s| s.name == server.name)?;
+        let pending = decision
+            .messages
+            .iter()
+            .filter(|m| m.kind == Some(MessageKind::Request))
+            .filter_map(|m| m.rpc_id.clone())
+            .collect();
+        Some(Reading {
+            server: index,
+            pending,
+        })
+    }
+}
+
+/// The body the client gets for an MCP server's answer with head `head` (updated: length, type).
+pub(crate) async fn read(
+    session: &Arc<SessionContext>,
+    subject: &Subject,
+    reading: Reading,
+    head: &mut Parts,
+    body: Incoming,
+    bodiless: bool,
+) -> Result<Body, Refusal> {
+    if bodiless
+        || head.status.is_informational()
+        || matches!(
+            head.status,
+            StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+        )
+    {
+        return Ok(body.map_err(BoxError::from).boxed_unsync());
+    }
+    let server = &session.policy.servers()[reading.server];
+    let media = media_type(head.headers.get(CONTENT_TYPE));
+    let encoding = head
+        .headers
+        .get(CONTENT_ENCODING)
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .filter(|e| !e.is_empty() && e != "identity");
+    if media == "text/event-stream" && head.status.is_success() {
+        if let Some(encoding) = encoding {
+            return Err(unreadable(
+                subject,
+                &reading,
+                ResponseError::Encoded(encoding),
+            ));
+        }
+        head.headers.remove(CONTENT_LENGTH);
+        let stream = SseRead::new(body, session.clone(), subject.clone(), reading);
+        return Ok(stream.boxed_unsync());
+    }
+    let limit = response_limits(server.rule.limits).max_bytes;
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return answer_unreadable(subject, &reading, head, ResponseError::TooLarge(limit));
+        }
+        Err(e) => {
+            return Err(Refusal::failed(
+                subject,
+                ProxyError::UpstreamBody(e.to_string()),
+            ));
+        }
+    };
+    if bytes.is_empty() {
+        return Ok(body::empty());
+    }
+    if let Some(encoding) = encoding {
+        return answer_unreadable(subject, &reading, head, ResponseError::Encoded(encoding));
+    }
+    if media != "application/json" {
+        return answer_unreadable(subject, &reading, head, ResponseError::ContentType(media));
+    }
+    let read = match read_one(session, &server.rule, &bytes) {
+        Ok(read) => read,
+        Err(e) => return answer_unreadable(subject, &reading, head, e),
+    };
+    for filtered in &read.filtered {
+        session
+            .record(subject.filtered(&server.name, filtered))
+            .await?;
+    }
+    let bytes = match read.rewritten {
+        Some(text) => Bytes::from(text),
+        None => bytes,
+    };
+    head.headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    Ok(body::full(bytes))
+}
+
+/// Reads one message: shallow without the inventory, whole (and filtered) when it carries a list.
+fn read_one(
+    session: &SessionContext,
+    rule: &ServerRule,
+    text: &[u8],
+) -> Result<ReadMessage, ResponseError> {
+    let shape = reading::read_message(rule, text)?;
+    let mut read = if shape.has_list {
+        session.inventories.filter(rule, text)?
+    } else {
+        ReadMessage::default()
+    };
+    read.answered = shape.answered;
+    Ok(read)
+}
+
+/// An unreadable whole body: on a success status, the refusal that answers the waiting requests
+/// with JSON-RPC errors; on an error status, the status passes with fenzi's own body.
+fn answer_unreadable(
+    subject: &Subject,
+    reading: &Reading,
+    head: &mut Parts,
+    error: ResponseError,
+) -> Result<Body, Refusal> {
+    if head.status.is_success() {
+        return Err(unreadable(subject, reading, error));
+    }
+    tracing::info!(
+        host = %subject.host,
+        status = head.status.as_u16(),
+        "the MCP server's error answer is not passed on: it is {error}"
+    );
+    let text = format!(
+        "{{\"error\":\"upstream_error\",\"message\":\"the MCP server answered {} with a body fenzi does not pass on\"}}",
+        head.status.as_u16()
+    );
+    head.headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    head.headers.remove(CONTENT_ENCODING);
+    head.headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(text.len()));
+    Ok(body::full(text))
+}
+
+/// The refusal of an unreadable answer on a success status: a `failed` record saying why, and a
+/// 502 whose body answers each waiting request with a JSON-RPC error.
+fn unreadable(subject: &Subject, reading: &Reading, error: ResponseError) -> Refusal {
+    let replies: Vec<String> = reading
+        .pending
+        .iter()
+        .map(|id| unreadable_reply(id, &error))
+        .collect();
+    let error = ProxyError::UnreadableResponse(error);
+    let entry = subject.unreadable(&error);
+    let answer = match replies.as_slice() {
+        [] => respond::failure(&error),
+        [one] => respond::json(502, one.clone().into_bytes()),
+        many => respond::json(502, format!("[{}]", many.join(",")).into_bytes()),
+    };
+    tracing::warn!(host = %subject.host, "{error}");
+    Refusal::records(vec![entry], answer)
+}
+
+/// The media type of a `Content-Type` value, lower case, without parameters.
+fn media_type(value: Option<&HeaderValue>) -> String {
+    let text = value.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let text = text.unwrap_or_default();
+    let media = text.split(';').next().unwrap_or_default();
+    media.trim().to_ascii_lowercase()
+}
+
+/// An event stream from an MCP server, read and passed on event by event.
+struct SseRead {
+    /// `None` once it ended or was abandoned (dropping it closes the upstream connection).
+    inner: Option<Incoming>,
+    reader: SseReader,
+    session: Arc<SessionContext>,
+    subject: Subject,
+    reading: Reading,
+    /// Bytes ready for the client.
+    out: Vec<u8>,
+    /// Records being written, and the bytes that may only follow them.
+    waiting: Option<(BoxFuture<'static, Result<(), AuditUnavailable>>, Vec<u8>)>,
+    /// Nothing more comes after `out` (the stream ended, or was ended for an unreadable event).
+    done: bool,
+}
+
+impl SseRead {
+    fn new(
+        inner: Incoming,
+        session: Arc<SessionContext>,
+        subject: Subject,
+        reading: Reading,
+    ) -> Self {
+        let limit = response_limits(session.policy.servers()[reading.server].rule.limits).max_bytes;
+        SseRead {
+            inner: Some(inner),
+            reader: SseReader::new(limit),
+            session,
+            subject,
+            reading,
+            out: Vec::new(),
+            waiting: None,
+            done: false,
+        }
+    }
+
+    /// Handles one item from the reader; `Err` when the stream cannot be read on.
+    fn handle(&mut self, item: SseItem) -> Result<(), ResponseError> {
+        let event = match item {
+            SseItem::Comment => {
+                sse::write_comment(&mut self.out);
+                return Ok(());
+            }
+            SseItem::Event(event) => event,
+        };
+        let data = match (reading::event_kind(&event)?, event.data.as_deref()) {
+            (EventKind::Endpoint, data) | (EventKind::Message, data @ (None | Some(""))) => {
+                sse::write_event(&mut self.out, &event, data);
+                return Ok(());
+            }
+            (EventKind::Message, Some(data)) => data,
+        };
+        let server = &self.session.policy.servers()[self.reading.server];
+        let read = read_one(&self.session, &server.rule, data.as_bytes())?;
+        self.reading
+            .pending
+            .retain(|id| !read.answered.contains(id));
+        let text = read.rewritten.as_deref().unwrap_or(data);
+        if read.filtered.is_empty() {
+            sse::write_event(&mut self.out, &event, Some(text));
+            return Ok(());
+        }
+        let mut held = Vec::new();
+        sse::write_event(&mut held, &event, Some(text));
+        let entries: Vec<AuditEntry> = read
+            .filtered
+            .iter()
+            .map(|f| self.subject.filtered(&server.name, f))
+            .collect();
+        self.waiting = Some((write_records(self.session.clone(), entries), held));
+        Ok(())
+    }
+
+    /// Ends the stream for `error`: each waiting request gets a JSON-RPC error event, then the
+    /// `failed` record is written and the stream ends.
+    fn fail(&mut self, error: ResponseError) {
+        for id in std::mem::take(&mut self.reading.pending) {
+            let reply = unreadable_reply(&id, &error);
+            let event = sse::SseEvent {
+                event: Some("message".to_string()),
+                ..Default::default()
+            };
+            sse::write_event(&mut self.out, &event, Some(&reply));
+        }
+        let error = ProxyError::UnreadableResponse(error);
+        tracing::warn!(host = %self.subject.host, "{error}");
+        let entry = self.subject.unreadable(&error);
+        self.waiting = Some((write_records(self.session.clone(), vec![entry]), Vec::new()));
+        self.inner = None;
+        self.done = true;
+    }
+}
+
+fn write_records(
+    session: Arc<SessionContext>,
+    entries: Vec<AuditEntry>,
+) -> BoxFuture<'static, Result<(), AuditUnavailable>> {
+    Box::pin(async move {
+        for entry in entries {
+            session.record(entry).await?;
+        }
+        Ok(())
+    })
+}
+
+impl HttpBody for SseRead {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            if let Some((write, _)) = &mut this.waiting {
+                match write.as_mut().poll(cx) {
+                    Poll::Pending if this.out.is_empty() => return Poll::Pending,
+                    Poll::Pending => {}
+                    Poll::Ready(written) => {
+                        let (_, held) = this.waiting.take().expect("polled above");
+                        if written.is_err() {
+                            // The record of what was hidden is not in the log: the list is not
+                            // passed on, and the stream breaks off.
+                            this.inner = None;
+                            return Poll::Ready(Some(Err("audit log unavailable".into())));
+                        }
+                        this.out.extend_from_slice(&held);
+                    }
+                }
+            }
+            if !this.out.is_empty() {
+                let bytes = Bytes::from(std::mem::take(&mut this.out));
+                return Poll::Ready(Some(Ok(Frame::data(bytes))));
+            }
+            if this.waiting.is_some() {
+                continue;
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match this.reader.next_item() {
+                Ok(Some(item)) => {
+                    if let Err(e) = this.handle(item) {
+                        this.fail(e);
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    this.fail(e.into());
+                    continue;
+                }
+            }
+            let Some(inner) = this.inner.as_mut() else {
+                match this.reader.finish() {
+                    Ok(()) => this.done = true,
+                    Err(e) => this.fail(e.into()),
+                }
+                continue;
+            };
+            match Pin::new(inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => this.inner = None,
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers carry nothing an MCP client reads; they are not passed on.
+                    if let Ok(data) = frame.into_data() {
+                        this.reader.push(&data);
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.inner = None;
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done && self.out.is_empty() && self.waiting.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
