@@ -239,7 +239,7 @@ struct SseRead {
     /// Bytes ready for the client.
     out: Vec<u8>,
     /// Records being written, and the bytes that may only follow them.
-    waiting: Option<(BoxFuture<'static, Result<(), AuditUnavailable>>, Vec<u8>)>,
+    waiting: Option<(RecordsWrite, Vec<u8>)>,
     /// Nothing more comes after `out` (the stream ended, or was ended for an unreadable event).
     done: bool,
 }
@@ -321,10 +321,10 @@ impl SseRead {
     }
 }
 
-fn write_records(
-    session: Arc<SessionContext>,
-    entries: Vec<AuditEntry>,
-) -> BoxFuture<'static, Result<(), AuditUnavailable>> {
+/// Records being written from inside a streamed body (which is polled, not awaited).
+type RecordsWrite = BoxFuture<'static, Result<(), AuditUnavailable>>;
+
+fn write_records(session: Arc<SessionContext>, entries: Vec<AuditEntry>) -> RecordsWrite {
     Box::pin(async move {
         for entry in entries {
             session.record(entry).await?;
