@@ -23,6 +23,7 @@
 
 use fenzi_policy::host::{Host, MAX_LABEL_LEN, MAX_NAME_LEN};
 use fenzi_policy::host::{HostPattern, split_authority};
+use fenzi_policy::inventory::Inventory;
 use fenzi_policy::json::{self, JsonLimits};
 use fenzi_policy::mcp::{EndpointPath, RequestView, ServerRule, classify, denial_body};
 use fenzi_policy::secret_use::{Position, Sighting};
@@ -55,19 +56,19 @@ fn rule(sel: u8) -> ServerRule {
         1 => EndpointPath::Prefix("/v1/mcp/".into()),
         _ => EndpointPath::Exact("/".into()),
     };
-    ServerRule {
-        name: "fuzz".into(),
+    ServerRule::with_tools(
+        "fuzz",
         endpoint,
-        allow: vec![
+        vec![
             ToolPattern::parse("read_*").unwrap(),
             ToolPattern::parse("echo").unwrap(),
         ],
-        deny: vec![ToolPattern::parse("read_secret").unwrap()],
-        limits: JsonLimits {
+        vec![ToolPattern::parse("read_secret").unwrap()],
+        JsonLimits {
             max_bytes: MAX_BODY,
             max_depth: 16,
         },
-    }
+    )
 }
 
 /// Expands `0xFF s` into a spelling of a token (raw, percent-encoded, lower-case, cut short).
@@ -279,8 +280,13 @@ fn check_classify(sel: u8, method: &str, target: &str, headers: &[(&str, &[u8])]
         headers,
         body,
     };
-    let d = classify(&server, &req);
-    assert_eq!(classify(&server, &req), d, "classify is not deterministic");
+    let inventory = Inventory::unpinned();
+    let d = classify(&server, &inventory, &req);
+    assert_eq!(
+        classify(&server, &inventory, &req),
+        d,
+        "classify is not deterministic"
+    );
     let path = target.split_once('?').map_or(target, |(p, _)| p);
 
     if d.overall.is_allowed() {
@@ -402,6 +408,7 @@ fn check_classify(sel: u8, method: &str, target: &str, headers: &[(&str, &[u8])]
         .collect();
     let du = classify(
         &server,
+        &inventory,
         &RequestView {
             headers: &upper_headers,
             ..req
@@ -416,6 +423,7 @@ fn check_classify(sel: u8, method: &str, target: &str, headers: &[(&str, &[u8])]
         let with_query = format!("{target}?q=1");
         let dq = classify(
             &server,
+            &inventory,
             &RequestView {
                 path: &with_query,
                 ..req

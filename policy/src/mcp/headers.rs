@@ -64,7 +64,10 @@ pub(super) fn mirrors_arguments(headers: &[(&str, &[u8])]) -> bool {
 }
 
 fn is_param(name: &str) -> bool {
-    name.len() > MCP_PARAM.len() && name[..MCP_PARAM.len()].eq_ignore_ascii_case(MCP_PARAM)
+    // Bytes, not a str slice: a hostile header name need not have a char boundary there.
+    let name = name.as_bytes();
+    name.len() > MCP_PARAM.len()
+        && name[..MCP_PARAM.len()].eq_ignore_ascii_case(MCP_PARAM.as_bytes())
 }
 
 /// Checks the `Mcp-*` headers of a POST against its parsed body.
@@ -323,6 +326,11 @@ mod tests {
             Err(HeaderError::ParamMismatch)
         );
         assert_eq!(run(&[], absent, &inventory), Ok(()));
+        // Found by the request_head fuzz target: a name with a multi-byte character where the
+        // prefix ends once panicked instead of being read as another header.
+        assert!(!mirrors_arguments(&[("mcp-paramé", b"x")]));
+        assert!(!mirrors_arguments(&[("mcp-parame", b"x")]));
+        assert!(mirrors_arguments(&[("MCP-PARAM-x", b"x")]));
     }
 
     const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"café"}}"#;
