@@ -435,7 +435,7 @@ async fn event_streams_are_streamed_not_buffered() {
 
     upstream_tx
         .send(Bytes::from_static(
-            b"event: message\ndata: {\"first\":true}\n\n",
+            b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n",
         ))
         .await
         .unwrap();
@@ -447,23 +447,31 @@ async fn event_streams_are_streamed_not_buffered() {
         .unwrap();
     assert_eq!(
         frame.into_data().unwrap(),
-        "event: message\ndata: {\"first\":true}\n\n"
+        "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n"
     );
 
     upstream_tx
-        .send(Bytes::from_static(b"data: {\"second\":true}\n\n"))
+        .send(Bytes::from_static(b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"))
         .await
         .unwrap();
     drop(upstream_tx);
     let rest = body.collect().await.unwrap().to_bytes();
-    assert_eq!(rest, "data: {\"second\":true}\n\n");
+    // Each event is read, then passed on as it was (already in canonical form).
+    assert_eq!(rest, "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n");
 }
+
+const GET_EVENT: &str = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n";
 
 #[tokio::test]
 async fn get_stream_and_delete_on_the_endpoint_are_allowed() {
     let s = setup_ip(
+        // Answers as an MCP server does: GET an event stream, DELETE an empty 200.
         Arc::new(|parts: http::request::Parts, _| {
-            respond(200, "text/plain", parts.method.to_string())
+            if parts.method == http::Method::GET {
+                respond(200, "text/event-stream", GET_EVENT)
+            } else {
+                respond(200, "application/json", "")
+            }
         }),
         None,
     )
@@ -477,7 +485,8 @@ async fn get_stream_and_delete_on_the_endpoint_are_allowed() {
             .body(Full::new(Bytes::new()))
             .unwrap();
         let (status, body) = text(client.send_request(req).await.unwrap()).await;
-        assert_eq!((status, body.as_str()), (200, method));
+        let expected = if method == "GET" { GET_EVENT } else { "" };
+        assert_eq!((status, body.as_str()), (200, expected));
     }
     let port = s.upstream.port();
     assert_eq!(

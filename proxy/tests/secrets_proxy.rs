@@ -256,6 +256,16 @@ fn echo_handler(sse_go: Arc<Notify>) -> Handler {
                 "body": serde_json::from_slice::<serde_json::Value>(&body)
                     .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned().into()),
             });
+            // An MCP server's answer must be JSON-RPC (fenzi reads it): the echo is the result.
+            let echo = match parts.uri.path() {
+                "/mcp" => serde_json::json!({"jsonrpc": "2.0",
+                    "id": serde_json::from_slice::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|v| v.get("id").cloned())
+                        .unwrap_or(serde_json::Value::from(0)),
+                    "result": {"echo": echo}}),
+                _ => echo,
+            };
             let mut r = respond(200, "application/json", echo.to_string());
             for name in ["authorization", "x-api-key"] {
                 if let Some(v) = parts.headers.get(name) {
