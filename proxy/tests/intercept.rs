@@ -451,16 +451,22 @@ async fn event_streams_are_streamed_not_buffered() {
     );
 
     upstream_tx
-        .send(Bytes::from_static(b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"))
+        .send(Bytes::from_static(
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n",
+        ))
         .await
         .unwrap();
     drop(upstream_tx);
     let rest = body.collect().await.unwrap().to_bytes();
     // Each event is read, then passed on as it was (already in canonical form).
-    assert_eq!(rest, "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n");
+    assert_eq!(
+        rest,
+        "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"
+    );
 }
 
-const GET_EVENT: &str = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n";
+const GET_EVENT: &str =
+    "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n";
 
 #[tokio::test]
 async fn get_stream_and_delete_on_the_endpoint_are_allowed() {
