@@ -80,4 +80,25 @@ impl PolicyArgs {
         );
         Ok(LoadedPolicy { project, result })
     }
+
+    /// The machine file these flags read, if any (the default one only when it exists).
+    pub fn machine_path(&self) -> Option<PathBuf> {
+        if self.no_machine {
+            return None;
+        }
+        match &self.machine {
+            Some(p) => Some(p.clone()),
+            None => default_machine_file().filter(|p| p.exists()),
+        }
+    }
+
+    /// The lock files beside the policy files these flags read (`fenzi.lock`, `mcp.lock`).
+    pub fn lock_files(&self) -> fenzi_proxy::LockFiles {
+        fenzi_proxy::LockFiles {
+            project: Some(fenzi_proxy::lock_file::lock_path_for(&self.config)),
+            machine: self
+                .machine_path()
+                .map(|p| fenzi_proxy::lock_file::lock_path_for(&p)),
+        }
+    }
 }

@@ -132,3 +132,93 @@ fn usage_errors_exit_2() {
     let bad_flag = fenzi(&["check", "--format", "xml"]);
     assert_eq!(bad_flag.status.code(), Some(2));
 }
+
+/// A project with one pinned server and, when `lock` is given, that text as its `fenzi.lock`.
+fn pinned_project(lock: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("fenzi.yaml"),
+        "version: 1\nmcp:\n  tracker:\n    url: https://tracker.example.com/mcp\n    pin: true\n    tools:\n      allow: [get_issue]\n      allow_annotated: [read_only]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("cases.yaml"),
+        r#"cases:
+  - name: a pinned read-only tool is allowed by its annotation
+    server: tracker
+    body: {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_issues"}}
+    expect: allowed
+  - name: a tool the lock does not hold is refused as changed
+    server: tracker
+    body: {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get_issue"}}
+    expect: denied
+    reason: tool_changed
+"#,
+    )
+    .unwrap();
+    if let Some(lock) = lock {
+        std::fs::write(dir.path().join("fenzi.lock"), lock).unwrap();
+    }
+    dir
+}
+
+fn check_in(dir: &std::path::Path, format: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args([
+            "check",
+            "--no-machine",
+            "--cases",
+            "cases.yaml",
+            "--format",
+            format,
+        ])
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("fenzi runs")
+}
+
+#[test]
+fn a_pinned_server_without_a_lock_entry_fails_with_the_pin_command() {
+    let dir = pinned_project(None);
+    let o = check_in(dir.path(), "text");
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("server tracker is pinned") && out.contains("fenzi mcp pin tracker"),
+        "{out}"
+    );
+    let o = check_in(dir.path(), "github");
+    let out = stdout(&o);
+    assert!(
+        out.contains("::error file=fenzi.yaml,line=3") && out.contains("fenzi mcp pin tracker"),
+        "{out}"
+    );
+    // A lock that is not a lock is named, not ignored.
+    let dir = pinned_project(Some("{\"version\": 1}"));
+    let o = check_in(dir.path(), "json");
+    assert_eq!(o.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let message = doc["config"]["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("fenzi.lock"), "{message}");
+}
+
+#[test]
+fn cases_run_against_the_pinned_definitions() {
+    use fenzi_policy::json::{JsonLimits, parse};
+    use fenzi_policy::pins::{Lock, PinnedTool, ServerPins};
+    let tool = parse(
+        br#"{"name":"list_issues","description":"Lists issues","annotations":{"readOnlyHint":true}}"#,
+        &JsonLimits::default(),
+    )
+    .unwrap();
+    let mut pins = ServerPins::new();
+    pins.insert("list_issues".into(), PinnedTool::from_listed(&tool));
+    let mut lock = Lock::default();
+    lock.servers.insert("tracker".into(), pins);
+    let dir = pinned_project(Some(&lock.to_text()));
+    let o = check_in(dir.path(), "text");
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("2 passed, 0 failed"), "{out}");
+}

@@ -1,12 +1,17 @@
 //! `fenzi check`: validates the policy (project + machine file) and runs expected-decision cases against
-//! the same engine the proxy uses. Made for CI: `--format github` prints workflow annotations.
+//! the same engine the proxy uses, with each pinned server's definitions from its lock file (a pinned
+//! server without a lock entry is a problem). Made for CI: `--format github` prints workflow
+//! annotations.
 
 use crate::config_files::{self, ConfigText, PolicyArgs};
 use anyhow::Result;
 use clap::ValueEnum;
 use fenzi_policy::cases::{self, Case, CaseResult, Expect};
-use fenzi_policy::config::ConfigError;
+use fenzi_policy::config::{Config, ConfigError, Origin};
 use fenzi_policy::engine::Policy;
+use fenzi_policy::inventory::Inventory;
+use fenzi_policy::pins::Lock;
+use fenzi_proxy::lock_file::read_lock;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,14 +63,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Err(e) => (e.0, vec![]),
         Ok(cfg) => {
             let policy = Policy::from_config(&cfg);
+            let (inventories, lock_problems) = pinned_inventories(&cfg, &args.policy);
             let runs = cases
                 .into_iter()
                 .map(|case| CaseRun {
-                    result: cases::run(&policy, &cases::Inventories::new(), &case),
+                    result: cases::run(&policy, &inventories, &case),
                     case,
                 })
                 .collect();
-            (vec![], runs)
+            (lock_problems, runs)
         }
     };
     let cases_file = cases_text.as_ref().map(|c| c.name.as_str()).unwrap_or("");
@@ -80,6 +86,62 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The inventories the cases run against: each pinned server's lock entry, from the lock beside
+/// the file that declared it. A pinned server whose lock cannot be read or has no entry for it is a
+/// problem: the proxy would pin it at first sight from whatever the server lists then, which is
+/// not what a reviewed policy should leave to chance.
+fn pinned_inventories(cfg: &Config, files: &PolicyArgs) -> (cases::Inventories, Vec<ConfigError>) {
+    let locks = files.lock_files();
+    let mut inventories = cases::Inventories::new();
+    let mut problems = Vec::new();
+    let mut read: Vec<(Origin, Result<Lock, String>)> = Vec::new();
+    for server in cfg.mcp.iter().filter(|s| s.surface.pin) {
+        let path = match server.origin {
+            Origin::Project => locks.project.clone(),
+            Origin::Machine => locks.machine.clone(),
+        };
+        let Some(path) = path else { continue };
+        let lock = match read.iter().find(|(o, _)| *o == server.origin) {
+            Some((_, lock)) => lock.clone(),
+            None => {
+                let lock = read_lock(&path).map_err(|e| e.to_string());
+                read.push((server.origin, lock.clone()));
+                lock
+            }
+        };
+        let entry = match lock {
+            Ok(lock) => lock.servers.get(&server.name).cloned(),
+            Err(message) => {
+                problems.push(ConfigError {
+                    at: Some(server.at.clone()),
+                    message,
+                    hint: Some(format!(
+                        "fix or delete it, then run `fenzi mcp pin {}`",
+                        server.name
+                    )),
+                });
+                continue;
+            }
+        };
+        if entry.is_none() {
+            problems.push(ConfigError {
+                at: Some(server.at.clone()),
+                message: format!(
+                    "server {} is pinned (pin: true) but {} has no entry for it",
+                    server.name,
+                    path.display()
+                ),
+                hint: Some(format!(
+                    "run `fenzi mcp pin {}` to review its tools and pin them, and commit the lock file",
+                    server.name
+                )),
+            });
+        }
+        inventories.insert(server.name.clone(), Inventory::new(true, entry));
+    }
+    (inventories, problems)
 }
 
 fn expected_text(case: &Case) -> String {

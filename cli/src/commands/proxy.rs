@@ -77,6 +77,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Proxy::builder(policy, Arc::new(writer))
             .options(options)
             .secrets(secrets.set)
+            .lock_files(args.policy.lock_files())
             .build()
             .context("cannot start the proxy")?
     };

@@ -15,7 +15,7 @@ use crate::config_files::PolicyArgs;
 use crate::output;
 use crate::session::{self, ProxyFlags};
 use anyhow::{Context, Result};
-use fenzi_policy::config::{Config, ServerKind};
+use fenzi_policy::config::{Config, Origin, ServerKind};
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::Proxy;
 use fenzi_proxy::sandbox::{self, SandboxSpec, Session, env as sandbox_env};
@@ -98,6 +98,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Proxy::builder(policy.clone(), Arc::new(writer.clone()))
             .options(options)
             .secrets(secrets.set)
+            .lock_files(args.policy.lock_files())
             .build()
             .context("cannot start the proxy")?
     };
@@ -161,6 +162,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             audit_log: &audit_path,
             explicit_audit: args.audit.is_some(),
             session_dir: &session_dir,
+            project_pins: pinned_in(&policy, Origin::Project),
+            machine_pins: pinned_in(&policy, Origin::Machine),
         })?;
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
         let transparent = transparent::spec(&policy, &session_dir)?;
@@ -334,6 +337,14 @@ fn command_line(command: &[OsString]) -> agent::Launch {
         env: vec![],
         notes: vec![],
     }
+}
+
+/// Whether a server declared in `origin`'s file is pinned.
+fn pinned_in(policy: &Policy, origin: Origin) -> bool {
+    policy
+        .servers()
+        .iter()
+        .any(|s| s.origin == origin && s.rule.pin)
 }
 
 fn secret_names(policy: &Policy) -> Vec<String> {

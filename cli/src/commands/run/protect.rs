@@ -14,11 +14,10 @@ use crate::commands::mcp::render::Agent;
 use crate::config_files;
 use crate::session;
 use anyhow::{Context, Result, bail};
+use fenzi_policy::pins::Lock;
 use fenzi_proxy::audit_writer::head_path;
+use fenzi_proxy::lock_file::{lock_path_for, write_lock};
 use std::path::{Path, PathBuf};
-
-/// The lock file beside a project policy (pinned tool definitions).
-const LOCK_FILE: &str = "fenzi.lock";
 
 /// Where the governing files are, as `fenzi run` was asked to use them.
 pub struct Governing<'a> {
@@ -28,6 +27,11 @@ pub struct Governing<'a> {
     /// The log was given with `--audit` (it may live outside the state directory).
     pub explicit_audit: bool,
     pub session_dir: &'a Path,
+    /// A project server is pinned: its lock must exist before the agent starts, or the agent could
+    /// create it with definitions of its own choosing.
+    pub project_pins: bool,
+    /// The same for a machine server.
+    pub machine_pins: bool,
 }
 
 /// The paths to make read-only inside the sandbox. Directories that must be protected but do not
@@ -39,14 +43,11 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
     let policy = governing.project_policy;
     refuse_symlink(policy, "the project policy")?;
     paths.push(policy.to_path_buf());
-    let lock = policy.with_file_name(LOCK_FILE);
-    if lock.symlink_metadata().is_ok() {
-        refuse_symlink(&lock, "the lock file")?;
-        paths.push(lock);
-    }
+    paths.extend(protected_lock(policy, governing.project_pins)?);
     if let Some(machine) = governing.machine_file {
         refuse_symlink(machine, "the machine file")?;
         paths.push(machine.to_path_buf());
+        paths.extend(protected_lock(machine, governing.machine_pins)?);
     }
     // The default machine directory is protected even when this session does not read it: the
     // next one may.
@@ -69,6 +70,26 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
     }
     paths.push(governing.session_dir.to_path_buf());
     Ok(paths)
+}
+
+/// The lock beside `policy_file` when it exists, created empty first when `pinned` (a pinned
+/// server's lock must exist before the agent starts, or the agent could create it with definitions
+/// of its own choosing). A lock that is a symlink is refused.
+fn protected_lock(policy_file: &Path, pinned: bool) -> Result<Option<PathBuf>> {
+    let lock = lock_path_for(policy_file);
+    if pinned && lock.symlink_metadata().is_err() {
+        write_lock(&lock, &Lock::default()).with_context(|| {
+            format!(
+                "cannot create {} before the sandbox starts (a pinned server needs it)",
+                lock.display()
+            )
+        })?;
+    }
+    if lock.symlink_metadata().is_err() {
+        return Ok(None);
+    }
+    refuse_symlink(&lock, "the lock file")?;
+    Ok(Some(lock))
 }
 
 /// Where the command may write.
