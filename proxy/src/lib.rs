@@ -30,6 +30,7 @@ pub mod options;
 pub mod server;
 pub mod synthetic;
 pub mod tls;
+pub mod tool_listing;
 pub mod transparent;
 
 mod admit;

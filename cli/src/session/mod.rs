@@ -9,4 +9,4 @@ mod serving;
 
 pub use files::{create_private_dir, open_audit, write_ca, write_file};
 pub use secrets::{hosts_not_stored_for, load_secrets};
-pub use serving::{ProxyFlags, serve_until};
+pub use serving::{ProxyFlags, parse_duration, serve_until, upstream_roots};

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, anyhow};
 use fenzi_proxy::audit_writer::{AuditError, AuditWriter};
-use fenzi_proxy::tls::upstream::parse_pem_certs;
+use fenzi_proxy::tls::upstream::{CertificateDer, parse_pem_certs};
 use fenzi_proxy::{Proxy, ProxyOptions};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -125,14 +125,20 @@ impl ProxyFlags {
         set(&mut options.tls_handshake_timeout, self.tls_timeout);
         set(&mut options.response_header_timeout, self.response_timeout);
         set(&mut options.drain_timeout, self.drain_timeout);
-        for path in &self.upstream_ca {
-            let pem =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let certs = parse_pem_certs(&pem).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-            options.upstream_roots.extend(certs);
-        }
+        options.upstream_roots = upstream_roots(&self.upstream_ca)?;
         Ok(options)
     }
+}
+
+/// The certificates of every `--upstream-ca` file; a file without one is an error naming it.
+pub fn upstream_roots(paths: &[PathBuf]) -> Result<Vec<CertificateDer<'static>>> {
+    let mut roots = Vec::new();
+    for path in paths {
+        let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let certs = parse_pem_certs(&pem).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        roots.extend(certs);
+    }
+    Ok(roots)
 }
 
 /// `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds; more than zero.

@@ -1,7 +1,7 @@
 //! The TLS client configuration toward upstreams: the webpki roots plus any `--upstream-ca`, server
 //! names and IP SANs verified by rustls (no way to turn verification off), ALPN http/1.1.
 
-use rustls::pki_types::CertificateDer;
+pub use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
 use std::sync::Arc;
 

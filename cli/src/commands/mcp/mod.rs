@@ -1,5 +1,5 @@
 //! `fenzi mcp`: the MCP servers in the policy (README, `fenzi mcp`) and the secrets they need.
-//! One module per subcommand (`add`, `token`, `list`, `remove`, `import`, `render`), with the
+//! One module per subcommand (`add`, `token`, `list`, `remove`, `import`, `render`, `pin`), with the
 //! shared pieces beside them: `entry` (an entry to write), `yaml_edit` (byte-preserving edits of
 //! the `mcp:` section), `files` (the two policy files, checked edits, atomic writes).
 
@@ -8,6 +8,7 @@ pub mod entry;
 pub mod files;
 pub mod import;
 pub mod list;
+pub mod pin;
 pub mod remove;
 pub mod render;
 pub mod token;
@@ -37,6 +38,8 @@ enum Command {
     Import(import::Args),
     /// Print the MCP configuration an agent is given, in its own format.
     Render(render::cli::Args),
+    /// Read a pinned server's tools, show how they differ from its lock entry, and pin them.
+    Pin(pin::Args),
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -47,5 +50,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Command::Remove(a) => remove::run(a),
         Command::Import(a) => import::run(a),
         Command::Render(a) => render::cli::run(a),
+        Command::Pin(a) => pin::run(a),
     }
 }
