@@ -3,6 +3,7 @@
 
     mcp_client.py --url https://127.0.0.1:PORT/mcp [--mode legacy|2026-07-28|auto]... [--direct]
                   [--placeholders FILE --secret NAME] [--dump-env FILE]
+                  [--expect-tools NAME,NAME...] [--changed TOOL]
 
 For each protocol mode it connects, lists tools, calls `echo` (allowed) and checks the result, calls
 `delete_everything` and checks the outcome, then calls `add` to prove the session still works.
@@ -15,6 +16,11 @@ Modes: `legacy` is the initialize handshake (the SDK negotiates 2025-11-25); `20
 modern single-exchange protocol; `auto` probes `server/discover` first. The proxy and trust come from
 the environment, as for any client: HTTPS_PROXY and SSL_CERT_FILE. Prints PASS/FAIL per check; exits 1
 on any failure.
+
+--expect-tools names exactly the tools `tools/list` must show through fenzi: the ones the policy
+allows, every other one hidden by fenzi's list filtering. --changed TOOL says TOOL's definition
+changed since it was pinned: it must not be listed, and calling it must fail with fenzi's error whose
+data.reason is `tool_changed` (in place of the `echo` call when TOOL is echo).
 
 With --placeholders FILE --secret NAME the client is set up the way fenzi sets up an agent for a
 `token: true` server: it reads NAME's placeholder from FILE (fenzi's `placeholders.env`) and sends
@@ -72,7 +78,31 @@ def read_placeholder(path: str, name: str) -> str:
     raise Failure(f"{path} has no line for {name}")
 
 
-async def run_mode(url: str, mode: str, direct: bool, bearer: str | None) -> list[str]:
+async def expect_denied(client, tool: str, reason: str, direct: bool) -> str:
+    """Calls `tool` and checks fenzi refused it with `reason`; returns the step's description."""
+    started = time.monotonic()
+    try:
+        result = await client.call_tool(tool, {})
+    except MCPError as e:
+        elapsed = time.monotonic() - started
+        check(not direct, f"direct call to {tool} failed: {e.message}")
+        got = e.data.get("reason") if isinstance(e.data, dict) else None
+        check(got == reason, f"{tool}: error data.reason = {got!r}, expected {reason!r} ({e.message!r})")
+        check(f"tools/call {tool}" in e.message, f"{tool}: the error does not name the call: {e.message!r}")
+        check(elapsed < 5, f"the denial took {elapsed:.1f}s")
+        return f"denied call: {tool} -> {e.code} {reason}"
+    check(False, f"{tool} was NOT denied: {result!r}")
+    return ""
+
+
+async def run_mode(
+    url: str,
+    mode: str,
+    direct: bool,
+    bearer: str | None,
+    expect_tools: set[str] | None = None,
+    changed: str | None = None,
+) -> list[str]:
     done: list[str] = []
     with anyio.fail_after(STEP_TIMEOUT * 4):
         async with AsyncExitStack() as stack:
@@ -94,13 +124,24 @@ async def run_mode(url: str, mode: str, direct: bool, bearer: str | None) -> lis
             done.append(f"connected ({version})")
 
             listed = {t.name for t in (await client.list_tools()).tools}
-            check({"echo", "add"} <= listed, f"tools/list lacks echo/add: {sorted(listed)}")
-            done.append("tools/list")
+            if expect_tools is not None and not direct:
+                check(listed == expect_tools,
+                      f"tools/list shows {sorted(listed)}, expected exactly {sorted(expect_tools)}")
+                done.append(f"tools/list shows only {', '.join(sorted(listed))}")
+            else:
+                wanted = {"echo", "add"} - ({changed} if changed else set())
+                check(wanted <= listed, f"tools/list lacks {sorted(wanted)}: {sorted(listed)}")
+                done.append("tools/list")
+            if changed and not direct:
+                check(changed not in listed, f"the changed tool {changed} is still listed")
 
-            greeting = f"hello through fenzi, mode {mode}"
-            got = text_of(await client.call_tool("echo", {"text": greeting}))
-            check(got == greeting, f"echo returned {got!r}")
-            done.append("allowed call: echo")
+            if changed == "echo":
+                done.append(await expect_denied(client, "echo", "tool_changed", direct))
+            else:
+                greeting = f"hello through fenzi, mode {mode}"
+                got = text_of(await client.call_tool("echo", {"text": greeting}))
+                check(got == greeting, f"echo returned {got!r}")
+                done.append("allowed call: echo")
 
             if bearer is not None:
                 seen = text_of(await client.call_tool("whoami", {}))
@@ -153,9 +194,10 @@ async def main_async(args: argparse.Namespace) -> int:
     if args.placeholders:
         bearer = read_placeholder(args.placeholders, args.secret)
         print(f"PASS mcp client holds the placeholder of {args.secret} from {args.placeholders}", flush=True)
+    expect_tools = set(args.expect_tools.split(",")) if args.expect_tools else None
     for mode in args.mode or ["legacy", "2026-07-28"]:
         try:
-            for step in await run_mode(args.url, mode, args.direct, bearer):
+            for step in await run_mode(args.url, mode, args.direct, bearer, expect_tools, args.changed):
                 print(f"PASS mcp [{mode}] {step}", flush=True)
         except BaseException as exc:  # noqa: BLE001 - report every failure, then go on to the next mode
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -175,6 +217,8 @@ def main() -> int:
     p.add_argument("--placeholders", metavar="FILE", help="fenzi's placeholders.env")
     p.add_argument("--secret", metavar="NAME", help="send this secret's placeholder as the bearer token")
     p.add_argument("--dump-env", metavar="FILE", help="write the environment and arguments here")
+    p.add_argument("--expect-tools", metavar="NAMES", help="exactly these tools are listed (comma-separated)")
+    p.add_argument("--changed", metavar="TOOL", help="TOOL changed since it was pinned: hidden and tool_changed")
     args = p.parse_args()
     if bool(args.placeholders) != bool(args.secret):
         p.error("--placeholders and --secret go together")

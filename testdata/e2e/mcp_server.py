@@ -2,13 +2,18 @@
 """A real MCP server for the end-to-end tests, built with the official Python SDK (`mcp` on PyPI).
 
     mcp_server.py --cert server.pem --key server-key.pem [--port 0] [--calls FILE]
-                  [--require-bearer-env VAR]
+                  [--require-bearer-env VAR] [--json-response] [--echo-description TEXT]
 
 Serves the SDK's own Streamable HTTP transport at https://127.0.0.1:PORT/mcp (uvicorn, TLS), and
 prints `listening on 127.0.0.1:PORT` once the socket is bound. Tools: `echo`, `add`, `whoami`
 (returns the Authorization header the server received), and `delete_everything`, which a policy
 should never let through: every tool call is appended to --calls (one name per line), so the test
 can prove a denied call never reached the server.
+
+`add` is annotated `readOnlyHint: true` (it changes nothing), for policies that allow tools by
+annotation. --json-response makes the SDK answer each POST with one JSON body instead of an event
+stream; --echo-description replaces `echo`'s description, so a test can change a tool's definition
+between two runs of the same server (the "rug pull" a pinned server must catch).
 
 With --require-bearer-env VAR the server is a `token: true` server: every HTTP request must carry
 `Authorization: Bearer <the value of VAR>` (read from the environment, never from the command
@@ -24,9 +29,12 @@ import sys
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
+
+ECHO_DESCRIPTION = "Returns the text it was given."
 
 
-def build(calls_file: str | None) -> MCPServer:
+def build(calls_file: str | None, echo_description: str = ECHO_DESCRIPTION) -> MCPServer:
     server = MCPServer("fenzi-e2e", instructions="Test server for fenzi's end-to-end tests.")
 
     def note(name: str) -> None:
@@ -34,13 +42,12 @@ def build(calls_file: str | None) -> MCPServer:
             with open(calls_file, "a", encoding="utf-8") as f:
                 f.write(name + "\n")
 
-    @server.tool()
+    @server.tool(description=echo_description)
     def echo(text: str) -> str:
-        """Returns the text it was given."""
         note("echo")
         return text
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
     def add(a: int, b: int) -> int:
         """Adds two integers."""
         note("add")
@@ -94,7 +101,9 @@ class RequireBearer:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    app = build(args.calls).streamable_http_app(host="127.0.0.1")
+    app = build(args.calls, args.echo_description).streamable_http_app(
+        host="127.0.0.1", json_response=args.json_response
+    )
     if args.require_bearer_env:
         token = os.environ.get(args.require_bearer_env, "")
         if not token:
@@ -125,6 +134,10 @@ def main() -> int:
     p.add_argument("--calls", help="append each tool called to this file")
     p.add_argument("--require-bearer-env", metavar="VAR",
                    help="require Authorization: Bearer <value of VAR> on every request")
+    p.add_argument("--json-response", action="store_true",
+                   help="answer each POST with a JSON body, not an event stream")
+    p.add_argument("--echo-description", default=ECHO_DESCRIPTION,
+                   help="the description of the echo tool")
     args = p.parse_args()
     asyncio.run(serve(args))
     return 0
