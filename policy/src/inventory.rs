@@ -16,7 +16,7 @@
 //! - A call to a tool the session has not seen in a list is decided by the lock alone.
 
 use crate::json::Value;
-use crate::pins::{PinnedTool, ServerPins, ToolHints};
+use crate::pins::{PinnedTool, ServerPins, ToolHints, listed_hash};
 use std::collections::{HashMap, HashSet};
 
 /// Most tools one inventory records per server. A server listing more gets the rest hidden (when
@@ -102,21 +102,21 @@ impl Inventory {
         if !self.pin {
             return sighting;
         }
-        let listed = PinnedTool::from_listed(entry);
+        let hash = listed_hash(entry);
         if self.pinned.is_none() {
             self.pinned = Some(ServerPins::new());
             self.first_sight = true;
         }
         let pins = self.pinned.as_mut().expect("set above");
         match pins.get(name) {
-            Some(p) if p.sha256 == listed.sha256 => {}
+            Some(p) if p.sha256 == hash => {}
             // Only names in the lock are recorded as changed (bounded by the lock): any other name
             // is refused as not in the lock without being remembered.
             Some(_) => {
                 self.changed.insert(name.to_string());
             }
             None if self.first_sight && pins.len() < MAX_TOOLS => {
-                pins.insert(name.to_string(), listed);
+                pins.insert(name.to_string(), PinnedTool::from_listed(entry));
                 sighting.lock_changed = true;
             }
             None => {}

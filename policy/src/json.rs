@@ -19,6 +19,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
+use std::ops::Range;
 
 /// Longest integer part of a number, in digits (before any exponent). 10^100 is far beyond any id,
 /// count or size a JSON-RPC peer sends and still exactly representable as text everywhere.
@@ -181,6 +182,113 @@ pub fn parse_to_depth(
     limits: &JsonLimits,
     keep_depth: usize,
 ) -> Result<Value, JsonError> {
+    parse_inner(input, limits, keep_depth, false, &[]).map(|(value, _)| value)
+}
+
+/// Like [`parse_to_depth`], and also returns the byte range of every container in the value (every
+/// `Array`, `Object` and `Elided` in it), in the order they open: the order of a pre-order walk of
+/// the value ([`containers_in`] counts what a subtree holds). A caller that rewrites part of a
+/// document copies the rest from the input as it was, checked, without writing it out again.
+///
+/// An array elided as the value of one of `list_keys` in a built object is a list: the span of
+/// each of its elements is returned too, so that a caller can read or drop them one by one from
+/// the checked text without parsing it again.
+pub fn parse_to_depth_with_spans(
+    input: &[u8],
+    limits: &JsonLimits,
+    keep_depth: usize,
+    list_keys: &[&str],
+) -> Result<Spanned, JsonError> {
+    let (value, parser) = parse_inner(input, limits, keep_depth, true, list_keys)?;
+    Ok(Spanned {
+        value,
+        spans: parser.spans.unwrap_or_default(),
+        elements: parser.elements,
+    })
+}
+
+/// What [`parse_to_depth_with_spans`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spanned {
+    pub value: Value,
+    /// The containers in `value`, in pre-order.
+    pub spans: Vec<Range<usize>>,
+    /// The elements of every list, in document order.
+    pub elements: Vec<ElementSpan>,
+}
+
+/// One element of a list array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElementSpan {
+    /// The list's index in [`Spanned::spans`].
+    pub list: usize,
+    pub range: Range<usize>,
+}
+
+/// How many containers `value` holds, itself included: how far a pre-order walk of the spans
+/// [`parse_to_depth_with_spans`] returned moves past it.
+pub fn containers_in(value: &Value) -> usize {
+    match value {
+        Value::Elided => 1,
+        Value::Array(items) => 1 + items.iter().map(containers_in).sum::<usize>(),
+        Value::Object(members) => 1 + members.iter().map(|(_, v)| containers_in(v)).sum::<usize>(),
+        _ => 0,
+    }
+}
+
+/// The string value of member `key` (compared after unescaping) of the JSON object `text`, or
+/// `None` when `text` is not an object, has no such member, or its value is not a string. Reads
+/// only as far as that member: for text already checked whole (a span of a checked document).
+pub fn object_member_str<'a>(text: &'a str, key: &str) -> Option<Cow<'a, str>> {
+    let mut p = Parser {
+        text,
+        bytes: text.as_bytes(),
+        pos: 0,
+        max_depth: MAX_DEPTH_CAP,
+        keep_depth: 0,
+        keys: Vec::new(),
+        spans: None,
+        list_keys: &[],
+        elements: Vec::new(),
+    };
+    p.skip_ws();
+    if p.peek() != Some(b'{') {
+        return None;
+    }
+    p.pos += 1;
+    p.skip_ws();
+    loop {
+        if !p.keys.is_empty() {
+            // After the first member: `,` then the next key, or the end.
+            p.skip_ws();
+            if p.peek() != Some(b',') {
+                return None;
+            }
+            p.pos += 1;
+            p.skip_ws();
+        }
+        let member = p.key(0).ok()?;
+        if member == key {
+            return match p.peek() {
+                Some(b'"') => p.string().ok(),
+                _ => None,
+            };
+        }
+        // Skip the value without building it.
+        match p.peek() {
+            Some(b'"') => p.skip_string().ok()?,
+            _ => drop(p.document().ok()?),
+        }
+    }
+}
+
+fn parse_inner<'a>(
+    input: &'a [u8],
+    limits: &JsonLimits,
+    keep_depth: usize,
+    spans: bool,
+    list_keys: &'a [&'a str],
+) -> Result<(Value, Parser<'a>), JsonError> {
     if input.len() > limits.max_bytes {
         return Err(err(limits.max_bytes, JsonErrorKind::TooLarge));
     }
@@ -194,6 +302,9 @@ pub fn parse_to_depth(
         max_depth: limits.max_depth.min(MAX_DEPTH_CAP),
         keep_depth,
         keys: Vec::new(),
+        spans: spans.then(Vec::new),
+        list_keys,
+        elements: Vec::new(),
     };
     parser.skip_ws();
     if parser.pos == input.len() {
@@ -204,7 +315,7 @@ pub fn parse_to_depth(
     if parser.pos != input.len() {
         return Err(err(parser.pos, JsonErrorKind::TrailingData));
     }
-    Ok(value)
+    Ok((value, parser))
 }
 
 /// Appends `s` as a JSON string literal in pure ASCII: quotes, backslashes and everything outside
@@ -257,9 +368,19 @@ fn check_encoding(input: &[u8]) -> Result<(), JsonError> {
 /// One open container on the explicit stack. `None` contents: a container below the keep depth,
 /// checked but not kept.
 enum Frame {
-    Array(Option<Vec<Value>>),
+    Array {
+        items: Option<Vec<Value>>,
+        /// Its index in [`Parser::spans`], when spans are recorded and it is in the value.
+        span: Option<usize>,
+        /// Its elements' spans are recorded ([`Parser::list_keys`]).
+        list: bool,
+        /// Its index in [`Parser::elements`], when it is an element of such a list.
+        element: Option<usize>,
+    },
     Object {
         members: Option<Vec<(String, Value)>>,
+        span: Option<usize>,
+        element: Option<usize>,
         /// Where this object's keys start on [`Parser::keys`].
         keys_start: usize,
         /// The key whose value is being parsed (empty when not kept).
@@ -280,6 +401,13 @@ struct Parser<'a> {
     /// The keys of every open object, innermost last, with their offsets: duplicates are found here
     /// whether or not the object is kept, borrowing the input unless a key has escapes.
     keys: Vec<(Cow<'a, str>, usize)>,
+    /// When asked for ([`parse_to_depth_with_spans`]): the byte range of every container in the
+    /// value (built or elided), in the order they open.
+    spans: Option<Vec<Range<usize>>>,
+    /// Arrays elided under one of these keys of a built object have their elements' spans
+    /// recorded in `elements`.
+    list_keys: &'a [&'a str],
+    elements: Vec<ElementSpan>,
 }
 
 impl<'a> Parser<'a> {
@@ -312,20 +440,37 @@ impl<'a> Parser<'a> {
         'value: loop {
             // Values directly inside the innermost open container are kept if that container is.
             let keep = stack.len() <= self.keep_depth;
+            // The list (by span) this value is an element of, if its elements are recorded.
+            let in_list = match stack.last() {
+                Some(Frame::Array {
+                    list: true,
+                    span: Some(list),
+                    ..
+                }) => Some(*list),
+                _ => None,
+            };
+            let value_start = self.pos;
             // Parse one value, or open a container and go round for its first element.
             let mut value: Option<Value> = match self.peek() {
                 Some(b'{') => {
+                    let start = self.pos;
                     self.open(stack.len())?;
                     let build = stack.len() < self.keep_depth;
+                    let span = self.span_open(keep, start);
+                    let element = self.element_open(in_list, start);
                     self.skip_ws();
                     if self.peek() == Some(b'}') {
                         self.pos += 1;
+                        self.span_close(span);
+                        self.element_close(element);
                         self.container(build, keep, || Value::Object(Vec::new()))
                     } else {
                         let keys_start = self.keys.len();
                         let key = self.key(keys_start)?;
                         stack.push(Frame::Object {
                             members: build.then(Vec::new),
+                            span,
+                            element,
                             keys_start,
                             pending: if build {
                                 key.into_owned()
@@ -337,14 +482,25 @@ impl<'a> Parser<'a> {
                     }
                 }
                 Some(b'[') => {
+                    let start = self.pos;
                     self.open(stack.len())?;
                     let build = stack.len() < self.keep_depth;
+                    let span = self.span_open(keep, start);
+                    let element = self.element_open(in_list, start);
+                    let list = span.is_some() && !build && self.under_list_key(&stack);
                     self.skip_ws();
                     if self.peek() == Some(b']') {
                         self.pos += 1;
+                        self.span_close(span);
+                        self.element_close(element);
                         self.container(build, keep, || Value::Array(Vec::new()))
                     } else {
-                        stack.push(Frame::Array(build.then(Vec::new)));
+                        stack.push(Frame::Array {
+                            items: build.then(Vec::new),
+                            span,
+                            list,
+                            element,
+                        });
                         continue 'value;
                     }
                 }
@@ -362,11 +518,20 @@ impl<'a> Parser<'a> {
                 Some(b'n') => self.literal("null", keep.then_some(Value::Null))?,
                 _ => return self.expected("a value"),
             };
+            // A scalar element of a recorded list (containers were recorded as they opened).
+            if let Some(list) = in_list
+                && !matches!(self.bytes.get(value_start), Some(b'{' | b'['))
+            {
+                self.elements.push(ElementSpan {
+                    list,
+                    range: value_start..self.pos,
+                });
+            }
             // Hand the value to its container; close containers as long as they end here.
             loop {
                 match stack.last_mut() {
                     None => return Ok(value.unwrap_or(Value::Elided)),
-                    Some(Frame::Array(items)) => {
+                    Some(Frame::Array { items, .. }) => {
                         if let Some(items) = items {
                             items.push(value.take().unwrap_or(Value::Elided));
                         }
@@ -380,7 +545,16 @@ impl<'a> Parser<'a> {
                             Some(b']') => {
                                 self.pos += 1;
                                 let items = match stack.pop() {
-                                    Some(Frame::Array(items)) => items,
+                                    Some(Frame::Array {
+                                        items,
+                                        span,
+                                        element,
+                                        ..
+                                    }) => {
+                                        self.span_close(span);
+                                        self.element_close(element);
+                                        items
+                                    }
                                     _ => return self.expected("']'"),
                                 };
                                 let keep = stack.len() <= self.keep_depth;
@@ -396,6 +570,7 @@ impl<'a> Parser<'a> {
                         members,
                         keys_start,
                         pending,
+                        ..
                     }) => {
                         if let Some(members) = members {
                             let v = value.take().unwrap_or(Value::Elided);
@@ -420,7 +595,16 @@ impl<'a> Parser<'a> {
                                 self.pos += 1;
                                 self.close_keys(keys_start)?;
                                 let members = match stack.pop() {
-                                    Some(Frame::Object { members, .. }) => members,
+                                    Some(Frame::Object {
+                                        members,
+                                        span,
+                                        element,
+                                        ..
+                                    }) => {
+                                        self.span_close(span);
+                                        self.element_close(element);
+                                        members
+                                    }
                                     _ => return self.expected("'}'"),
                                 };
                                 let keep = stack.len() <= self.keep_depth;
@@ -435,6 +619,48 @@ impl<'a> Parser<'a> {
                 }
             }
         }
+    }
+
+    /// Starts the span of a container opened at `start`, when spans are recorded and it is in the
+    /// value (built, or elided in a built container).
+    fn span_open(&mut self, kept: bool, start: usize) -> Option<usize> {
+        let spans = self.spans.as_mut().filter(|_| kept)?;
+        spans.push(start..start);
+        Some(spans.len() - 1)
+    }
+
+    /// Ends span `span` (if any) at the current position, just past the closing bracket.
+    fn span_close(&mut self, span: Option<usize>) {
+        if let (Some(i), Some(spans)) = (span, self.spans.as_mut())
+            && let Some(range) = spans.get_mut(i)
+        {
+            range.end = self.pos;
+        }
+    }
+
+    /// Starts the span of a container opened at `start` that is an element of list `in_list`.
+    fn element_open(&mut self, in_list: Option<usize>, start: usize) -> Option<usize> {
+        let list = in_list?;
+        self.elements.push(ElementSpan {
+            list,
+            range: start..start,
+        });
+        Some(self.elements.len() - 1)
+    }
+
+    fn element_close(&mut self, element: Option<usize>) {
+        if let Some(e) = element.and_then(|i| self.elements.get_mut(i)) {
+            e.range.end = self.pos;
+        }
+    }
+
+    /// The container being opened is the value of one of [`Parser::list_keys`] in a built object.
+    fn under_list_key(&self, stack: &[Frame]) -> bool {
+        matches!(
+            stack.last(),
+            Some(Frame::Object { members: Some(_), pending, .. })
+                if self.list_keys.contains(&pending.as_str())
+        )
     }
 
     /// An empty container: kept, elided in a kept parent, or dropped.
@@ -993,6 +1219,81 @@ mod tests {
             parse(past_cap.as_bytes(), &uncapped),
             Err(err(MAX_DEPTH_CAP, JsonErrorKind::TooDeep))
         );
+    }
+
+    #[test]
+    fn spans_are_the_kept_containers_in_pre_order() {
+        let text = br#"{"a": [1, {"b": {}}], "c": {"d": [2, [3]]}}"#;
+        let limits = JsonLimits::default();
+        let Spanned { value, spans, .. } =
+            parse_to_depth_with_spans(text, &limits, usize::MAX, &[]).unwrap();
+        let texts: Vec<&str> = spans
+            .iter()
+            .map(|r| std::str::from_utf8(&text[r.clone()]).unwrap())
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                std::str::from_utf8(text).unwrap(),
+                r#"[1, {"b": {}}]"#,
+                r#"{"b": {}}"#,
+                "{}",
+                r#"{"d": [2, [3]]}"#,
+                "[2, [3]]",
+                "[3]",
+            ]
+        );
+        assert_eq!(containers_in(&value), spans.len());
+        // An elided container has a span; what is inside it has none.
+        let Spanned {
+            value,
+            spans,
+            elements,
+        } = parse_to_depth_with_spans(text, &limits, 2, &["c", "a"]).unwrap();
+        let texts: Vec<&[u8]> = spans.iter().map(|r| &text[r.clone()]).collect();
+        assert_eq!(
+            texts,
+            [
+                &text[..],
+                br#"[1, {"b": {}}]"#,
+                br#"{"b": {}}"#,
+                br#"{"d": [2, [3]]}"#,
+                b"[2, [3]]",
+            ]
+        );
+        assert_eq!(containers_in(&value), 5);
+        // `a` is built (depth 2 is kept), so it is not a list; `d` is no key of a built object.
+        assert!(elements.is_empty());
+        let text = br#"{"r": {"tools": [1, {"n": [2]}, "x" , []], "other": [3]}}"#;
+        let got = parse_to_depth_with_spans(text, &limits, 2, &["tools"]).unwrap();
+        let lists: Vec<(&[u8], &[u8])> = got
+            .elements
+            .iter()
+            .map(|e| (&text[got.spans[e.list].clone()], &text[e.range.clone()]))
+            .collect();
+        let list: &[u8] = br#"[1, {"n": [2]}, "x" , []]"#;
+        assert_eq!(
+            lists,
+            [
+                (list, &b"1"[..]),
+                (list, &br#"{"n": [2]}"#[..]),
+                (list, &br#""x""#[..]),
+                (list, &b"[]"[..])
+            ]
+        );
+        assert_eq!(
+            object_member_str(
+                r#" {"x": {"name": 1}, "y": "a\u0062", "name" : "n\u0031"} "#,
+                "name"
+            ),
+            Some("n1".into())
+        );
+        assert_eq!(object_member_str(r#"{"y": "ab"}"#, "y"), Some("ab".into()));
+        assert_eq!(object_member_str(r#"{"name": 7}"#, "name"), None);
+        assert_eq!(object_member_str(r#"["name"]"#, "name"), None);
+        assert_eq!(object_member_str("{}", "name"), None);
+        // The same strictness as ever.
+        assert!(parse_to_depth_with_spans(br#"{"a":1,"a":2}"#, &limits, 1, &[]).is_err());
     }
 
     #[test]

@@ -21,6 +21,23 @@ pub fn canonical(value: &Value) -> String {
     out
 }
 
+/// [`canonical`] of the object these members would make, without building it.
+pub fn canonical_object<'a>(members: impl IntoIterator<Item = &'a (String, Value)>) -> String {
+    let mut refs: Vec<&(String, Value)> = members.into_iter().collect();
+    refs.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut out = String::from("{");
+    for (i, (key, member)) in refs.iter().map(|m| (&m.0, &m.1)).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(&mut out, key);
+        out.push(':');
+        write(&mut out, member, Style::Canonical, 1);
+    }
+    out.push('}');
+    out
+}
+
 /// Like [`canonical`], indented by two spaces per level, for files people read.
 pub fn pretty(value: &Value) -> String {
     let mut out = String::new();
@@ -97,6 +114,21 @@ mod tests {
 
     fn v(text: &str) -> Value {
         parse(text.as_bytes(), &JsonLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn a_canonical_object_of_members_is_the_canonical_text_of_that_object() {
+        let whole = v(r#"{"z":{"b":[1,{"d":2,"c":3}],"a":"\u00e9"},"a":null,"m":true}"#);
+        let Value::Object(members) = &whole else {
+            panic!()
+        };
+        assert_eq!(canonical_object(members), canonical(&whole));
+        let picked: Vec<_> = members.iter().filter(|(k, _)| k != "m").cloned().collect();
+        assert_eq!(
+            canonical_object(members.iter().filter(|(k, _)| k != "m")),
+            canonical(&Value::Object(picked))
+        );
+        assert_eq!(canonical_object([]), "{}");
     }
 
     #[test]

@@ -58,19 +58,37 @@ pub struct PinnedTool {
     pub sha256: String,
 }
 
+/// A listed entry's definition ([`DEFINITION_FIELDS`] only) and its canonical text.
+fn listed_definition(entry: &Value) -> (Value, String) {
+    let members = entry.as_object().unwrap_or_default();
+    let picked = Value::Object(
+        members
+            .iter()
+            .filter(|(k, _)| DEFINITION_FIELDS.contains(&k.as_str()))
+            .cloned()
+            .collect(),
+    );
+    let text = json_text::canonical(&picked);
+    (picked, text)
+}
+
+/// The hash [`PinnedTool::from_listed`] would give `entry`, without building the definition: what
+/// a listing that only compares against the lock needs.
+pub fn listed_hash(entry: &Value) -> String {
+    let members = entry.as_object().unwrap_or_default();
+    let text = json_text::canonical_object(
+        members
+            .iter()
+            .filter(|(k, _)| DEFINITION_FIELDS.contains(&k.as_str())),
+    );
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
 impl PinnedTool {
     /// The pinned form of a `tools/list` entry (an object with a string `name`).
     pub fn from_listed(entry: &Value) -> PinnedTool {
-        let members = entry.as_object().unwrap_or_default();
-        let picked = Value::Object(
-            members
-                .iter()
-                .filter(|(k, _)| DEFINITION_FIELDS.contains(&k.as_str()))
-                .cloned()
-                .collect(),
-        );
         // Kept in canonical order, so a definition compares equal to itself read back from a lock.
-        let text = json_text::canonical(&picked);
+        let (picked, text) = listed_definition(entry);
         let unbounded = JsonLimits {
             max_bytes: usize::MAX,
             max_depth: json::MAX_DEPTH_CAP,

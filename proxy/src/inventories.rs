@@ -13,7 +13,7 @@ use fenzi_policy::engine::Policy;
 use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::ServerRule;
 use fenzi_policy::pins::Lock;
-use fenzi_policy::response::{self, ReadMessage, ResponseError};
+use fenzi_policy::response::{self, ReadMessage, ResponseError, Shape};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
@@ -101,15 +101,21 @@ impl Inventories {
         }
     }
 
-    /// Reads a list-carrying message from `server` whole and filters it, updating the inventory;
+    /// Filters a list-carrying message from `server` that the shallow read found `shape` in,
+    /// updating the inventory;
     /// when a tool was pinned at first sight, writes the lock file in the background.
-    pub fn filter(&self, server: &ServerRule, text: &[u8]) -> Result<ReadMessage, ResponseError> {
+    pub fn filter(
+        &self,
+        server: &ServerRule,
+        text: &[u8],
+        shape: &Shape,
+    ) -> Result<ReadMessage, ResponseError> {
         let Some(slot) = self.servers.get(&server.name) else {
-            return response::filter_lists(server, &mut Inventory::unpinned(), text);
+            return response::filter_lists(server, &mut Inventory::unpinned(), text, shape);
         };
         let (read, entry) = {
             let mut inventory = slot.inventory.write().unwrap_or_else(|e| e.into_inner());
-            let read = response::filter_lists(server, &mut inventory, text)?;
+            let read = response::filter_lists(server, &mut inventory, text, shape)?;
             let entry = read
                 .lock_changed
                 .then(|| inventory.lock_entry().cloned())

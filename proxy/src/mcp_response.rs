@@ -165,7 +165,7 @@ fn read_one(
 ) -> Result<ReadMessage, ResponseError> {
     let shape = reading::read_message(rule, text)?;
     let mut read = if shape.has_list {
-        session.inventories.filter(rule, text)?
+        session.inventories.filter(rule, text, &shape)?
     } else {
         ReadMessage::default()
     };

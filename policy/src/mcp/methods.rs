@@ -14,6 +14,7 @@ use super::{MessageDecision, MessageKind, ServerRule};
 use crate::decision::{Decision, Reason};
 use crate::inventory::{CallPin, Inventory};
 use crate::json::Value;
+use crate::tool_pattern::ToolPattern;
 
 /// Methods allowed without listing, in every protocol version from 2025-03-26 to 2026-07-28: the
 /// handshake, discovery, listing, keep-alive, cancellation and progress, and the task plumbing of
@@ -141,38 +142,6 @@ fn decide_message(
 /// server, the lock must vouch for the tool (`tool_changed` otherwise). A name nothing allows is
 /// denied.
 pub(crate) fn tool(server: &ServerRule, inventory: &Inventory, name: &str) -> Decision {
-    if let Some(pattern) = server.deny.iter().find(|p| p.matches(name)) {
-        return Decision::deny(
-            Reason::PolicyDenied,
-            format!(
-                "mcp.{}.tools.deny {}",
-                server.name,
-                quoted(pattern.as_str())
-            ),
-            format!("tools/call {} is denied", shown(name)),
-        );
-    }
-    let pin = inventory.call(name);
-    let allowed_by = match server.allow.iter().find(|p| p.matches(name)) {
-        Some(pattern) => Some(format!(
-            "mcp.{}.tools.allow {}",
-            server.name,
-            quoted(pattern.as_str())
-        )),
-        None => match pin {
-            CallPin::Pinned(hints) if server.allow_read_only && hints.is_read_only() => Some(
-                format!("mcp.{}.tools.allow_annotated read_only", server.name),
-            ),
-            _ => None,
-        },
-    };
-    let Some(rule) = allowed_by else {
-        return Decision::deny(
-            Reason::PolicyDenied,
-            default_deny(server),
-            format!("tools/call {} is not in the allowed tools", shown(name)),
-        );
-    };
     let changed = |why: &str| {
         Decision::deny(
             Reason::ToolChanged,
@@ -184,12 +153,75 @@ pub(crate) fn tool(server: &ServerRule, inventory: &Inventory, name: &str) -> De
             ),
         )
     };
-    match pin {
-        CallPin::NotPinned | CallPin::Pinned(_) => {
+    match tool_verdict(server, inventory, name) {
+        ToolVerdict::Denied(pattern) => Decision::deny(
+            Reason::PolicyDenied,
+            format!(
+                "mcp.{}.tools.deny {}",
+                server.name,
+                quoted(pattern.as_str())
+            ),
+            format!("tools/call {} is denied", shown(name)),
+        ),
+        ToolVerdict::NotAllowed => Decision::deny(
+            Reason::PolicyDenied,
+            default_deny(server),
+            format!("tools/call {} is not in the allowed tools", shown(name)),
+        ),
+        ToolVerdict::Changed => changed("its definition differs from the pinned one"),
+        ToolVerdict::NotInLock => changed("the tool is not in the lock file"),
+        ToolVerdict::Allowed(by) => {
+            let rule = match by {
+                Some(pattern) => format!(
+                    "mcp.{}.tools.allow {}",
+                    server.name,
+                    quoted(pattern.as_str())
+                ),
+                None => format!("mcp.{}.tools.allow_annotated read_only", server.name),
+            };
             Decision::allow(rule, format!("tools/call {} is allowed", shown(name)))
         }
-        CallPin::Changed => changed("its definition differs from the pinned one"),
-        CallPin::NotInLock => changed("the tool is not in the lock file"),
+    }
+}
+
+/// What the tool rules say about `name`, before any message is written: [`tool`] for a call,
+/// and for each entry of a filtered list (where only the verdict is needed).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ToolVerdict<'s> {
+    /// By this `deny` pattern.
+    Denied(&'s ToolPattern),
+    NotAllowed,
+    /// Pinned server: the definition listed differs from the pinned one.
+    Changed,
+    /// Pinned server: the lock has no definition for it.
+    NotInLock,
+    /// By this `allow` pattern, or (`None`) by `allow_annotated: [read_only]`.
+    Allowed(Option<&'s ToolPattern>),
+}
+
+pub(crate) fn tool_verdict<'s>(
+    server: &'s ServerRule,
+    inventory: &Inventory,
+    name: &str,
+) -> ToolVerdict<'s> {
+    if let Some(pattern) = server.deny.iter().find(|p| p.matches(name)) {
+        return ToolVerdict::Denied(pattern);
+    }
+    let pin = inventory.call(name);
+    let allowed_by = match server.allow.iter().find(|p| p.matches(name)) {
+        Some(pattern) => Some(Some(pattern)),
+        None => match pin {
+            CallPin::Pinned(hints) if server.allow_read_only && hints.is_read_only() => Some(None),
+            _ => None,
+        },
+    };
+    let Some(by) = allowed_by else {
+        return ToolVerdict::NotAllowed;
+    };
+    match pin {
+        CallPin::NotPinned | CallPin::Pinned(_) => ToolVerdict::Allowed(by),
+        CallPin::Changed => ToolVerdict::Changed,
+        CallPin::NotInLock => ToolVerdict::NotInLock,
     }
 }
 

@@ -20,12 +20,14 @@
 
 pub mod sse;
 
+use crate::Reason;
 use crate::inventory::Inventory;
 use crate::json::{self, JsonError, JsonErrorKind, JsonLimits, Value};
-use crate::json_text;
+use crate::mcp::methods::ToolVerdict;
 use crate::mcp::{RpcId, ServerRule, methods as rules, read_shape};
-use crate::{Decision, Reason};
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::ops::Range;
 
 /// The largest message (a JSON body, or one event's data) read from a server, as a multiple of the
 /// request limit: results are larger than requests (a file's contents, a long tool list).
@@ -143,59 +145,328 @@ pub struct Shape {
     pub answered: Vec<RpcId>,
     /// It carries a list result: [`filter_lists`] must read it.
     pub has_list: bool,
+    /// Each list member of a result, where [`filter_lists`] finds it in the checked text.
+    pub lists: Vec<ListAt>,
 }
 
-/// Reads one message (a body or an event's data) from `server` down to the members of its
-/// results, strictly (the whole text is checked). The session's inventory is not needed.
+/// One list member of a result, as the shallow read found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListAt {
+    /// The id of the response that carries it.
+    pub rpc_id: Option<RpcId>,
+    /// `tools`, `prompts`, `resources` or `resourceTemplates`.
+    pub list: &'static str,
+    /// The array's range in the text; `None` when the member is not an array.
+    pub array: Option<Range<usize>>,
+    /// Each element's range, in order.
+    pub elements: Vec<Range<usize>>,
+}
+
+/// The result members that are lists, by key.
+const LIST_KEYS: [&str; 4] = [LISTS[0].0, LISTS[1].0, LISTS[2].0, LISTS[3].0];
+
+/// Reads one message (a body or an event's data) from `server` strictly, whole, building only
+/// the members of its results; the session's inventory is not needed. Where a result carries a
+/// list, the spans of the list's elements are kept for [`filter_lists`], which then reads nothing
+/// twice.
 pub fn read_message(server: &ServerRule, text: &[u8]) -> Result<Shape, ResponseError> {
     let limits = response_limits(server.limits);
-    let batch = text
-        .iter()
-        .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
-        == Some(&b'[');
-    let shallow = json::parse_to_depth(text, &limits, if batch { 3 } else { 2 })?;
-    let messages: Vec<&Value> = match &shallow {
+    let spanned = json::parse_to_depth_with_spans(
+        text,
+        &limits,
+        if is_batch(text) { 3 } else { 2 },
+        &LIST_KEYS,
+    )?;
+    let messages: Vec<(usize, &Value)> = match &spanned.value {
         Value::Array(items) if items.is_empty() => return Err(ResponseError::EmptyBatch),
-        Value::Array(items) => items.iter().collect(),
-        single => vec![single],
+        Value::Array(items) => children(0, items.iter()).collect(),
+        single => vec![(0, single)],
     };
     let mut out = Shape::default();
-    for m in &messages {
+    for (span, m) in messages {
         let id = read_shape(m).map_err(|e| ResponseError::Shape(e.to_string()))?;
-        if let Some(id) = id {
-            out.answered.push(id);
+        if let Some(id) = &id {
+            out.answered.push(id.clone());
         }
-        out.has_list |= m
-            .get("result")
-            .and_then(Value::as_object)
-            .is_some_and(|r| r.iter().any(|(k, _)| LISTS.iter().any(|(l, _)| l == k)));
+        let Value::Object(members) = m else { continue };
+        let result = children(span, members.iter().map(|(_, v)| v))
+            .zip(members.iter().map(|(k, _)| k))
+            .find(|(_, k)| *k == "result");
+        let Some(((result_span, Value::Object(result)), _)) = result else {
+            continue;
+        };
+        let members = children(result_span, result.iter().map(|(_, v)| v))
+            .zip(result.iter().map(|(k, _)| k.as_str()));
+        for ((member_span, value), key) in members {
+            let Some(&(list, _)) = LISTS.iter().find(|(l, _)| *l == key) else {
+                continue;
+            };
+            out.has_list = true;
+            // A list is elided at this depth; an elided object, or a scalar, is not an array.
+            let array = match value {
+                Value::Elided => spanned
+                    .spans
+                    .get(member_span)
+                    .filter(|r| text.get(r.start) == Some(&b'['))
+                    .cloned(),
+                _ => None,
+            };
+            let elements = match array {
+                Some(_) => spanned
+                    .elements
+                    .iter()
+                    .filter(|e| e.list == member_span)
+                    .map(|e| e.range.clone())
+                    .collect(),
+                None => Vec::new(),
+            };
+            out.lists.push(ListAt {
+                rpc_id: id.clone(),
+                list,
+                array,
+                elements,
+            });
+        }
     }
     Ok(out)
 }
 
-/// Reads a message [`read_message`] found a list in, whole: shows its tools to `inventory` and
-/// filters its lists. `answered` in the result is left empty (the shallow read has it).
+/// Filters the lists [`read_message`] found in `text` (the same text, which it checked): shows
+/// each tool to `inventory` and keeps only the entries the policy allows. `answered` in the
+/// result is left empty (the shallow read has it).
+///
+/// Each entry's name is read from its span, and an entry is read whole only when its definition is
+/// needed (a pinned server, or a schema that may declare `x-mcp-header`). A filtered message is the
+/// checked text with each filtered list reduced to the entries kept, copied as they were: nothing
+/// is written out again.
 pub fn filter_lists(
     server: &ServerRule,
     inventory: &mut Inventory,
     text: &[u8],
+    shape: &Shape,
 ) -> Result<ReadMessage, ResponseError> {
-    let mut out = ReadMessage::default();
-    let mut whole = json::parse(text, &response_limits(server.limits))?;
-    let mut changed_any = false;
-    match &mut whole {
-        Value::Array(items) => {
-            for item in items {
-                changed_any |= filter_message(server, inventory, item, &mut out)?;
-            }
-        }
-        single => changed_any |= filter_message(server, inventory, single, &mut out)?,
+    // read_message checked it is UTF-8.
+    let text = std::str::from_utf8(text).map_err(|e| {
+        ResponseError::Json(JsonError {
+            offset: e.valid_up_to(),
+            kind: JsonErrorKind::InvalidUtf8,
+        })
+    })?;
+    let mut read = Reading {
+        server,
+        inventory,
+        text,
+        limits: response_limits(server.limits),
+        edits: Vec::new(),
+        out: ReadMessage::default(),
+    };
+    // Every list is checked before any is shown to the inventory, and every tool is shown before
+    // any list is filtered (a later definition of a pinned tool hides the earlier one too).
+    let prepared = shape
+        .lists
+        .iter()
+        .map(|at| read.prepare(at))
+        .collect::<Result<Vec<_>, _>>()?;
+    for list in &prepared {
+        read.observe(list);
     }
-    if changed_any {
-        out.rewritten = Some(json_text::compact(&whole));
+    for list in &prepared {
+        read.filter(list);
+    }
+    let Reading { edits, mut out, .. } = read;
+    if !edits.is_empty() {
+        out.rewritten = Some(apply_edits(text, &edits));
     }
     Ok(out)
 }
+
+fn is_batch(text: &[u8]) -> bool {
+    text.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+        == Some(&b'[')
+}
+
+/// Each child with the index of its span, for the children of the container whose span is `parent`
+/// (pre-order: the first child's span follows the parent's, and each child's subtree follows it).
+fn children<'v>(
+    parent: usize,
+    values: impl Iterator<Item = &'v Value>,
+) -> impl Iterator<Item = (usize, &'v Value)> {
+    let mut next = parent + 1;
+    values.map(move |v| {
+        let at = next;
+        next += json::containers_in(v);
+        (at, v)
+    })
+}
+
+/// A list whose entries were filtered: its span in the input and the spans of the entries kept.
+struct Edit {
+    list: Range<usize>,
+    kept: Vec<Range<usize>>,
+}
+
+fn apply_edits(text: &str, edits: &[Edit]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for edit in edits {
+        out.push_str(text.get(at..edit.list.start).unwrap_or_default());
+        out.push('[');
+        for (i, kept) in edit.kept.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(text.get(kept.clone()).unwrap_or_default());
+        }
+        out.push(']');
+        at = edit.list.end;
+    }
+    out.push_str(text.get(at..).unwrap_or_default());
+    out
+}
+
+/// One list checked and named, ready to be shown to the inventory and filtered.
+struct Prepared<'l, 't> {
+    at: &'l ListAt,
+    array: Range<usize>,
+    entries: Vec<PreparedEntry<'t>>,
+}
+
+struct PreparedEntry<'t> {
+    range: Range<usize>,
+    /// `None`: not an object with a string name (hidden).
+    name: Option<Cow<'t, str>>,
+    /// A tool entry read whole, when the inventory needs it.
+    whole: Option<Value>,
+}
+
+/// One message's filtering in progress.
+struct Reading<'a> {
+    server: &'a ServerRule,
+    inventory: &'a mut Inventory,
+    text: &'a str,
+    limits: JsonLimits,
+    edits: Vec<Edit>,
+    out: ReadMessage,
+}
+
+impl<'a> Reading<'a> {
+    /// Everything about one list that can make the message unreadable, checked before anything
+    /// is shown to the inventory: an answer the client never gets must pin nothing.
+    fn prepare<'l>(&self, at: &'l ListAt) -> Result<Prepared<'l, 'a>, ResponseError> {
+        let list = at.list;
+        let Some(array) = &at.array else {
+            return Err(ResponseError::ListNotArray(list));
+        };
+        let name_key = LISTS
+            .iter()
+            .find(|(l, _)| *l == list)
+            .map_or("name", |(_, k)| *k);
+        // Each entry and its name; one that is not an object with a string name has none and is
+        // hidden.
+        let text = self.text;
+        let mut entries = Vec::with_capacity(at.elements.len());
+        for range in &at.elements {
+            let entry = text.get(range.clone()).unwrap_or_default();
+            let name = json::object_member_str(entry, name_key);
+            let whole = match (&name, list) {
+                (Some(_), "tools") => self.whole_entry(entry)?,
+                _ => None,
+            };
+            entries.push(PreparedEntry {
+                range: range.clone(),
+                name,
+                whole,
+            });
+        }
+        let mut seen = HashSet::with_capacity(entries.len());
+        for e in &entries {
+            if let Some(name) = &e.name
+                && !seen.insert(name.as_ref())
+            {
+                return Err(ResponseError::DuplicateName(list));
+            }
+        }
+        Ok(Prepared {
+            at,
+            array: array.clone(),
+            entries,
+        })
+    }
+
+    /// Shows a prepared tools list to the inventory (pinning at first sight, mirrored headers).
+    fn observe(&mut self, list: &Prepared<'_, '_>) {
+        if list.at.list != "tools" {
+            return;
+        }
+        for e in &list.entries {
+            let Some(name) = &e.name else { continue };
+            let sighting = self
+                .inventory
+                .observe(name, e.whole.as_ref().unwrap_or(&Value::Null));
+            self.out.lock_changed |= sighting.lock_changed;
+        }
+    }
+
+    /// Keeps the entries the policy allows; records the list when any were hidden.
+    fn filter(&mut self, prepared: &Prepared<'_, '_>) {
+        if !self.server.filter_lists {
+            return;
+        }
+        let list = prepared.at.list;
+        let mut kept = Vec::with_capacity(prepared.entries.len());
+        let mut changed = 0;
+        for e in &prepared.entries {
+            let Some(name) = &e.name else { continue };
+            let allowed = match list {
+                "tools" => match rules::tool_verdict(self.server, self.inventory, name) {
+                    ToolVerdict::Allowed(_) => true,
+                    ToolVerdict::Changed | ToolVerdict::NotInLock => {
+                        changed += 1;
+                        false
+                    }
+                    ToolVerdict::Denied(_) | ToolVerdict::NotAllowed => false,
+                },
+                "prompts" => rules::prompt(self.server, name).is_allowed(),
+                _ => rules::resource(self.server, name).is_allowed(),
+            };
+            if allowed {
+                kept.push(e.range.clone());
+            }
+        }
+        let hidden = prepared.entries.len() - kept.len();
+        if hidden > 0 {
+            self.edits.push(Edit {
+                list: prepared.array.clone(),
+                kept,
+            });
+            self.out.filtered.push(Filtered {
+                rpc_id: prepared.at.rpc_id.clone(),
+                list,
+                hidden,
+                changed,
+            });
+        }
+    }
+
+    /// A tool entry read whole, when the inventory needs more of it than its name: a pinned
+    /// server's definition, or a schema that may declare `x-mcp-header` (the name spelled out, or
+    /// any escape, which could spell it). `None`: its name says all there is to say (no headers to
+    /// mirror).
+    fn whole_entry(&self, entry: &str) -> Result<Option<Value>, ResponseError> {
+        let bytes = entry.as_bytes();
+        let needed = self.inventory.is_pinned()
+            || bytes.contains(&b'\\')
+            || memchr::memmem::find(bytes, HEADER_KEY).is_some();
+        if !needed {
+            return Ok(None);
+        }
+        Ok(Some(json::parse(bytes, &self.limits)?))
+    }
+}
+
+/// The schema member that mirrors an argument into a header.
+const HEADER_KEY: &[u8] = b"x-mcp-header";
 
 /// Both reads in one: what a caller holding the inventory anyway (tests, `fenzi check`) uses.
 pub fn read_and_filter(
@@ -205,7 +476,7 @@ pub fn read_and_filter(
 ) -> Result<ReadMessage, ResponseError> {
     let shape = read_message(server, text)?;
     let mut out = if shape.has_list {
-        filter_lists(server, inventory, text)?
+        filter_lists(server, inventory, text, &shape)?
     } else {
         ReadMessage::default()
     };
@@ -232,76 +503,6 @@ pub fn unreadable_reply(id: &RpcId, why: &ResponseError) -> String {
     );
     out.push_str(",\"data\":{\"reason\":\"upstream_error\"}}}");
     out
-}
-
-/// Filters the lists in one message's `result`; `true` when anything was hidden.
-fn filter_message(
-    server: &ServerRule,
-    inventory: &mut Inventory,
-    message: &mut Value,
-    out: &mut ReadMessage,
-) -> Result<bool, ResponseError> {
-    let rpc_id = read_shape(message).ok().flatten();
-    let Value::Object(members) = message else {
-        return Ok(false);
-    };
-    let Some((_, Value::Object(result))) = members.iter_mut().find(|(k, _)| k == "result") else {
-        return Ok(false);
-    };
-    let mut hid_any = false;
-    for (key, value) in result.iter_mut() {
-        let Some(&(list, name_key)) = LISTS.iter().find(|(l, _)| l == key) else {
-            continue;
-        };
-        let Value::Array(entries) = value else {
-            return Err(ResponseError::ListNotArray(list));
-        };
-        let mut seen = HashSet::with_capacity(entries.len());
-        for entry in entries.iter() {
-            if let Some(name) = entry.get(name_key).and_then(Value::as_str)
-                && !seen.insert(name)
-            {
-                return Err(ResponseError::DuplicateName(list));
-            }
-        }
-        if list == "tools" {
-            for entry in entries.iter() {
-                if let Some(name) = entry.get("name").and_then(Value::as_str) {
-                    out.lock_changed |= inventory.observe(name, entry).lock_changed;
-                }
-            }
-        }
-        if !server.filter_lists {
-            continue;
-        }
-        let before = entries.len();
-        let mut changed = 0;
-        entries.retain(|entry| {
-            let Some(name) = entry.get(name_key).and_then(Value::as_str) else {
-                return false;
-            };
-            let decision: Decision = match list {
-                "tools" => rules::tool(server, inventory, name),
-                "prompts" => rules::prompt(server, name),
-                _ => rules::resource(server, name),
-            };
-            if decision.reason() == Some(Reason::ToolChanged) {
-                changed += 1;
-            }
-            decision.is_allowed()
-        });
-        let hidden = before - entries.len();
-        if hidden > 0 {
-            hid_any = true;
-            out.filtered.push(Filtered {
-                rpc_id: rpc_id.clone(),
-                list,
-                hidden,
-                changed,
-            });
-        }
-    }
-    Ok(hid_any)
 }
 
 #[cfg(test)]
@@ -369,6 +570,33 @@ mod tests {
         assert!(rewritten.contains("summary") && !rewritten.contains("other"));
         assert!(rewritten.contains("file:///docs/a") && !rewritten.contains("passwd"));
         assert!(rewritten.contains("{p}") && !rewritten.contains("db://"));
+    }
+
+    #[test]
+    fn an_unreadable_message_pins_nothing() {
+        let mut s = server();
+        s.pin = true;
+        let echo = r#"{"name":"get_a","description":"v1"}"#;
+        for text in [
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{echo}],"prompts":[{{"name":"p"}},{{"name":"p"}}]}}}}"#
+            ),
+            format!(
+                r#"[{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{echo}]}}}},{{"jsonrpc":"2.0","id":2,"result":{{"tools":[{{"name":"x"}},{{"name":"x"}}]}}}}]"#
+            ),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{echo}],"resources":{{}}}}}}"#),
+        ] {
+            let mut inv = Inventory::new(true, None);
+            assert!(
+                read_and_filter(&s, &mut inv, text.as_bytes()).is_err(),
+                "{text}"
+            );
+            assert!(!inv.has_lock_entry(), "{text}");
+            assert_eq!(
+                crate::mcp::methods::tool(&s, &inv, "get_a").reason(),
+                Some(Reason::ToolChanged)
+            );
+        }
     }
 
     #[test]
