@@ -4,12 +4,15 @@
 //! bytes asserted, not assumed), dials and lookups, audit records and their stored lines. One test
 //! per category file; each runs all of its cases and reports every failure at once. The format is
 //! described in `testdata/adversarial/README.md`. The servers, network, PKI and audit sink are
-//! `tests/common`'s.
+//! `tests/common`'s. The response side (hostile answers from an MCP server) is `responses`: each
+//! case scripts the server's bytes instead of the client's.
 
 mod common;
 
 #[path = "adversarial/cases.rs"]
 mod cases;
+#[path = "adversarial/responses.rs"]
+mod responses;
 #[path = "adversarial/runner.rs"]
 mod runner;
 #[path = "adversarial/wire.rs"]
