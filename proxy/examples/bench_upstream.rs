@@ -13,10 +13,17 @@
 //! - `mcp_secret`: HTTPS, the MCP server with `token: true`; it answers 401 unless the request carries
 //!   `Authorization: Bearer $BENCH_BEARER`, so a run proves the proxy substituted the real value.
 //!
-//! Every listener answers the same way: a POST is read whole and answered with a small JSON-RPC
-//! result carrying the request's `id` (a `tools/call` reply); a GET of `/mcp` or `/download` streams
-//! `--download-bytes` bytes (default 100 MiB) in 64 KiB chunks with a Content-Length; any other GET
-//! gets a short text body. HTTP/1.1 with keep-alive; ALPN `http/1.1`.
+//! Every listener answers the same way, as an MCP server would where it matters:
+//! - a POST is read whole and answered with a JSON-RPC result carrying the request's `id`: for
+//!   `tools/list`, a list of 200 tools (about 93 KB, the shape of `policy/benches/response.rs`);
+//!   for anything else a small `tools/call` result;
+//! - a GET of `/mcp` with `x-bench-events: N` streams N small `notifications/progress` events, one
+//!   per write (`text/event-stream`); without it, `--download-bytes` (default 100 MiB) of
+//!   64 KiB `notifications/message` events;
+//! - a GET of `/download` streams `--download-bytes` bytes in 64 KiB chunks with a Content-Length;
+//! - any other GET gets a short text body.
+//!
+//! HTTP/1.1 with keep-alive; ALPN `http/1.1`.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
@@ -44,6 +51,36 @@ struct Role {
     /// `Authorization` value every request must carry, if any.
     bearer: Option<Arc<str>>,
     download_bytes: u64,
+    /// The `tools/list` result after `"id":` (the id goes first).
+    tools_list_tail: Bytes,
+    /// One 64 KiB event of the SSE download.
+    big_event: Bytes,
+}
+
+/// Tools in the `tools/list` answer.
+const LISTED_TOOLS: usize = 200;
+
+/// One listed tool, as in `policy/benches/response.rs`.
+fn tool(i: usize) -> String {
+    let verb = ["get", "list", "create", "delete", "update"][i % 5];
+    format!(
+        r#"{{"name":"{verb}_thing_{i}","title":"{verb} thing {i}","description":"Does {verb} on thing number {i}. Returns the thing as JSON, with its owner, its labels and its history; fails when the thing does not exist.","inputSchema":{{"type":"object","properties":{{"id":{{"type":"string","description":"The thing's id"}},"limit":{{"type":"integer","minimum":1,"maximum":100}},"labels":{{"type":"array","items":{{"type":"string"}}}}}},"required":["id"]}},"annotations":{{"readOnlyHint":{},"destructiveHint":{}}}}}"#,
+        verb == "get" || verb == "list",
+        verb == "delete"
+    )
+}
+
+fn tools_list_tail() -> Bytes {
+    let tools: Vec<String> = (0..LISTED_TOOLS).map(tool).collect();
+    Bytes::from(format!(r#","result":{{"tools":[{}]}}}}"#, tools.join(",")))
+}
+
+/// A `notifications/message` event of exactly `CHUNK` bytes, framing included.
+fn big_event() -> Bytes {
+    let head = r#"data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":""#;
+    let tail = "\"}}\n\n";
+    let pad = CHUNK - head.len() - tail.len();
+    Bytes::from(format!("{head}{}{tail}", "x".repeat(pad)))
 }
 
 fn main() -> Result<(), Error> {
@@ -79,10 +116,12 @@ fn main() -> Result<(), Error> {
         let open = Role {
             bearer: None,
             download_bytes,
+            tools_list_tail: tools_list_tail(),
+            big_event: big_event(),
         };
         let secret = Role {
             bearer: bearer.clone(),
-            download_bytes,
+            ..open.clone()
         };
         let http = TcpListener::bind("127.0.0.1:0").await?;
         let tls_l = TcpListener::bind("127.0.0.1:0").await?;
@@ -191,22 +230,52 @@ async fn answer(role: &Role, req: Request<Incoming>) -> Response<ResBody> {
         let Ok(body) = req.into_body().collect().await.map(|c| c.to_bytes()) else {
             return full(StatusCode::BAD_REQUEST, "text/plain", "body\n");
         };
-        // Only `id` is kept; serde skips the rest without building it.
+        // Only `id` and `method` are kept; serde skips the rest without building it.
         #[derive(serde::Deserialize)]
         struct Call {
             id: Option<serde_json::Value>,
+            method: Option<String>,
         }
-        let id = serde_json::from_slice::<Call>(&body)
-            .ok()
+        let call = serde_json::from_slice::<Call>(&body).ok();
+        let is_list = call
+            .as_ref()
+            .is_some_and(|c| c.method.as_deref() == Some("tools/list"));
+        let id = call
             .and_then(|c| c.id)
             .map_or_else(|| "null".to_string(), |id| id.to_string());
+        if is_list {
+            let mut reply = format!(r#"{{"jsonrpc":"2.0","id":{id}"#).into_bytes();
+            reply.extend_from_slice(&role.tools_list_tail);
+            return full(StatusCode::OK, "application/json", reply);
+        }
         let reply = format!(
             r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"ok"}}],"isError":false}}}}"#
         );
         return full(StatusCode::OK, "application/json", reply);
     }
+    let events = req
+        .headers()
+        .get("x-bench-events")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     match req.uri().path() {
-        "/mcp" | "/download" => {
+        "/mcp" => {
+            let body = match events {
+                Some(n) => SmallEvents { next: 0, total: n }.boxed(),
+                None => Download {
+                    left: role.download_bytes / CHUNK as u64 * CHUNK as u64,
+                    chunk: role.big_event.clone(),
+                }
+                .boxed(),
+            };
+            let mut response = Response::new(body);
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/event-stream"),
+            );
+            response
+        }
+        "/download" => {
             let mut response = Response::new(
                 Download {
                     left: role.download_bytes,
@@ -221,6 +290,36 @@ async fn answer(role: &Role, req: Request<Incoming>) -> Response<ResBody> {
             response
         }
         _ => full(StatusCode::OK, "text/plain", "hello from bench_upstream\n"),
+    }
+}
+
+/// `total` small progress events, one per frame.
+struct SmallEvents {
+    next: u64,
+    total: u64,
+}
+
+impl Body for SmallEvents {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.next == self.total {
+            return Poll::Ready(None);
+        }
+        self.next += 1;
+        let event = format!(
+            "data: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"bench\",\"progress\":{},\"total\":{}}}}}\n\n",
+            self.next, self.total
+        );
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.next == self.total
     }
 }
 

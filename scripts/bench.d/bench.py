@@ -319,6 +319,10 @@ class Bench:
         self.body = self.work / "tools-call-1k.json"
         self.body.write_text(json.dumps(call, separators=(",", ":")))
         assert self.body.stat().st_size == 1024
+        # A tools/list request: the upstream answers 200 tools (about 93 KB), which fenzi reads and
+        # filters (get_* and list_* are allowed: 80 kept, 120 hidden).
+        self.list_body = self.work / "tools-list.json"
+        self.list_body.write_text('{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}')
 
         (self.work / "fenzi.yaml").write_text(
             "version: 1\n"
@@ -329,7 +333,7 @@ class Bench:
             "  bench:\n"
             f"    url: https://127.0.0.1:{self.port['mcp']}/mcp\n"
             "    tools:\n"
-            "      allow: [echo]\n")
+            '      allow: [echo, "get_*", "list_*"]\n')
         (self.work / "fenzi-secret.yaml").write_text(
             "version: 1\n"
             "mcp:\n"
@@ -530,9 +534,10 @@ class Bench:
              "oha": {"url": url, "cacert": ca, "proxy": self.tiny[1]}},
         ])
 
-    def mcp_contenders(self, keepalive: bool, connections: int | None = None) -> list[dict]:
+    def mcp_contenders(self, keepalive: bool, connections: int | None = None,
+                       body: Path | None = None) -> list[dict]:
         url = f"https://127.0.0.1:{self.port['mcp']}/mcp"
-        common = {"url": url, "body": self.body, "keepalive": keepalive, "connections": connections,
+        common = {"url": url, "body": body or self.body, "keepalive": keepalive, "connections": connections,
                   "headers": ["Accept: application/json, text/event-stream"]}
         return [
             {"label": "direct", "oha": {**common, "cacert": self.upstream_ca}},
@@ -546,6 +551,53 @@ class Bench:
         self.run_contenders("mcp_tools_call",
                             "intercepted MCP tools/call, 1 KiB JSON body, keep-alive",
                             self.mcp_contenders(True))
+
+    def scenario_mcp_tools_list(self) -> None:
+        self.run_contenders("mcp_tools_list",
+                            "intercepted MCP tools/list, a 200-tool (93 KB) answer read and filtered, keep-alive",
+                            self.mcp_contenders(True, body=self.list_body))
+
+    def scenario_mcp_sse_stream(self) -> None:
+        """One GET of the MCP endpoint answered by an event stream of `--sse-events` small events,
+        one per write; curl reads it whole. Events per second is the rate."""
+        n = self.args.sse_events
+        url = f"https://127.0.0.1:{self.port['mcp']}/mcp"
+        title = f"an event stream of {n:,} small events (GET of the MCP endpoint), read event by event"
+        log(f"mcp_sse_stream: {title}")
+        contenders = [("direct", None, None, self.upstream_ca), ("fenzi", "fenzi", self.fenzi[1], self.fenzi[2])]
+        contenders += [(f"fenzi:{label}", f"fenzi-{label}", port, ca)
+                       for label, (_p, port, ca, _audit) in self.alts]
+        entry = {"title": title, "contenders": {label: {"rounds": []} for label, *_ in contenders}}
+        self.results["scenarios"]["mcp_sse_stream"] = entry
+        rounds = max(3, self.args.rounds * 2)
+        for r in range(rounds):
+            order = contenders if r % 2 == 0 else list(reversed(contenders))
+            for label, proc, port, ca in order:
+                argv = ["curl", "-sS", "-o", "/dev/null", "--cacert", str(ca), "-H", f"x-bench-events: {n}",
+                        "-H", "accept: text/event-stream", "-w", "%{http_code} %{size_download} %{time_total}",
+                        "--max-time", "120", url]
+                if port:
+                    argv[1:1] = ["--proxy", f"http://127.0.0.1:{port}"]
+                pid = self.pids.get(proc) if proc else None
+                with PeakRss(pid) as rss:
+                    done = subprocess.run(argv, capture_output=True, text=True,
+                                          env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()})
+                code, got, secs = (done.stdout.split() + ["0", "0", "0"])[:3]
+                ok = code == "200" and int(got) > 0
+                res = {"events_per_s": n / float(secs) if ok and float(secs) else 0.0, "bytes": int(got),
+                       "seconds": float(secs), "ok": ok, "errors": 0 if ok else 1, "peak_rss_kib": rss.peak}
+                if not ok:
+                    res["error_kinds"] = {f"curl {code} {got} bytes": 1, done.stderr.strip()[:200]: 1}
+                entry["contenders"][label]["rounds"].append(res)
+                log(f"  round {r + 1} {label:<12} {res['events_per_s']:>9.0f} events/s  {res['seconds']:.3f} s  "
+                    f"{got} bytes  ok {ok}")
+        for label, *_ in contenders:
+            c = entry["contenders"][label]
+            c["events_per_s"] = median([x["events_per_s"] for x in c["rounds"]])
+            c["bytes"] = c["rounds"][0]["bytes"]
+            peaks = [x["peak_rss_kib"] for x in c["rounds"] if x["peak_rss_kib"] is not None]
+            c["peak_rss_kib"] = max(peaks) if peaks else None
+            c["errors"] = sum(x["errors"] for x in c["rounds"])
 
     def scenario_mcp_latency(self) -> None:
         self.run_contenders("mcp_tools_call_c1",
@@ -685,6 +737,8 @@ class Bench:
                          ("connect_tunnel", self.scenario_connect),
                          ("mcp_tools_call", self.scenario_mcp),
                          ("mcp_tools_call_c1", self.scenario_mcp_latency),
+                         ("mcp_tools_list", self.scenario_mcp_tools_list),
+                         ("mcp_sse_stream", self.scenario_mcp_sse_stream),
                          ("mcp_secret", self.scenario_mcp_secret),
                          ("mcp_new_connection", self.scenario_mcp_new_conn),
                          ("download", self.scenario_download),
@@ -828,6 +882,13 @@ def table(res: dict) -> str:
                 note = f"{fmt(c['mib_per_s'], 0)} MiB/s; RSS growth {mib(c['rss_growth_kib'])}"
                 lines.append(f"{name:<20} {who:<24} {'':>9} {'':>8} {'':>8} {'':>8} "
                              f"{mib(c['peak_rss_kib']):>10} {'':>8} {'':>6} {c['errors']:>6}  {note}")
+            elif name == "mcp_sse_stream":
+                rounds = "/".join(f"{r['events_per_s']:.0f}" for r in c["rounds"])
+                direct = sc["contenders"].get("direct", {}).get("events_per_s")
+                ratio = f"{c['events_per_s'] / direct:.2f}" if direct else "-"
+                note = f"{fmt(c['events_per_s'], 0)} events/s ({c['bytes']} bytes); rounds {rounds}"
+                lines.append(f"{name:<20} {who:<24} {'':>9} {ratio:>8} {'':>8} {'':>8} "
+                             f"{mib(c['peak_rss_kib']):>10} {'':>8} {'':>6} {c['errors']:>6}  {note}")
             elif name == "idle_tunnels":
                 note = (f"{c['tunnels']} tunnels: {mib(c['rss_before_kib'])} -> {mib(c['rss_after_kib'])}, "
                         f"{fmt(c['kib_per_tunnel'], 1)} KiB per tunnel")
@@ -918,6 +979,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--download-mib", type=int, default=100)
     p.add_argument("--tunnels", type=int, default=1000)
+    p.add_argument("--sse-events", type=int, default=10000,
+                   help="events in the mcp_sse_stream scenario's stream")
     p.add_argument("--only", type=lambda s: set(s.split(",")), default=None,
                    help="comma-separated scenarios: plain_http,connect_tunnel,mcp_tools_call,mcp_tools_call_c1,mcp_secret,"
                         "mcp_new_connection,download,idle_tunnels")
