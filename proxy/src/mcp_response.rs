@@ -4,7 +4,8 @@
 //! - `application/json`: read whole (up to the response limit), read strictly, list results
 //!   filtered; the client gets the checked text, or the filtered one with its `Content-Length`.
 //! - `text/event-stream`: read event by event as it streams ([`SseRead`]); each event is passed on
-//!   once read, in canonical form, so a stream open for hours holds one event at a time.
+//!   in canonical form as soon as it is read and nothing more is ready upstream (events that arrive
+//!   together leave together, up to 16 KiB), so a stream open for hours holds what one read brought.
 //! - An empty body (a `202` to a notification) passes; any other body is unreadable.
 //! - An answer that cannot be read strictly is not passed on. On a success status, each request
 //!   still waiting for an answer gets a JSON-RPC error in its place (a 502 body, or error events
@@ -242,7 +243,14 @@ struct SseRead {
     waiting: Option<(RecordsWrite, Vec<u8>)>,
     /// Nothing more comes after `out` (the stream ended, or was ended for an unreadable event).
     done: bool,
+    /// The upstream's error, passed on once `out` has gone.
+    failed_upstream: Option<BoxError>,
+    /// The length of `out` when it was last held back for the upstream to catch up (`poll_frame`).
+    yielded: Option<usize>,
 }
+
+/// Events read are held back to fill a frame of this size only while more is ready upstream.
+const FLUSH_BYTES: usize = 16 * 1024;
 
 impl SseRead {
     fn new(
@@ -261,7 +269,19 @@ impl SseRead {
             out: Vec::new(),
             waiting: None,
             done: false,
+            failed_upstream: None,
+            yielded: None,
         }
+    }
+
+    /// Passes on what is ready, or waits (a waker is registered by whoever returned pending).
+    fn flush_or_pending(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.out.is_empty() {
+            return Poll::Pending;
+        }
+        self.yielded = None;
+        let bytes = Bytes::from(std::mem::take(&mut self.out));
+        Poll::Ready(Some(Ok(Frame::data(bytes))))
     }
 
     /// Handles one item from the reader; `Err` when the stream cannot be read on.
@@ -345,8 +365,7 @@ impl HttpBody for SseRead {
         loop {
             if let Some((write, _)) = &mut this.waiting {
                 match write.as_mut().poll(cx) {
-                    Poll::Pending if this.out.is_empty() => return Poll::Pending,
-                    Poll::Pending => {}
+                    Poll::Pending => return this.flush_or_pending(),
                     Poll::Ready(written) => {
                         let (_, held) = this.waiting.take().expect("polled above");
                         if written.is_err() {
@@ -359,15 +378,16 @@ impl HttpBody for SseRead {
                     }
                 }
             }
-            if !this.out.is_empty() {
-                let bytes = Bytes::from(std::mem::take(&mut this.out));
-                return Poll::Ready(Some(Ok(Frame::data(bytes))));
-            }
-            if this.waiting.is_some() {
-                continue;
+            // Events read are passed on together, as soon as nothing more is ready upstream (so
+            // none waits for the next), or once they fill a frame.
+            if this.out.len() >= FLUSH_BYTES {
+                return this.flush_or_pending();
             }
             if this.done {
-                return Poll::Ready(None);
+                if this.out.is_empty() {
+                    return Poll::Ready(this.failed_upstream.take().map(Err));
+                }
+                return this.flush_or_pending();
             }
             match this.reader.next_item() {
                 Ok(Some(item)) => {
@@ -390,7 +410,15 @@ impl HttpBody for SseRead {
                 continue;
             };
             match Pin::new(inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending if !this.out.is_empty() && this.yielded != Some(this.out.len()) => {
+                    // Let the upstream connection run before passing on what was read, as long as
+                    // that brings more: what it decodes meanwhile leaves in the same frame, not in
+                    // one write each. Once a turn brings nothing, what was read goes.
+                    this.yielded = Some(this.out.len());
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Pending => return this.flush_or_pending(),
                 Poll::Ready(None) => this.inner = None,
                 Poll::Ready(Some(Ok(frame))) => {
                     // Trailers carry nothing an MCP client reads; they are not passed on.
@@ -401,6 +429,11 @@ impl HttpBody for SseRead {
                 Poll::Ready(Some(Err(e))) => {
                     this.inner = None;
                     this.done = true;
+                    if !this.out.is_empty() {
+                        // What was read before the error goes first; the error comes next poll.
+                        this.failed_upstream = Some(e.into());
+                        return this.flush_or_pending();
+                    }
                     return Poll::Ready(Some(Err(e.into())));
                 }
             }
@@ -408,7 +441,7 @@ impl HttpBody for SseRead {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done && self.out.is_empty() && self.waiting.is_none()
+        self.done && self.out.is_empty() && self.waiting.is_none() && self.failed_upstream.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

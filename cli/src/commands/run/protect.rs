@@ -205,6 +205,29 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_servers_lock_exists_before_the_agent_and_is_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("team.yaml");
+        std::fs::write(&policy, "version: 1\n").unwrap();
+        // Nothing pinned, no lock: nothing to protect, nothing created.
+        assert_eq!(protected_lock(&policy, false).unwrap(), None);
+        assert!(!dir.path().join("team.lock").exists());
+        // Pinned: the lock beside this policy file (not fenzi.lock) is created, empty, and protected.
+        let lock = protected_lock(&policy, true).unwrap().unwrap();
+        assert_eq!(lock, dir.path().join("team.lock"));
+        let read = fenzi_proxy::lock_file::read_lock(&lock).unwrap();
+        assert_eq!(read, Lock::default());
+        // An existing lock is kept as it is, and protected whether or not anything is pinned.
+        std::fs::write(&lock, Lock::default().to_text() + "\n").unwrap();
+        assert_eq!(protected_lock(&policy, false).unwrap(), Some(lock.clone()));
+        assert!(std::fs::read_to_string(&lock).unwrap().ends_with("\n\n"));
+        // A lock that is a symlink is refused.
+        std::fs::remove_file(&lock).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", &lock).unwrap();
+        assert!(protected_lock(&policy, true).is_err());
+    }
+
+    #[test]
     fn a_symlinked_policy_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let real = dir.path().join("real.yaml");
