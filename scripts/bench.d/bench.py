@@ -573,21 +573,15 @@ class Bench:
         for r in range(rounds):
             order = contenders if r % 2 == 0 else list(reversed(contenders))
             for label, proc, port, ca in order:
-                argv = ["curl", "-sS", "-o", "/dev/null", "--cacert", str(ca), "-H", f"x-bench-events: {n}",
-                        "-H", "accept: text/event-stream", "-w", "%{http_code} %{size_download} %{time_total}",
-                        "--max-time", "120", url]
-                if port:
-                    argv[1:1] = ["--proxy", f"http://127.0.0.1:{port}"]
                 pid = self.pids.get(proc) if proc else None
                 with PeakRss(pid) as rss:
-                    done = subprocess.run(argv, capture_output=True, text=True,
-                                          env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()})
-                code, got, secs = (done.stdout.split() + ["0", "0", "0"])[:3]
+                    code, got, secs, stderr = curl_get(url, ca, port, [f"x-bench-events: {n}",
+                                                                       "accept: text/event-stream"])
                 ok = code == "200" and int(got) > 0
                 res = {"events_per_s": n / float(secs) if ok and float(secs) else 0.0, "bytes": int(got),
                        "seconds": float(secs), "ok": ok, "errors": 0 if ok else 1, "peak_rss_kib": rss.peak}
                 if not ok:
-                    res["error_kinds"] = {f"curl {code} {got} bytes": 1, done.stderr.strip()[:200]: 1}
+                    res["error_kinds"] = {f"curl {code} {got} bytes": 1, stderr[:200]: 1}
                 entry["contenders"][label]["rounds"].append(res)
                 log(f"  round {r + 1} {label:<12} {res['events_per_s']:>9.0f} events/s  {res['seconds']:.3f} s  "
                     f"{got} bytes  ok {ok}")
@@ -645,22 +639,16 @@ class Bench:
         for label, proc, port, ca in contenders:
             rounds = []
             for _ in range(self.args.rounds):
-                argv = ["curl", "-sS", "-o", "/dev/null", "--cacert", str(ca), "-w",
-                        "%{http_code} %{size_download} %{time_total}", "--max-time", "120", url]
-                if port:
-                    argv[1:1] = ["--proxy", f"http://127.0.0.1:{port}"]
                 pid = self.pids.get(proc) if proc else None
                 with PeakRss(pid) as rss:
-                    done = subprocess.run(argv, capture_output=True, text=True,
-                                          env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()})
-                code, got, secs = (done.stdout.split() + ["0", "0", "0"])[:3]
+                    code, got, secs, stderr = curl_get(url, ca, port)
                 ok = code == "200" and int(got) == size
                 res = {"mib_per_s": (int(got) / (1 << 20)) / float(secs) if float(secs) else 0.0,
                        "seconds": float(secs), "ok": ok, "errors": 0 if ok else 1,
                        "peak_rss_kib": rss.peak, "start_rss_kib": rss.start,
                        "rss_growth_kib": (rss.peak - rss.start) if rss.peak and rss.start else None}
                 if not ok:
-                    res["error_kinds"] = {f"curl {code} {got} bytes": 1, done.stderr.strip()[:200]: 1}
+                    res["error_kinds"] = {f"curl {code} {got} bytes": 1, stderr[:200]: 1}
                 rounds.append(res)
                 log(f"  {label:<10} {res['mib_per_s']:>8.0f} MiB/s  {res['seconds']:.2f} s  "
                     f"rss growth {mib(res['rss_growth_kib'])}  ok {ok}")
@@ -854,6 +842,20 @@ def fmt(v, digits=2) -> str:
 
 def mib(kib) -> str:
     return "-" if kib is None else f"{kib / 1024:.1f} MiB"
+
+
+def curl_get(url: str, ca: Path, proxy_port: int | None, headers: list[str] = ()) -> tuple:
+    """One GET with curl, read whole and discarded: (status, bytes, seconds, stderr) as strings."""
+    argv = ["curl", "-sS", "-o", "/dev/null", "--cacert", str(ca), "-w",
+            "%{http_code} %{size_download} %{time_total}", "--max-time", "120", url]
+    for h in headers:
+        argv[1:1] = ["-H", h]
+    if proxy_port:
+        argv[1:1] = ["--proxy", f"http://127.0.0.1:{proxy_port}"]
+    done = subprocess.run(argv, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()})
+    code, got, secs = (done.stdout.split() + ["0", "0", "0"])[:3]
+    return code, got, float(secs), done.stderr.strip()
 
 
 def median(xs):
