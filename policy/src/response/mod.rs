@@ -573,6 +573,25 @@ mod tests {
     }
 
     #[test]
+    fn listed_schemas_declare_mirrored_headers_however_the_key_is_spelled() {
+        let list = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[
+            {"name":"get_a","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}},
+            {"name":"get_b","inputSchema":{"type":"object","properties":{"zone":{"type":"string","x\u002dmcp-header":"Zone"}}}},
+            {"name":"get_c","inputSchema":{"type":"object","properties":{"q":{"type":"string"}}}}]}}"#;
+        let mut inv = Inventory::new(false, None);
+        read_and_filter(&server(), &mut inv, list.as_bytes()).unwrap();
+        let headers = |tool: &str| {
+            inv.mirrored(tool)
+                .and_then(|m| m.as_ref())
+                .map(|m| m.keys().cloned().collect::<Vec<_>>())
+        };
+        assert_eq!(headers("get_a"), Some(vec!["mcp-param-region".to_string()]));
+        assert_eq!(headers("get_b"), Some(vec!["mcp-param-zone".to_string()]));
+        assert_eq!(headers("get_c"), Some(vec![]));
+        assert_eq!(headers("get_unlisted"), None);
+    }
+
+    #[test]
     fn an_unreadable_message_pins_nothing() {
         let mut s = server();
         s.pin = true;
