@@ -96,7 +96,7 @@ impl Subject {
 
     /// The `failed` entry for an error after (or instead of) an allowed decision.
     pub fn failed(&self, error: &ProxyError) -> AuditEntry {
-        let mut entry = self.entry(Outcome::Failed, Some(error.reason()), None);
+        let mut entry = self.entry(Outcome::Failed, Some(error.reason()), error.record_detail());
         entry.source = Some(error.source_kind().label().to_string());
         entry
     }

@@ -102,6 +102,28 @@ impl ProxyError {
         }
     }
 
+    /// What the audit record's `rule` says of a failure whose reason alone points nowhere: a
+    /// client's TLS failure, with the alert or error it gave. Only texts made of fenzi's and
+    /// rustls's own words (never a name or byte the peer chose) go into the record.
+    pub fn record_detail(&self) -> Option<String> {
+        match self {
+            ProxyError::ClientTls(e) => {
+                let tls = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+                Some(match tls {
+                    Some(tls) => format!("client TLS handshake: {tls}"),
+                    None => format!("client TLS handshake: {:?}", e.kind()),
+                })
+            }
+            ProxyError::ClientTlsTimeout(after) => Some(format!(
+                "client TLS handshake: not finished within {}s",
+                after.as_secs_f32()
+            )),
+            _ => None,
+        }
+    }
+
     /// The reason code the client's response and the audit record carry.
     pub fn reason(&self) -> Reason {
         match self {

@@ -809,3 +809,30 @@ async fn served_h2_requests_are_not_counted_as_refused() {
         "served h2 requests must not be counted as refused"
     );
 }
+
+/// A client that does not trust the session CA ends the handshake with an alert: the tunnel's
+/// failed record names it as the client's TLS failure, with the alert the client gave.
+#[tokio::test]
+async fn a_client_tls_failure_is_recorded_with_its_alert() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let (stream, status, head) = connect(s.proxy.addr, &s.target).await;
+    assert_eq!(status, 200, "{head}");
+    let other_ca = TestPki::new().ca_der;
+    let refused = tls_over(stream, &other_ca, "127.0.0.1", &[b"http/1.1"]).await;
+    assert!(refused.is_err(), "the client must refuse the proxy's leaf");
+    s.proxy.wait_for_entries(2).await;
+    let entries = s.proxy.sink.entries();
+    let failed = entries.last().unwrap();
+    assert_eq!(
+        summary(failed),
+        format!("failed CONNECT {} -> bad_request", s.target)
+    );
+    assert_eq!(failed.source.as_deref(), Some("client"));
+    let rule = failed.rule.as_deref().unwrap_or_default();
+    assert!(
+        rule.starts_with("client TLS handshake: received fatal alert: ")
+            && rule.contains("UnknownCA"),
+        "{rule}"
+    );
+    assert_eq!(s.upstream.received_len(), 0);
+}

@@ -1,11 +1,16 @@
 //! The per-session CA (SECURITY.md, "What fenzi guarantees") and the leaf certificates it mints.
 //!
 //! The CA is ECDSA P-256, valid for a short time (backdated a few minutes for clock skew), path length
-//! 0, key usage keyCertSign/cRLSign, and NAME CONSTRAINTS that permit only the hosts the policy
+//! 0, key usage keyCertSign/cRLSign, and NAME CONSTRAINTS that permit only the names the policy
 //! intercepts: a name as a dNSName subtree (which RFC 5280 also lets cover names below it), `*.suffix`
-//! as `.suffix` (names strictly below), an IP literal as a /32 or /128 iPAddress subtree. When the policy
-//! intercepts no name, only `invalid` (RFC 6761) is permitted; when it intercepts no IP, every address
-//! is excluded. Its key lives only in this struct, in memory; only the certificate is ever written.
+//! as `.suffix` (names strictly below). When the policy intercepts no name, only `invalid` (RFC 6761)
+//! is permitted. Its key lives only in this struct, in memory; only the certificate is ever written.
+//!
+//! IP addresses are not constrained: Node's TLS stack (Claude Code, every npm agent) rejects a CA
+//! with iPAddress name constraints outright ("unsupported name constraint type"), for DNS-named
+//! servers too. The CA only ever signs leaves for the hosts fenzi intercepts, its key never leaves
+//! memory, and it lives for one session; the dNSName constraints stay as defence in depth
+//! (SECURITY.md, "The session CA").
 //!
 //! Leaves are minted on first use per host and cached: random serial, SAN = the host (DNS or IP), EKU
 //! serverAuth, the CA's validity, and a server config offering ALPN h2 and http/1.1.
@@ -13,14 +18,13 @@
 use dashmap::DashMap;
 use fenzi_policy::host::{Host, HostMatcher, HostPattern};
 use rcgen::{
-    BasicConstraints, CertificateParams, CidrSubnet, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    NameConstraints, PKCS_ECDSA_P256_SHA256, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
+    GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
+    PKCS_ECDSA_P256_SHA256, SanType, SerialNumber,
 };
 use rustls::ServerConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::fmt;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -161,50 +165,29 @@ impl SessionCa {
     }
 }
 
-/// The CA's name constraints for the intercepted `patterns`.
+/// The CA's name constraints for the intercepted `patterns`: dNSName subtrees only (see the module
+/// documentation for why IP literals are not constrained).
 pub fn name_constraints(patterns: &[HostPattern]) -> Result<NameConstraints, CaError> {
     let mut permitted: Vec<GeneralSubtree> = Vec::new();
-    let mut has_name = false;
-    let mut has_ip = false;
     for pattern in patterns {
         let subtree = match &pattern.matcher {
             HostMatcher::Exact(Host::Name(name)) => {
-                has_name = true;
                 GeneralSubtree::DnsName(dns_constraint(name, false)?)
             }
-            HostMatcher::Suffix(suffix) => {
-                has_name = true;
-                GeneralSubtree::DnsName(dns_constraint(suffix, true)?)
-            }
-            HostMatcher::Exact(Host::Ip(ip)) => {
-                has_ip = true;
-                let bits = match ip {
-                    IpAddr::V4(_) => 32,
-                    IpAddr::V6(_) => 128,
-                };
-                GeneralSubtree::IpAddress(CidrSubnet::from_addr_prefix(*ip, bits))
-            }
+            HostMatcher::Suffix(suffix) => GeneralSubtree::DnsName(dns_constraint(suffix, true)?),
+            HostMatcher::Exact(Host::Ip(_)) => continue,
         };
         if !permitted.contains(&subtree) {
             permitted.push(subtree);
         }
     }
-    let mut excluded = Vec::new();
-    if !has_name {
+    if permitted.is_empty() {
         // A permitted list without a dNSName entry would leave names unconstrained.
         permitted.push(GeneralSubtree::DnsName("invalid".to_string()));
     }
-    if !has_ip {
-        excluded.push(GeneralSubtree::IpAddress(CidrSubnet::from_v4_prefix(
-            [0; 4], 0,
-        )));
-        excluded.push(GeneralSubtree::IpAddress(CidrSubnet::from_v6_prefix(
-            [0; 16], 0,
-        )));
-    }
     Ok(NameConstraints {
         permitted_subtrees: permitted,
-        excluded_subtrees: excluded,
+        excluded_subtrees: Vec::new(),
     })
 }
 

@@ -92,6 +92,13 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
             line.push_str(&field(source));
             line.push(')');
         }
+        // A failure's rule says what failed (a client's TLS alert, why an answer was unreadable).
+        if r.decision == Outcome::Failed
+            && let Some(rule) = &r.rule
+        {
+            line.push_str(": ");
+            line.push_str(&field(rule));
+        }
     }
     line
 }
@@ -169,6 +176,16 @@ mod tests {
         assert_eq!(
             render(&failed, false, false),
             "13:33:50 failed  POST mcp.deepwiki.com/mcp tools/call echo  upstream_error (upstream)"
+        );
+        let tls = AuditRecord {
+            reason: Some("bad_request".into()),
+            source: Some("client".into()),
+            rule: Some("client TLS handshake: received fatal alert: UnknownCA".into()),
+            ..rec(Outcome::Failed, "CONNECT", "127.0.0.1", 8443)
+        };
+        assert_eq!(
+            render(&tls, false, false),
+            "13:33:50 failed  CONNECT 127.0.0.1:8443  bad_request (client): \"client TLS handshake: received fatal alert: UnknownCA\""
         );
         let v6 = rec(Outcome::Allowed, "CONNECT", "::1", 8443);
         assert_eq!(
