@@ -16,6 +16,43 @@ pub fn default_machine_file() -> Option<PathBuf> {
     Some(base.join("fenzi").join("mcp.yaml"))
 }
 
+/// The largest config, cases or import file read. Policy files are a few KiB; this bound keeps
+/// `/dev/zero`, a FIFO that never ends or a file pointed at by mistake from being read whole.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads the file at `path`, refusing it by size before reading it all: a regular file larger
+/// than [`MAX_CONFIG_BYTES`] by its length, anything else (a FIFO, a device) once that many bytes
+/// came. A directory is refused by name. Errors keep the `io::ErrorKind` (`NotFound` included).
+pub fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "is a directory, not a file",
+        ));
+    }
+    let too_large = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!(
+                "is larger than {} MiB, too large for a policy or cases file",
+                MAX_CONFIG_BYTES >> 20
+            ),
+        )
+    };
+    if meta.is_file() && meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
 /// A config file's text and the name errors should use for it.
 pub struct ConfigText {
     pub text: String,
@@ -25,7 +62,7 @@ pub struct ConfigText {
 /// Reads a config file; a missing file is an error naming it. Text that is not UTF-8 comes back as the
 /// loader's located error so it is reported like any other config problem.
 pub fn read(path: &Path) -> Result<ConfigText> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = read_bounded(path).with_context(|| format!("cannot read {}", path.display()))?;
     let name = path.display().to_string();
     let text = fenzi_policy::config::decode(&bytes, &name)
         .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -68,6 +105,13 @@ impl PolicyArgs {
     /// Reads the files (an unreadable file is an `Err`) and loads them (problems in them are in
     /// `result`, for the caller to report its own way).
     pub fn load(&self) -> Result<LoadedPolicy> {
+        if !self.config.exists() && self.config.symlink_metadata().is_err() {
+            anyhow::bail!(
+                "{} does not exist; start one with `fenzi mcp add NAME URL --tool TOOL` (it writes \
+                 ./fenzi.yaml), copy testdata/policies/demo.yaml, or pass --config FILE",
+                self.config.display()
+            );
+        }
         let project = read(&self.config)?;
         let machine = if self.no_machine {
             None

@@ -115,7 +115,27 @@ fn an_invalid_policy_names_file_line_and_key() {
 fn usage_errors_exit_2() {
     let missing = fenzi(&["check", "--config", "testdata/policies/no-such-file.yaml"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-file.yaml"));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains("no-such-file.yaml") && err.contains("fenzi mcp add"),
+        "{err}"
+    );
+    // With --format json, a usage error is a JSON document too.
+    let json = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/no-such-file.yaml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-file.yaml")
+    );
 
     let malformed = fenzi(&[
         "check",
@@ -221,4 +241,56 @@ fn cases_run_against_the_pinned_definitions() {
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("2 passed, 0 failed"), "{out}");
+}
+
+#[test]
+fn endless_or_huge_inputs_are_refused_by_size_before_they_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.yaml");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(50 * 1024 * 1024)
+        .unwrap();
+    let fifo = dir.path().join("fifo.yaml");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    // A writer that never stops: the reader must stop by itself.
+    let writer_path = fifo.clone();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(writer_path)
+            .unwrap();
+        let chunk = vec![b'#'; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+    });
+    for (path, what) in [
+        ("/dev/zero".to_string(), "/dev/zero"),
+        (huge.display().to_string(), "a 50 MB file"),
+        (fifo.display().to_string(), "a FIFO"),
+    ] {
+        let started = std::time::Instant::now();
+        let o = fenzi(&["check", "--no-machine", "--config", &path]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert!(err.contains("larger than 4 MiB"), "{what}: {err}");
+        assert!(started.elapsed().as_secs() < 10, "{what} took too long");
+    }
+    // The cases file is bounded the same way.
+    let o = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/demo.yaml",
+        "--no-machine",
+        "--cases",
+        "/dev/zero",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("larger than 4 MiB"));
 }

@@ -9,10 +9,10 @@ use crate::audit_writer::AuditEntry;
 use crate::body::Body;
 use crate::refusal::Refusal;
 use crate::respond;
-use fenzi_policy::Decision;
 use fenzi_policy::engine::{McpServer, Policy};
 use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::{McpDecision, RequestView, denial_body};
+use fenzi_policy::{Decision, Reason};
 use http::Response;
 use http::request::Parts;
 
@@ -70,7 +70,13 @@ pub(crate) fn refused(
     parts: &Parts,
     body: &[u8],
 ) -> Refusal {
-    Refusal::records(entries(subject, decision), answer(decision, parts, body))
+    let named = answered(decision);
+    Refusal::records(
+        entries(subject, decision),
+        answer(decision, parts, body),
+        named.reason().unwrap_or(Reason::PolicyDenied),
+        named.message.clone(),
+    )
 }
 
 fn answer(decision: &McpDecision, parts: &Parts, body: &[u8]) -> Response<Body> {

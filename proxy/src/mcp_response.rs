@@ -218,7 +218,8 @@ fn unreadable(subject: &Subject, reading: &Reading, error: ResponseError) -> Ref
         many => respond::json(502, format!("[{}]", many.join(",")).into_bytes()),
     };
     tracing::warn!(host = %subject.host, "{error}");
-    Refusal::records(vec![entry], answer)
+    let detail = error.to_string();
+    Refusal::records(vec![entry], answer, error.reason(), detail)
 }
 
 /// The media type of a `Content-Type` value, lower case, without parameters.

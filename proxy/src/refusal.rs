@@ -36,6 +36,8 @@ struct Refused {
     answer: Response<Body>,
     /// A failure's full text, for the log line only: the record names its reason and source.
     failure: Option<(ErrorSource, String)>,
+    /// The reason the answer names and a line for people, for its `Proxy-Status` and reason phrase.
+    why: (Reason, String),
 }
 
 impl Refusal {
@@ -45,6 +47,10 @@ impl Refusal {
             entries: vec![subject.decided(decision)],
             answer: respond::denied(decision),
             failure: None,
+            why: (
+                decision.reason().unwrap_or(Reason::PolicyDenied),
+                decision.message.clone(),
+            ),
         }))
     }
 
@@ -69,16 +75,24 @@ impl Refusal {
         Refusal(Box::new(Refused {
             entries: vec![subject.failed(&error)],
             answer: respond::failure(&error),
+            why: (error.reason(), error.to_string()),
             failure: Some((error.source_kind(), error.to_string())),
         }))
     }
 
-    /// Several records (one per JSON-RPC message) and an answer built for them.
-    pub fn records(entries: Vec<AuditEntry>, answer: Response<Body>) -> Refusal {
+    /// Several records (one per JSON-RPC message) and an answer built for them, which names
+    /// `reason` and says `detail`.
+    pub fn records(
+        entries: Vec<AuditEntry>,
+        answer: Response<Body>,
+        reason: Reason,
+        detail: String,
+    ) -> Refusal {
         Refusal(Box::new(Refused {
             entries,
             answer,
             failure: None,
+            why: (reason, detail),
         }))
     }
 
@@ -88,6 +102,10 @@ impl Refusal {
             entries: Vec::new(),
             answer: respond::audit_unavailable(),
             failure: None,
+            why: (
+                Reason::AuditUnavailable,
+                respond::AUDIT_UNAVAILABLE.to_string(),
+            ),
         }))
     }
 
@@ -112,10 +130,15 @@ impl Refusal {
             entries,
             answer,
             failure,
+            why: (reason, detail),
         } = *self.0;
         match write(session, entries, failure).await {
-            Ok(()) => answer,
-            Err(AuditUnavailable) => respond::audit_unavailable(),
+            Ok(()) => respond::naming(answer, reason, &detail),
+            Err(AuditUnavailable) => respond::naming(
+                respond::audit_unavailable(),
+                Reason::AuditUnavailable,
+                respond::AUDIT_UNAVAILABLE,
+            ),
         }
     }
 

@@ -1,6 +1,9 @@
 //! The answers the proxy writes itself: denials (`{"error": "<reason>", "message": ...}`, or a JSON
 //! body built elsewhere, such as the JSON-RPC errors of an MCP endpoint), failures, and the 503 of a
-//! decision that could not be recorded. Only [`crate::refusal`] sends them to a client.
+//! decision that could not be recorded. Only [`crate::refusal`] sends them to a client, each naming
+//! its reason where clients show it ([`naming`]): a `Proxy-Status` header (RFC 9209) with the
+//! reason and a line for people, and on HTTP/1.1 a reason phrase such as `Forbidden
+//! (policy_denied)`, which is what curl and Python print for a refused tunnel.
 
 use crate::body::{Body, full};
 use crate::error::ProxyError;
@@ -36,10 +39,61 @@ pub(crate) fn failure(error: &ProxyError) -> Response<Body> {
     denial(error.reason(), &error.to_string())
 }
 
+/// What the 503 of a decision that could not be recorded says.
+pub(crate) const AUDIT_UNAVAILABLE: &str =
+    "the audit log could not be written, so the request was not forwarded";
+
 /// 503 for a decision that could not be recorded: nothing is forwarded.
 pub(crate) fn audit_unavailable() -> Response<Body> {
-    denial(
-        Reason::AuditUnavailable,
-        "the audit log could not be written, so the request was not forwarded",
-    )
+    denial(Reason::AuditUnavailable, AUDIT_UNAVAILABLE)
+}
+
+/// The longest `details` a `Proxy-Status` carries.
+const MAX_DETAIL: usize = 200;
+
+/// `answer` with `Proxy-Status: fenzi; error=<type>; details="<reason>: <detail>"` and the reason
+/// phrase `<standard phrase> (<reason>)`. The detail is the decision's message (policy names and
+/// request metadata, never secret material), kept to printable ASCII.
+pub(crate) fn naming(mut answer: Response<Body>, reason: Reason, detail: &str) -> Response<Body> {
+    let mut details = format!("{}: ", reason.code());
+    for c in detail.chars().take(MAX_DETAIL) {
+        match c {
+            '"' | '\\' => {
+                details.push('\\');
+                details.push(c);
+            }
+            ' '..='~' => details.push(c),
+            _ => details.push('?'),
+        }
+    }
+    let value = format!(
+        "fenzi; error={}; details=\"{details}\"",
+        proxy_error_type(reason)
+    );
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        answer.headers_mut().insert("proxy-status", value);
+    }
+    let phrase = format!(
+        "{} ({})",
+        answer.status().canonical_reason().unwrap_or("Error"),
+        reason.code()
+    );
+    if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(phrase) {
+        answer.extensions_mut().insert(phrase);
+    }
+    answer
+}
+
+/// The RFC 9209 error type closest to each reason.
+fn proxy_error_type(reason: Reason) -> &'static str {
+    match reason {
+        Reason::PrivateAddress => "destination_ip_prohibited",
+        Reason::HostNotAllowed
+        | Reason::PolicyDenied
+        | Reason::CredentialEndpointMismatch
+        | Reason::ToolChanged => "http_request_denied",
+        Reason::BodyTooLarge | Reason::BadRequest => "http_request_error",
+        Reason::UpstreamError => "destination_unavailable",
+        Reason::AuditUnavailable => "proxy_internal_error",
+    }
 }

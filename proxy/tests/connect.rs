@@ -78,6 +78,25 @@ async fn refused_targets_get_403_json_and_nothing_is_dialled() {
             head.to_ascii_lowercase()
                 .contains("content-type: application/json")
         );
+        // The reason is where clients show it: the status line and Proxy-Status (RFC 9209).
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 403 Forbidden ({reason})\r\n")),
+            "{head}"
+        );
+        let error_type = if reason == "private_address" {
+            "destination_ip_prohibited"
+        } else {
+            "http_request_denied"
+        };
+        let proxy_status = head
+            .lines()
+            .find_map(|l| l.strip_prefix("proxy-status: "))
+            .unwrap_or_else(|| panic!("no Proxy-Status: {head}"));
+        assert!(
+            proxy_status.starts_with(&format!("fenzi; error={error_type}; details=\"{reason}: "))
+                && proxy_status.ends_with('"'),
+            "{proxy_status}"
+        );
         let length: usize = head
             .lines()
             .find_map(|l| {

@@ -836,3 +836,30 @@ async fn a_client_tls_failure_is_recorded_with_its_alert() {
     );
     assert_eq!(s.upstream.received_len(), 0);
 }
+
+/// A denied tool call names its reason where clients show it: `Proxy-Status` with the reason and
+/// the decision's message, and the HTTP/1.1 reason phrase.
+#[tokio::test]
+async fn a_denied_call_names_its_reason_in_proxy_status_and_the_reason_phrase() {
+    let s = setup_ip(mcp_handler(), None).await;
+    let mut client = s.h1_client("127.0.0.1").await;
+    let response = client
+        .send_request(tools_call(&s.target, "/mcp", 7, "delete_everything"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let phrase = response
+        .extensions()
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned());
+    assert_eq!(phrase.as_deref(), Some("Forbidden (policy_denied)"));
+    let status = response.headers()["proxy-status"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        status.starts_with("fenzi; error=http_request_denied; details=\"policy_denied: ")
+            && status.contains("delete_everything"),
+        "{status}"
+    );
+}

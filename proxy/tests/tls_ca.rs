@@ -85,7 +85,7 @@ fn ca_certificate_is_a_short_lived_path_length_zero_name_constrained_ca() {
     assert_eq!(permitted, ["dns:mcp.example.com", "dns:.example.org"]);
     assert!(nc.value.excluded_subtrees.is_none());
     // A policy that intercepts only IP literals still constrains names: to `invalid` alone.
-    let only_ips = ca(&["10.0.0.5:8443"]);
+    let only_ips = self::ca(&["10.0.0.5:8443"]);
     let (_, cert) = X509Certificate::from_der(only_ips.cert_der()).unwrap();
     let nc = cert.name_constraints().unwrap().unwrap();
     let permitted: Vec<String> = nc
@@ -183,23 +183,26 @@ fn clients_accept_leaves_only_for_the_intercepted_hosts() {
         "mcp.example.com.evil.com",
         "example.org", // `*.example.org` is strictly below it
         "notexample.org",
-        "10.0.0.6",
-        "127.0.0.1",
-        "2001:db8::6",
     ] {
         assert!(
             accepted(&ca, host).is_err(),
             "{host} must be outside the CA's name constraints"
         );
     }
+    // IP literals are not constrained (Node refuses iPAddress constraints; SECURITY.md, "The
+    // session CA"): the CA is only ever asked for leaves of the hosts fenzi intercepts.
+    for host in ["10.0.0.6", "127.0.0.1", "2001:db8::6"] {
+        assert!(accepted(&ca, host).is_ok(), "{host}");
+    }
 }
 
 #[test]
-fn a_ca_for_names_only_covers_no_address_and_one_for_addresses_only_no_name() {
+fn a_ca_for_addresses_only_covers_no_name_and_addresses_are_not_constrained() {
     let names_only = ca(&["mcp.example.com"]);
     assert!(accepted(&names_only, "mcp.example.com").is_ok());
-    assert!(accepted(&names_only, "127.0.0.1").is_err());
-    assert!(accepted(&names_only, "::1").is_err());
+    assert!(accepted(&names_only, "other.example.com").is_err());
+    // Not constrained: see SECURITY.md, "The session CA".
+    assert!(accepted(&names_only, "127.0.0.1").is_ok());
 
     let ips_only = ca(&["127.0.0.1:8443"]);
     assert!(accepted(&ips_only, "127.0.0.1").is_ok());
@@ -208,5 +211,4 @@ fn a_ca_for_names_only_covers_no_address_and_one_for_addresses_only_no_name() {
 
     let nothing = ca(&[]);
     assert!(accepted(&nothing, "mcp.example.com").is_err());
-    assert!(accepted(&nothing, "127.0.0.1").is_err());
 }

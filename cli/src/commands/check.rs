@@ -48,6 +48,22 @@ struct CaseRun {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    let format = args.format;
+    match check(args) {
+        // With --format json every outcome is one JSON document on stdout, usage errors included.
+        Err(e) if format == Format::Json => {
+            let doc = serde_json::json!({ "error": { "message": format!("{e:#}"), "exit": 2 } });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&doc).expect("JSON values serialise")
+            );
+            Ok(ExitCode::from(2))
+        }
+        other => other,
+    }
+}
+
+fn check(args: Args) -> Result<ExitCode> {
     let cases_text = match &args.cases {
         Some(p) => Some(config_files::read(p)?),
         None => None,

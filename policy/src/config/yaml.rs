@@ -467,6 +467,12 @@ pub fn path_at(text: &str, line: u32, column: u32) -> String {
         if at > target {
             return candidate.unwrap_or_else(|| t.next_path(None));
         }
+        // Block collections end where the next key starts: close them before naming that key, or a
+        // repeated key after a block would be named inside the block.
+        if at == target && matches!(ev, Event::MappingEnd | Event::SequenceEnd) {
+            t.on_event(&ev);
+            continue;
+        }
         if at == target {
             let scalar = match &ev {
                 Event::Scalar(s, ..) => Some(s.as_ref()),
@@ -579,6 +585,10 @@ mod tests {
         assert_eq!(path_at(text, 5, 7), "mcp.a.tools.allow");
         assert_eq!(path_at(text, 4, 18), "mcp.a.tools.allow[1]");
         assert_eq!(path_at(text, 2, 3), "mcp.a");
+        // A repeated key whose first value was a block is named where it is, not inside the block.
+        let text = "mcp:\n  a:\n    tools:\n      allow: [x]\n  a:\n    url: u\nhosts: []\n";
+        assert_eq!(path_at(text, 5, 3), "mcp.a");
+        assert_eq!(path_at(text, 7, 1), "hosts");
     }
 
     #[test]

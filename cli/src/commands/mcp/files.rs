@@ -36,7 +36,7 @@ impl PolicyFile {
 
     /// Reads `path`; a missing file is `text: None`, any other failure an error.
     pub fn read(path: &Path, origin: Origin) -> Result<PolicyFile> {
-        match std::fs::read(path) {
+        match config_files::read_bounded(path) {
             Ok(bytes) => {
                 let name = path.display().to_string();
                 let text = config::decode(&bytes, &name)

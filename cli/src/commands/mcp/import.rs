@@ -396,7 +396,8 @@ struct SourceFile {
 }
 
 fn read_servers(path: &Path) -> Result<Vec<(String, Value)>> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = crate::config_files::read_bounded(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     // serde_json's messages give line and column, never the text around them.
     let doc: SourceFile = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a valid MCP server list", path.display()))?;
