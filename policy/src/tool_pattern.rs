@@ -35,6 +35,10 @@ pub enum PatternError {
     GlobCharset(String),
     #[error("tool name {0:?} contains a control character")]
     Control(String),
+    #[error(
+        "tool name {0:?} has `[`, `]`, `{{`, `}}` or `?`, which no tool name uses; fenzi's globs have only `*` (e.g. `get_*`)"
+    )]
+    GlobLike(String),
     #[error("tool pattern {0:?} is longer than {MAX_TOOL_NAME} characters")]
     TooLong(String),
 }
@@ -59,6 +63,10 @@ impl ToolPattern {
         } else {
             if text.chars().any(char::is_control) {
                 return Err(PatternError::Control(text.to_string()));
+            }
+            // Glob syntax from other tools, which would be matched literally and never match.
+            if text.contains(['[', ']', '{', '}', '?']) {
+                return Err(PatternError::GlobLike(text.to_string()));
             }
             Ok(ToolPattern::Exact(text.to_string()))
         }
@@ -193,6 +201,14 @@ mod tests {
             ToolPattern::parse("a\nb"),
             Err(PatternError::Control(_))
         ));
+        for glob_like in ["a[b]", "get_?", "{a,b}"] {
+            assert!(
+                matches!(ToolPattern::parse(glob_like), Err(PatternError::GlobLike(_))),
+                "{glob_like}"
+            );
+        }
+        // Other characters outside the charset are matched literally, as some servers name tools.
+        assert!(ToolPattern::parse("team/get issue").is_ok());
     }
 
     #[test]
