@@ -242,6 +242,34 @@ fn an_invalid_policy_starts_nothing() {
 }
 
 #[test]
+fn a_command_that_does_not_exist_is_reported_as_a_shell_does() {
+    let env = Env::new("no-such-command", "version: 1\nhosts: []\n");
+    let mut modes: Vec<&[&str]> = vec![&["--no-isolation"]];
+    if sandbox_available() {
+        modes.push(&[]);
+    } else {
+        sandbox_unavailable("a_command_that_does_not_exist", "no user namespaces");
+    }
+    for mode in modes {
+        let mut args = mode.to_vec();
+        args.extend(["--", "/no/such/command", "--flag"]);
+        let out = env.run(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{mode:?}: {err}");
+        assert!(
+            err.contains("fenzi run: /no/such/command: command not found"),
+            "{mode:?}: {err}"
+        );
+        assert!(!err.contains("cannot isolate"), "{mode:?}: {err}");
+        // The session's directory (its CA certificate) is gone.
+        let left: Vec<_> = std::fs::read_dir(env.dir.join("runtime/fenzi"))
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{mode:?}: left behind {left:?}");
+    }
+}
+
+#[test]
 fn no_isolation_says_so_loudly_and_still_uses_the_proxy() {
     if !have("curl") {
         return;

@@ -203,7 +203,10 @@ mod tests {
         ));
         for glob_like in ["a[b]", "get_?", "{a,b}"] {
             assert!(
-                matches!(ToolPattern::parse(glob_like), Err(PatternError::GlobLike(_))),
+                matches!(
+                    ToolPattern::parse(glob_like),
+                    Err(PatternError::GlobLike(_))
+                ),
                 "{glob_like}"
             );
         }

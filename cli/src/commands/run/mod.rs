@@ -87,6 +87,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
     let session_dir = session_dir(&session)?;
+    // The CA certificate and agent configs are for this session only, whichever way it ends.
+    let _remove_session_dir = RemoveOnDrop(session_dir.clone());
 
     let runtime = args.tuning.runtime(Some(1))?;
     let secrets_status = secrets.summary();
@@ -147,13 +149,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &format!("{addr} (NO ISOLATION)"),
             false,
         );
-        let child = std::process::Command::new(&launch.program)
+        let child = match std::process::Command::new(&launch.program)
             .args(&launch.args)
             .env_clear()
             .envs(inputs(&format!("http://{addr}")))
             .current_dir(&cwd)
             .spawn()
-            .with_context(|| format!("cannot start {}", launch.program.to_string_lossy()))?;
+        {
+            Ok(child) => child,
+            Err(e) => {
+                return Ok(command_failed(
+                    &launch.program.to_string_lossy(),
+                    "execve",
+                    &e,
+                ));
+            }
+        };
         (listener, Vec::new(), None, Child::Plain(child))
     } else {
         let read_only = protect::read_only_paths(&protect::Governing {
@@ -204,9 +215,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
             transparent,
             dns,
             child,
-        } = Session::start(spec).map_err(|e| {
-            anyhow::anyhow!("{e}\nfenzi run does not start a command it cannot isolate")
-        })?;
+        } = match Session::start(spec) {
+            Ok(session) => session,
+            // Isolation worked; the command itself could not start: say so as a shell would.
+            Err(sandbox::SandboxError::Command {
+                program,
+                action,
+                source,
+            }) => return Ok(command_failed(&program, action, &source)),
+            Err(e) => {
+                return Err(anyhow::anyhow!(
+                    "{e}\nfenzi run does not start a command it cannot isolate"
+                ));
+            }
+        };
         (listener, transparent, dns, Child::Sandboxed(child))
     };
 
@@ -241,11 +263,31 @@ pub fn run(args: Args) -> Result<ExitCode> {
         anyhow::Ok(status)
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
-    // The CA certificate and agent configs were for this session only.
-    let _ = std::fs::remove_dir_all(&session_dir);
     let status = result?;
     let code = sandbox::exit_code(status);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Removes a directory when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A command that could not be started (`action` failed: `execve` or `chdir`), reported as a
+/// shell reports it: 127 when there is no such command, 126 when it cannot be run.
+fn command_failed(program: &str, action: &str, error: &std::io::Error) -> ExitCode {
+    let (code, what) = match (action, error.kind()) {
+        ("execve", std::io::ErrorKind::NotFound) => (127, "command not found".to_string()),
+        ("execve", std::io::ErrorKind::PermissionDenied) => (126, "permission denied".to_string()),
+        ("execve", _) => (126, format!("cannot run it: {error}")),
+        (_, _) => (126, format!("{action} failed: {error}")),
+    };
+    eprintln!("fenzi run: {program}: {what}");
+    ExitCode::from(code)
 }
 
 /// The command: in the sandbox, or (with `--no-isolation`) a plain child process.
