@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// fenzi: an egress proxy and sandbox for AI coding agents, with per-tool MCP policy.
 #[derive(Debug, Parser)]
-#[command(name = "fenzi", version, about, long_about = None, propagate_version = true)]
+#[command(name = "fenzi", version, about, long_about = None, propagate_version = true, term_width = 0)]
 struct Cli {
     /// More tracing on stderr (-v info, -vv debug, -vvv trace). `RUST_LOG` overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]

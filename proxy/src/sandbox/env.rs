@@ -24,7 +24,8 @@
 //!   the session CA, because hosts the proxy only tunnels present their real certificates):
 //!   `SSL_CERT_FILE` (OpenSSL, Python `ssl`/httpx, Go, Rust native roots, uv), `REQUESTS_CA_BUNDLE`,
 //!   `CURL_CA_BUNDLE`, `GIT_SSL_CAINFO`, `PIP_CERT`, `AWS_CA_BUNDLE`, `CARGO_HTTP_CAINFO`,
-//!   `GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`, `CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE`, `NIX_SSL_CERT_FILE`.
+//!   `GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`, `CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE`, `NIX_SSL_CERT_FILE`,
+//!   `HTTPLIB2_CA_CERTS` (Python's httplib2, under the Google API clients).
 //!   Variables that *add* to the built-in roots get the session CA alone: `NODE_EXTRA_CA_CERTS`
 //!   (Node, Bun, npm) and `DENO_CERT`.
 //! - One variable per placeholder, `NAME=placeholder`. A placeholder whose name collides with a
@@ -49,6 +50,7 @@ pub const CA_BUNDLE_VARS: &[&str] = &[
     "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
     "CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE",
     "NIX_SSL_CERT_FILE",
+    "HTTPLIB2_CA_CERTS",
 ];
 
 /// Variables that add certificates to a client's built-in roots: they get the session CA alone.
