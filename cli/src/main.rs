@@ -49,7 +49,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    output::init_tracing(cli.verbose);
+    output::init_tracing(cli.verbose, matches!(cli.command, Command::Run(_)));
     if !matches!(cli.command, Command::Proxy(_) | Command::Run(_)) {
         // Commands that print listings end quietly when the reader goes away (`fenzi log | head`).
         // Not for the proxy: a peer closing a socket must never kill it.

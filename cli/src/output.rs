@@ -1,10 +1,66 @@
 //! Terminal conventions shared by every command: tracing to stderr (`RUST_LOG`, `-v`), and whether to
-//! use colour (`NO_COLOR`, TTY detection).
+//! use colour (`NO_COLOR`, TTY detection). While `fenzi run`'s command runs, tracing goes to the
+//! session's own log file instead ([`tracing_to_file`]): the terminal is the agent's.
 
-use std::io::IsTerminal;
+use std::fs::File;
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Where tracing goes while a session has the terminal, and how much went there.
+static SESSION_LOG: Mutex<Option<(File, PathBuf, u64)>> = Mutex::new(None);
+
+/// Tracing's writer: the session log when one is set, else stderr.
+struct TracingWriter;
+
+impl Write for TracingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut log = SESSION_LOG.lock().unwrap_or_else(|e| e.into_inner());
+        match log.as_mut() {
+            Some((file, _, written)) => {
+                let n = file.write(buf)?;
+                *written += n as u64;
+                Ok(n)
+            }
+            None => io::stderr().write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match SESSION_LOG
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            Some((file, _, _)) => file.flush(),
+            None => io::stderr().flush(),
+        }
+    }
+}
+
+/// Sends tracing to `path` (created private, appended to) until [`tracing_back_to_stderr`].
+pub fn tracing_to_file(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    *SESSION_LOG.lock().unwrap_or_else(|e| e.into_inner()) = Some((file, path.to_path_buf(), 0));
+    Ok(())
+}
+
+/// Tracing goes to stderr again; returns the session log and how many bytes went there.
+pub fn tracing_back_to_stderr() -> Option<(PathBuf, u64)> {
+    SESSION_LOG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .map(|(_, path, written)| (path, written))
+}
 
 /// Sets up tracing on stderr. `RUST_LOG` wins; otherwise `-v` raises the level from `warn`.
-pub fn init_tracing(verbose: u8) {
+/// Colour only when stderr is a terminal, and never for `fenzi run`, whose tracing may go to a file.
+pub fn init_tracing(verbose: u8, may_go_to_a_file: bool) {
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -15,8 +71,8 @@ pub fn init_tracing(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour_enabled_for_stderr())
+        .with_writer(|| TracingWriter)
+        .with_ansi(colour_enabled_for_stderr() && !may_go_to_a_file)
         .try_init();
 }
 

@@ -270,6 +270,74 @@ fn a_command_that_does_not_exist_is_reported_as_a_shell_does() {
 }
 
 #[test]
+fn the_session_ends_with_a_summary_of_its_denials() {
+    if !have("curl") {
+        return;
+    }
+    let env = Env::new("denial-summary", "version: 1\nhosts: []\n");
+    let out = env.run(&[
+        "--no-isolation",
+        "--",
+        "sh",
+        "-c",
+        "for h in a b c d; do curl -s -o /dev/null http://$h.blocked.example/; done; echo ran",
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(text(&out.stdout).trim(), "ran");
+    assert!(
+        err.contains("fenzi run: 4 requests were denied in this session (host_not_allowed 4):"),
+        "{err}"
+    );
+    assert!(
+        err.contains("denied  GET a.blocked.example:80/  host_not_allowed"),
+        "{err}"
+    );
+    assert!(err.contains("  … and 1 more"), "{err}");
+    assert!(err.contains("--denied"), "{err}");
+    // The summary comes after the command's own output: nothing of fenzi's in between.
+    let summary_at = err.find("requests were denied").unwrap();
+    assert!(!err[..summary_at].contains("denied  GET"), "{err}");
+}
+
+#[test]
+fn fenzis_warnings_go_to_the_session_log_not_the_agents_terminal() {
+    if !have("curl") {
+        return;
+    }
+    // A port nothing listens on: the upstream failure is a warning of fenzi's.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = Env::new(
+        "quiet-terminal",
+        &format!("version: 1\nhosts: [\"127.0.0.1:{closed}\"]\n"),
+    );
+    let out = env.run(&[
+        "--no-isolation",
+        "--",
+        "sh",
+        "-c",
+        &format!("curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{closed}/"),
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(text(&out.stdout), "502", "{err}");
+    assert!(
+        !err.contains(" WARN "),
+        "a warning reached the terminal: {err}"
+    );
+    let pointer = err
+        .lines()
+        .find_map(|l| l.strip_prefix("fenzi run: fenzi's warnings during the session are in "))
+        .unwrap_or_else(|| panic!("no pointer to the session log: {err}"));
+    let log = std::fs::read_to_string(pointer).unwrap();
+    assert!(log.contains("WARN") && log.contains("upstream"), "{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes in a file: {log}");
+}
+
+#[test]
 fn no_isolation_says_so_loudly_and_still_uses_the_proxy() {
     if !have("curl") {
         return;

@@ -12,7 +12,7 @@
 
 mod filter;
 mod locate;
-mod render;
+pub(crate) mod render;
 mod show;
 #[cfg(test)]
 mod test_records;

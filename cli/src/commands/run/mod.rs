@@ -8,6 +8,7 @@
 
 mod agent;
 mod protect;
+mod summary;
 mod transparent;
 
 use crate::commands::mcp::render::Agent;
@@ -131,6 +132,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         env
     };
 
+    // fenzi's own warnings go to the session's log file while the command has the terminal.
+    let quiet = QuietTerminal(audit_path.with_extension("log"));
     let (listener, transparent, dns, child) = if args.no_isolation {
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").context("cannot listen on 127.0.0.1")?;
@@ -149,6 +152,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &format!("{addr} (NO ISOLATION)"),
             false,
         );
+        quiet.start();
         let child = match std::process::Command::new(&launch.program)
             .args(&launch.args)
             .env_clear()
@@ -208,6 +212,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ),
             true,
         );
+        quiet.start();
         // On this (the main) thread, which lives as long as the session: the sandbox is killed
         // when the thread that started it ends, and so when fenzi dies in any way.
         let Session {
@@ -263,9 +268,47 @@ pub fn run(args: Args) -> Result<ExitCode> {
         anyhow::Ok(status)
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
+    let warnings = quiet.finish();
+    for line in summary::Denials::read(&audit_path).lines(&session) {
+        eprintln!("{line}");
+    }
+    if let Some((path, written)) = warnings
+        && written > 0
+    {
+        eprintln!(
+            "fenzi run: fenzi's warnings during the session are in {}",
+            path.display()
+        );
+    }
     let status = result?;
     let code = sandbox::exit_code(status);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Tracing to the session's log file while the command runs (see `output::tracing_to_file`);
+/// back on stderr when the session ends, however it ends.
+struct QuietTerminal(PathBuf);
+
+impl QuietTerminal {
+    fn start(&self) {
+        if let Err(e) = output::tracing_to_file(&self.0) {
+            eprintln!(
+                "fenzi run: cannot open {} for fenzi's own warnings ({e}); they go to this terminal",
+                self.0.display()
+            );
+        }
+    }
+
+    /// The log and how much went into it.
+    fn finish(&self) -> Option<(PathBuf, u64)> {
+        output::tracing_back_to_stderr()
+    }
+}
+
+impl Drop for QuietTerminal {
+    fn drop(&mut self) {
+        let _ = output::tracing_back_to_stderr();
+    }
 }
 
 /// Removes a directory when dropped.
