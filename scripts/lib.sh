@@ -8,6 +8,13 @@ FAILS=0
 SKIPS=0
 PIDS=()
 
+# cargo_target_dir: where cargo puts its builds for this workspace, wherever that is
+# (CARGO_TARGET_DIR, relative or absolute, or build.target-dir in a cargo config), as cargo says.
+cargo_target_dir() {
+    cargo metadata --format-version 1 --no-deps 2>/dev/null \
+        | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p'
+}
+
 pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
 fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
 skip() { echo "SKIP $*"; SKIPS=$((SKIPS + 1)); }

@@ -35,16 +35,16 @@ bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; e
 PY="$ROOT/.venv/bin/python"
 E2E="$ROOT/testdata/e2e"
 
+# shellcheck source=../lib.sh
+source "$ROOT/scripts/lib.sh"
 if [ -z "${FENZI:-}" ]; then
     cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-    FENZI="$ROOT/target/debug/fenzi"
+    FENZI="$(cargo_target_dir)/debug/fenzi"
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-e2e.XXXXXX")
 export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" # hermetic: no user files
 mkdir -p "$XDG_CONFIG_HOME"
-# shellcheck source=../lib.sh
-source "$ROOT/scripts/lib.sh"
 
 cleanup() {
     stop_pids 5

@@ -84,7 +84,8 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
     if let Some(hidden) = r.hidden {
         line.push_str(&format!(" hidden:{hidden}"));
     }
-    if r.decision != Outcome::Allowed || r.reason.is_some() {
+    // A filtered answer that hid nothing pinned has no reason to show (`-` would read as one).
+    if matches!(r.decision, Outcome::Denied | Outcome::Failed) || r.reason.is_some() {
         line.push_str("  ");
         line.push_str(&r.reason.as_deref().map_or("-".to_string(), field));
         if let Some(source) = &r.source {
