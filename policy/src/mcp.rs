@@ -6,7 +6,8 @@
 //!   ([`shape`]), what each message may do ([`methods`]), and the `Mcp-*` headers against the body
 //!   ([`headers`]).
 //! - `GET` (event stream) and `DELETE` (session end) on the server's endpoint path, without a body,
-//!   and `GET` of OAuth metadata under `/.well-known/`, are allowed. Every other method or path is
+//!   and `GET` of OAuth metadata (protected-resource, authorization-server and OpenID discovery,
+//!   under `/.well-known/` or under the endpoint), are allowed. Every other method or path is
 //!   `policy_denied` (`HEAD`, `OPTIONS`, `PUT`, `PATCH`, `TRACE`, `CONNECT`, lower-case methods...).
 //! - A request target that is not origin-form, or has characters URIs do not allow, is
 //!   `bad_request` whatever the method.
@@ -192,7 +193,7 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
         "GET" | "DELETE" => McpDecision {
             oauth_metadata: req.method == "GET"
                 && !http::is_endpoint(&server.endpoint, target.path)
-                && http::is_well_known(target.path),
+                && http::is_oauth_metadata(&server.endpoint, target.path),
             ..McpDecision::request(bodyless(server, req, target.path))
         },
         other => McpDecision::request(Decision::deny(
@@ -206,7 +207,7 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
     }
 }
 
-/// GET and DELETE: the endpoint (and GET of `/.well-known/` metadata), without a body.
+/// GET and DELETE: the endpoint (and GET of OAuth metadata), without a body.
 fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision {
     let deny =
         |why: String| Decision::deny(Reason::PolicyDenied, methods::default_deny(server), why);
@@ -228,7 +229,7 @@ fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision 
             format!("{what}: {why}"),
         );
     }
-    if get && http::is_well_known(path) {
+    if get && http::is_oauth_metadata(&server.endpoint, path) {
         return Decision::allow(
             format!("mcp.{} oauth-metadata", server.name),
             format!("{what}: OAuth metadata"),

@@ -104,11 +104,35 @@ pub(super) fn is_endpoint(endpoint: &EndpointPath, path: &str) -> bool {
     }
 }
 
-/// Is `path` OAuth/OpenID metadata under `/.well-known/` (RFC 8615), with nothing a server could
-/// resolve to another path?
-pub(super) fn is_well_known(path: &str) -> bool {
-    path.strip_prefix("/.well-known/")
-        .is_some_and(|rest| !rest.is_empty() && is_plain_subpath(rest))
+/// The metadata documents an MCP client reads to sign in with OAuth: protected-resource metadata
+/// (RFC 9728), authorization-server metadata (RFC 8414) and OpenID Connect discovery.
+const OAUTH_METADATA: [&str; 3] = [
+    "oauth-protected-resource",
+    "oauth-authorization-server",
+    "openid-configuration",
+];
+
+/// Is `path` one of the [`OAUTH_METADATA`] documents, as clients ask for them: under
+/// `/.well-known/` (RFC 8615), optionally followed by the resource's or issuer's path (the
+/// path-suffixed forms of RFC 9728 §3.1 and RFC 8414 §3.1), or under the server's own endpoint
+/// (`/mcp/.well-known/openid-configuration`, OpenID Connect's issuer-relative form, which some
+/// clients also try for protected-resource metadata)? Nothing a server could resolve to another
+/// path is accepted.
+pub(super) fn is_oauth_metadata(endpoint: &EndpointPath, path: &str) -> bool {
+    if let Some(rest) = path.strip_prefix("/.well-known/") {
+        let (name, suffix) = match rest.split_once('/') {
+            Some((name, suffix)) => (name, Some(suffix)),
+            None => (rest, None),
+        };
+        return OAUTH_METADATA.contains(&name) && suffix.is_none_or(is_plain_subpath);
+    }
+    OAUTH_METADATA.iter().any(|name| {
+        path.strip_suffix(name)
+            .and_then(|p| p.strip_suffix("/.well-known/"))
+            .is_some_and(|endpoint_path| {
+                !endpoint_path.is_empty() && is_endpoint(endpoint, endpoint_path)
+            })
+    })
 }
 
 /// A relative path a server cannot resolve outside the prefix it follows: non-empty segments, none of
@@ -394,19 +418,40 @@ mod tests {
     }
 
     #[test]
-    fn well_known_paths() {
-        assert!(is_well_known("/.well-known/oauth-protected-resource"));
-        assert!(is_well_known("/.well-known/oauth-protected-resource/mcp"));
+    fn oauth_metadata_paths() {
+        let endpoint = EndpointPath::Exact("/mcp".into());
+        for ok in [
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-authorization-server",
+            "/.well-known/oauth-authorization-server/tenant/a",
+            "/.well-known/openid-configuration",
+            "/mcp/.well-known/oauth-protected-resource",
+            "/mcp/.well-known/openid-configuration",
+        ] {
+            assert!(is_oauth_metadata(&endpoint, ok), "{ok}");
+        }
         for bad in [
             "/.well-known/",
             "/.well-known",
             "/.well-known/../admin",
-            "/.well-known/x/%2e%2e/y",
-            "/.WELL-KNOWN/x",
-            "/x/.well-known/y",
+            "/.well-known/oauth-protected-resource/%2e%2e/y",
+            "/.well-known/oauth-protected-resource/../../admin",
+            "/.well-known/acme-challenge/x",
+            "/.well-known/mcp",
+            "/.WELL-KNOWN/openid-configuration",
+            "/x/.well-known/openid-configuration",
+            "/mcpx/.well-known/openid-configuration",
+            "/.well-known/openid-configurationx",
+            "/mcp/.well-known/openid-configuration/x",
         ] {
-            assert!(!is_well_known(bad), "{bad}");
+            assert!(!is_oauth_metadata(&endpoint, bad), "{bad}");
         }
+        let connectors = EndpointPath::Prefix("/v1/mcp".into());
+        assert!(is_oauth_metadata(
+            &connectors,
+            "/v1/mcp/abc/.well-known/oauth-protected-resource"
+        ));
     }
 
     #[test]
