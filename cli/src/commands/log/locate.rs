@@ -57,14 +57,33 @@ pub(super) fn locate(args: &Args) -> anyhow::Result<PathBuf> {
     })
 }
 
-/// The most recently modified `*.jsonl` in `dir` (name breaks ties). `None` if there is none.
-pub fn newest_log(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
+/// Every session's log in the audit directory that may hold records from `since_ms` (Unix ms) on:
+/// those modified since then (all of them without a bound), oldest first (name breaks ties).
+pub(super) fn session_logs_since(since_ms: Option<i64>) -> anyhow::Result<Vec<PathBuf>> {
+    let dir = audit_dir(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME")).context(
+        "cannot find the audit log directory: neither XDG_STATE_HOME nor HOME is set; pass --file",
+    )?;
+    let cutoff = since_ms.map(|ms| UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64));
+    let mut logs = logs_in(&dir)?;
+    logs.retain(|(mtime, _)| cutoff.is_none_or(|c| *mtime >= c));
+    logs.sort();
+    if logs.is_empty() && !dir.exists() {
+        bail!(
+            "no audit logs in {} yet (`fenzi proxy` and `fenzi run` write them there); pass --file FILE or --session ID",
+            dir.display()
+        );
+    }
+    Ok(logs.into_iter().map(|(_, p)| p).collect())
+}
+
+/// The `*.jsonl` files in `dir` and when each was last modified; none when `dir` does not exist.
+fn logs_in(dir: &Path) -> anyhow::Result<Vec<(SystemTime, PathBuf)>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
     };
-    let mut best: Option<(SystemTime, PathBuf)> = None;
+    let mut out = Vec::new();
     for entry in entries {
         let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
         let path = entry.path();
@@ -72,15 +91,16 @@ pub fn newest_log(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
             continue;
         }
         let Ok(meta) = entry.metadata() else { continue };
-        if !meta.is_file() {
-            continue;
-        }
-        let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
-        if best.as_ref().is_none_or(|(t, p)| (mtime, &path) > (*t, p)) {
-            best = Some((mtime, path));
+        if meta.is_file() {
+            out.push((meta.modified().unwrap_or(UNIX_EPOCH), path));
         }
     }
-    Ok(best.map(|(_, p)| p))
+    Ok(out)
+}
+
+/// The most recently modified `*.jsonl` in `dir` (name breaks ties). `None` if there is none.
+pub fn newest_log(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
+    Ok(logs_in(dir)?.into_iter().max().map(|(_, p)| p))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ pub use locate::audit_dir;
 
 use fenzi_policy::tool_pattern::ToolPattern;
 use filter::{Filter, Since, now_ms, parse_since, parse_tool};
-use locate::{locate, parse_session_id};
+use locate::{locate, parse_session_id, session_logs_since};
 use show::show;
 use std::io;
 use std::path::PathBuf;
@@ -32,7 +32,7 @@ use verify::verify_file;
 const EXAMPLES: &str = "\
 Examples:
   fenzi log                          the newest session's log, one line per decision
-  fenzi log --denied --since 1h      what was refused in the last hour
+  fenzi log --denied --since 1h      what was refused in the last hour, in every session
   fenzi log --server deepwiki --tool 'read_*'
   fenzi log --session a1b2c3 --follow
   fenzi log --file audit.jsonl --json | jq .reason
@@ -63,7 +63,8 @@ pub struct Args {
     /// Read this log file.
     #[arg(long, value_name = "FILE", conflicts_with = "session")]
     pub file: Option<PathBuf>,
-    /// Read the log of this session (<state dir>/fenzi/audit/<ID>.jsonl). Default: the newest log.
+    /// Read the log of this session (<state dir>/fenzi/audit/<ID>.jsonl). Default: the newest log,
+    /// or with --denied, --server, --tool or --since every session's log they may match.
     #[arg(long, value_name = "ID", value_parser = parse_session_id)]
     pub session: Option<String>,
     /// Only denied requests.
@@ -91,6 +92,22 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Filters without a log named read every session's log they may match, oldest first.
+    let filtered =
+        args.denied || args.server.is_some() || args.tool.is_some() || args.since.is_some();
+    if filtered && args.file.is_none() && args.session.is_none() && !args.follow {
+        let filter = Filter::new(&args, now_ms());
+        let colour = !args.json && crate::output::colour_enabled_for_stdout();
+        let logs = session_logs_since(filter.since_ms)?;
+        let dates = logs.len() > 1;
+        for log in logs {
+            match show(&log, &filter, args.json, colour, false, dates) {
+                Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+                other => other?,
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let path = locate(&args)?;
     if args.verify {
         let outcome = verify_file(&path)?;
@@ -103,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let filter = Filter::new(&args, now_ms());
     let colour = !args.json && crate::output::colour_enabled_for_stdout();
-    match show(&path, &filter, args.json, colour, args.follow) {
+    match show(&path, &filter, args.json, colour, args.follow, false) {
         Err(e) if is_broken_pipe(&e) => Ok(ExitCode::SUCCESS),
         other => other.map(|()| ExitCode::SUCCESS),
     }

@@ -85,6 +85,7 @@ pub(super) fn show(
     json: bool,
     colour: bool,
     follow: bool,
+    dates: bool,
 ) -> anyhow::Result<()> {
     let mut reader = LineReader::open(path)?;
     let stdout = io::stdout();
@@ -93,7 +94,7 @@ pub(super) fn show(
         filter,
         json,
         colour,
-        show_date: spans_days(path),
+        show_date: dates || spans_days(path),
         first_date: None,
         out: io::BufWriter::new(stdout.lock()),
     };
