@@ -90,6 +90,18 @@ pub fn parse(text: &str) -> Result<RemoteUrl, UrlError> {
             "write the server's exact host name",
         ));
     };
+    // RFC 6761: `localhost` and names below it always resolve to loopback, and fenzi refuses a
+    // name that resolves to an internal address: such a server could never be reached.
+    if let crate::host::Host::Name(name) = &host
+        && (name == "localhost" || name.ends_with(".localhost"))
+    {
+        return Err(err(
+            "the url's host is `localhost`, which resolves to a loopback address; fenzi refuses a \
+             name that resolves to an internal address, so every request would be denied",
+            "name the address itself, e.g. https://127.0.0.1:8443/mcp: an IP literal the policy \
+             names may be internal",
+        ));
+    }
     let (_, explicit_port) = split_authority(authority).map_err(|e| {
         err(
             format!("the url's host is invalid: {e}"),
