@@ -233,6 +233,10 @@ pub enum ChainError {
         "the log ends at seq {last_seq} but the head file records seq {head_seq}: the log was cut short or its tail edited"
     )]
     HeadMismatch { last_seq: u64, head_seq: u64 },
+    #[error(
+        "line {line} (seq {seq}) does not hash to the value the head file records for seq {seq}: that record was edited after it was written"
+    )]
+    HeadHashMismatch { line: usize, seq: u64 },
 }
 
 /// The result of verifying a whole log.
@@ -285,9 +289,9 @@ pub fn verify<'a>(
             && h.seq == record.seq
         {
             if h.hash != prev_hash {
-                return Err(ChainError::HeadMismatch {
-                    last_seq: record.seq,
-                    head_seq: h.seq,
+                return Err(ChainError::HeadHashMismatch {
+                    line: n,
+                    seq: record.seq,
                 });
             }
             head_seen = true;
@@ -471,10 +475,14 @@ mod tests {
 
         let mut last_edited = lines.clone();
         last_edited[4] = last_edited[4].replace("\"7\"", "\"8\"");
-        assert!(matches!(
-            verify_strs(&last_edited, Some(&head)),
-            Err(ChainError::HeadMismatch { .. })
-        ));
+        let edited = verify_strs(&last_edited, Some(&head));
+        assert!(
+            matches!(
+                edited,
+                Err(ChainError::HeadHashMismatch { line: 5, seq: 5 })
+            ),
+            "{edited:?}"
+        );
 
         let mut garbage = lines.clone();
         garbage[0] = "{not json".into();
@@ -541,7 +549,7 @@ mod tests {
         };
         assert!(matches!(
             verify_strs(&lines, Some(&wrong)),
-            Err(ChainError::HeadMismatch { .. })
+            Err(ChainError::HeadHashMismatch { line: 3, seq: 3 })
         ));
     }
 
