@@ -355,6 +355,7 @@ class Bench:
         self.results["idle"]["fenzi_start_rss_kib"] = status_kib(self.fenzi[0].pid, "VmRSS")
         self.tiny = self.start_tinyproxy("tinyproxy")
         self.mitm = self.start_mitm("mitmproxy")
+        self.nginx = self.start_nginx("nginx", certs)
         self.secret = self.start_fenzi_secret()
 
     def start_fenzi(self, name: str, config: str, env: dict | None = None, binary: str | None = None,
@@ -384,6 +385,51 @@ class Bench:
             # One log line per connection, like fenzi's one record per decision.
             f'LogFile "{self.work}/{name}.log"\nLogLevel Connect\n')
         p = self.procs.start(name, [self.args.tinyproxy, "-d", "-c", str(conf)])
+        wait_port(port, p)
+        self.pids[name] = p.pid
+        return p, port
+
+    def start_nginx(self, name: str, certs: Path):
+        """nginx doing the same two TLS hops as an intercepted call, with no policy: it terminates
+        the client's TLS (the upstream's own certificate, so clients trust the test CA) and
+        re-encrypts to the MCP upstream over kept-alive, verified connections. It logs one line per
+        request, buffered, as fenzi writes one record per decision."""
+        if not self.args.nginx:
+            return None
+        port = free_port()
+        prefix = self.work / name
+        prefix.mkdir(exist_ok=True)
+        conf = prefix / "nginx.conf"
+        conf.write_text(f"""worker_processes 2;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log {prefix}/access.log combined buffer=64k flush=1s;
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    upstream mcp {{ server 127.0.0.1:{self.port['mcp']}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {certs}/server.pem;
+        ssl_certificate_key {certs}/server-key.pem;
+        keepalive_requests 1000000;
+        location / {{
+            proxy_pass https://mcp;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate {certs}/test-ca.pem;
+            # nginx checks the name against DNS names only; the test certificate also names
+            # localhost beside its 127.0.0.1 address.
+            proxy_ssl_name localhost;
+            proxy_ssl_session_reuse on;
+        }}
+    }}
+}}
+""")
+        p = self.procs.start(name, [self.args.nginx, "-p", str(prefix), "-c", str(conf),
+                                    "-g", "daemon off;"])
         wait_port(port, p)
         self.pids[name] = p.pid
         return p, port
@@ -461,11 +507,12 @@ class Bench:
                 with PeakRss(pid) as rss:
                     res = self.oha.run(**c["oha"], out=out)
                 res["peak_rss_kib"] = rss.peak
-                res["proxy_cpu_s"] = rss.cpu
+                # nginx works in its worker processes: its master's CPU says nothing.
+                res["proxy_cpu_s"] = None if c.get("no_cpu") else rss.cpu
                 # CPU the proxy spent per answered request (all its threads, user + system).
-                res["proxy_cpu_us_per_req"] = (rss.cpu * 1e6 / res["ok"]) if rss.cpu is not None and res["ok"] else None
+                res["proxy_cpu_us_per_req"] = (res["proxy_cpu_s"] * 1e6 / res["ok"]) if res["proxy_cpu_s"] is not None and res["ok"] else None
                 # Thread context switches in the proxy per answered request (wake-ups and hand-offs).
-                res["proxy_switches_per_req"] = (rss.switches / res["ok"]) if rss.switches is not None and res["ok"] else None
+                res["proxy_switches_per_req"] = (rss.switches / res["ok"]) if rss.switches is not None and res["ok"] and not c.get("no_cpu") else None
                 entry["contenders"][c["label"]]["rounds"].append(res)
                 log(f"  round {r + 1} {c['label']:<10} {res['rps']:>9.0f} req/s  p50 {fmt(res['p50_ms'])} ms"
                     f"  p99 {fmt(res['p99_ms'])} ms  rss {mib(rss.peak)}  cpu/req {fmt(res['proxy_cpu_us_per_req'], 1)} us"
@@ -539,13 +586,19 @@ class Bench:
         url = f"https://127.0.0.1:{self.port['mcp']}/mcp"
         common = {"url": url, "body": body or self.body, "keepalive": keepalive, "connections": connections,
                   "headers": ["Accept: application/json, text/event-stream"]}
-        return [
+        contenders = [
             {"label": "direct", "oha": {**common, "cacert": self.upstream_ca}},
             {"label": "fenzi", "proc": "fenzi",
              "oha": {**common, "cacert": self.fenzi[2], "proxy": self.fenzi[1]}},
-            {"label": "mitmproxy", "proc": "mitmproxy",
-             "oha": {**common, "cacert": self.mitm[2], "proxy": self.mitm[1]}},
         ]
+        if self.nginx:
+            # A reverse proxy: the client talks TLS to nginx itself, no CONNECT.
+            url = f"https://127.0.0.1:{self.nginx[1]}/mcp"
+            contenders.append({"label": "nginx", "proc": "nginx", "no_cpu": True,
+                               "oha": {**common, "url": url, "cacert": self.upstream_ca}})
+        contenders.append({"label": "mitmproxy", "proc": "mitmproxy",
+                           "oha": {**common, "cacert": self.mitm[2], "proxy": self.mitm[1]}})
+        return contenders
 
     def scenario_mcp(self) -> None:
         self.run_contenders("mcp_tools_call",
@@ -592,6 +645,11 @@ class Bench:
             peaks = [x["peak_rss_kib"] for x in c["rounds"] if x["peak_rss_kib"] is not None]
             c["peak_rss_kib"] = max(peaks) if peaks else None
             c["errors"] = sum(x["errors"] for x in c["rounds"])
+
+    def scenario_mcp_c32(self) -> None:
+        self.run_contenders("mcp_tools_call_c32",
+                            "the same at 32 connections (issue 18's nginx comparison)",
+                            self.mcp_contenders(True, connections=32))
 
     def scenario_mcp_latency(self) -> None:
         self.run_contenders("mcp_tools_call_c1",
@@ -725,6 +783,7 @@ class Bench:
                          ("connect_tunnel", self.scenario_connect),
                          ("mcp_tools_call", self.scenario_mcp),
                          ("mcp_tools_call_c1", self.scenario_mcp_latency),
+                         ("mcp_tools_call_c32", self.scenario_mcp_c32),
                          ("mcp_tools_list", self.scenario_mcp_tools_list),
                          ("mcp_sse_stream", self.scenario_mcp_sse_stream),
                          ("mcp_secret", self.scenario_mcp_secret),
@@ -821,6 +880,13 @@ def targets(res: dict) -> list[dict]:
         f, d = get(scn, "fenzi", "p50_ms"), get(scn, "direct", "p50_ms")
         v = f / d if f and d else None
         add(f"intercepted tools/call p50 vs direct, {what}", v, "<= 2x", v is not None and v <= 2, "x")
+    f, n = get("mcp_tools_call_c32", "fenzi", "rps"), get("mcp_tools_call_c32", "nginx", "rps")
+    v = f / n if f and n else None
+    add("intercepted tools/call throughput vs nginx, 32 connections", v, ">= 0.8x",
+        v is not None and v >= 0.8, "x")
+    f, n = get("mcp_tools_call_c1", "fenzi", "p50_ms"), get("mcp_tools_call_c1", "nginx", "p50_ms")
+    v = f / n if f and n else None
+    add("intercepted tools/call p50 vs nginx, 1 connection", v, "<= 1.1x", v is not None and v <= 1.1, "x")
     for scn, label in [("connect_tunnel", "CONNECT pass-through"), ("plain_http", "plain HTTP")]:
         f, t = get(scn, "fenzi", "rps"), get(scn, "tinyproxy", "rps")
         v = f / t if f and t else None
@@ -981,6 +1047,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--download-mib", type=int, default=100)
     p.add_argument("--tunnels", type=int, default=1000)
+    p.add_argument("--nginx", default=None, help="nginx binary (the re-encrypting contender)")
     p.add_argument("--sse-events", type=int, default=10000,
                    help="events in the mcp_sse_stream scenario's stream")
     p.add_argument("--only", type=lambda s: set(s.split(",")), default=None,
