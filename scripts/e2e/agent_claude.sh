@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# End to end: the real Claude Code in `fenzi run --agent claude`, with no real model behind it, all on
-# 127.0.0.1:
-#   - the model is testdata/agents/fake_model.py (a scripted Anthropic Messages API), listed in the
-#     policy's `hosts` and reached through fenzi like any other host;
+# End to end: the real Claude Code (from npm, pinned) in `fenzi run --agent claude -- -p ...`, with a
+# scripted model behind it, everything on 127.0.0.1:
+#   - the model is testdata/agents/fake_model.py (the Anthropic Messages API), a `hosts` entry of the
+#     policy, reached through fenzi like any other host;
 #   - the MCP server is the official Python SDK server (testdata/e2e/mcp_server.py) over TLS, named by
-#     an IP literal (https://127.0.0.1:PORT/mcp), a `token: true` server that requires
-#     `Authorization: Bearer <real token>`. The real token is in fenzi's environment only
-#     (FENZI_SECRET_MCP_E2E); Claude Code gets the policy's servers from fenzi (--mcp-config) with
-#     the placeholder, and trusts fenzi's session CA the way fenzi sets it up, nothing else;
-#   - the scripted model calls whoami (allowed; returns the Authorization header the server got),
-#     then delete_everything (denied by the policy, and hidden from the tool list), then answers.
-# Checks: Claude Code exits 0; the MCP tools were listed through fenzi (an IP-literal server over TLS
-# with the session CA); delete_everything was not offered; whoami returned `Bearer <placeholder>` to
-# the model, never the real token, and the real token is nowhere in Claude's output, the model's log
-# or the audit log; the server ran whoami and never delete_everything; the delete_everything call
-# came back to the model as an error; `fenzi log` shows whoami allowed with secrets:MCP_E2E; no
-# client TLS failure in the audit log; nothing in this script turns TLS verification off.
-# Prints PASS/FAIL per check and a closing `agent claude: N passed, M failed`; exits 1 on any failure.
+#     an IP literal (https://127.0.0.1:PORT/mcp: fenzi's session CA must be acceptable to Claude Code
+#     for an IP-literal name), a `token: true` server requiring `Authorization: Bearer <real token>`.
+#     The real token is in fenzi's environment only (FENZI_SECRET_MCP_E2E, FENZI_CREDSTORE=memory);
+#     Claude Code gets the server from fenzi (--mcp-config) with the placeholder, and trusts fenzi's
+#     session CA through the variables fenzi sets, nothing else.
+#
+# Three sessions, each with its own servers, HOME and audit log:
+#   deny:   the model calls delete_everything (denied by the policy, so fenzi hides it from the list
+#           and Claude Code answers "No such tool available"), then echo (allowed), then answers.
+#           Claude Code exits 0.
+#   listed: the same with `list: all`: Claude Code is offered delete_everything and sends the call,
+#           fenzi refuses it (403 policy_denied) and Claude Code hands that error to the model; echo
+#           still works afterwards. Claude Code exits 0.
+#   token:  the model calls whoami (allowed; returns the Authorization header the server got), then
+#           would call delete_everything and answer. whoami comes back to Claude Code as
+#           `Bearer <placeholder>`; the next model request carries that placeholder to the model's
+#           host and fenzi refuses it (credential_endpoint_mismatch; README, "Secrets": "That includes
+#           the model API ... This is deliberate"), so the model never sees it and Claude Code stops
+#           with fenzi's refusal as its result (exit 1, expected).
+# Checks: the MCP tools listed through fenzi reach the model; delete_everything not offered (filter)
+# and its call an error; fenzi log shows the allowed calls with secrets:MCP_E2E; the server got the
+# real token and never ran delete_everything; the real token is nowhere in Claude's output or files,
+# the model's log or the audit log; no host outside the policy was tried; no client TLS failure;
+# nothing here turns TLS verification off. Prints PASS/FAIL per check, the run time and a closing
+# `agent claude: N passed, M failed`; exits 1 on any failure.
 #
 # Usage: scripts/e2e/agent_claude.sh   (builds fenzi unless FENZI=/path/to/fenzi is given)
-#   FENZI_AGENT_CACHE=DIR  where Claude Code is installed from npm (default .work/agents; DIR/claude)
+#   FENZI_AGENT_CACHE=DIR  where Claude Code is installed from npm (DIR/claude; default .work/agents)
 #   E2E_KEEP=1             keep the work directory even when everything passed
 set -uo pipefail
 
@@ -27,14 +39,17 @@ START_NS=$(date +%s%N)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 
-# The Claude Code version this test was verified with (the fake model speaks what it sends).
+# The Claude Code version this test was verified with.
 CLAUDE_VERSION=2.1.197
 CLAUDE_DIR="${FENZI_AGENT_CACHE:-$ROOT/.work/agents}/claude"
 
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
 
-elapsed() { echo "$(( ($(date +%s%N) - START_NS) / 1000000 ))" | sed 's/\(...\)$/.\1/; s/^\./0./'; }
+elapsed() { # seconds since the start, to the millisecond
+    local ms=$(( ($(date +%s%N) - START_NS) / 1000000 ))
+    printf '%d.%03d' $((ms / 1000)) $((ms % 1000))
+}
 
 bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
 PY="$ROOT/.venv/bin/python"
@@ -45,7 +60,7 @@ if [ -z "${FENZI:-}" ]; then
     FENZI="$(cargo_target_dir)/debug/fenzi"
 fi
 
-# Claude Code from npm, pinned, cached between runs.
+# Claude Code from npm, pinned, installed once into the cache.
 CLAUDE_BIN="$CLAUDE_DIR/node_modules/.bin/claude"
 installed_version() {
     "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' \
@@ -60,7 +75,7 @@ if [ "$(installed_version)" != "$CLAUDE_VERSION" ] || [ ! -x "$CLAUDE_BIN" ]; th
 fi
 GOT_VERSION=$("$CLAUDE_BIN" --version 2>/dev/null)
 if [[ "$GOT_VERSION" == "$CLAUDE_VERSION "* ]]; then
-    pass "Claude Code $GOT_VERSION from $CLAUDE_DIR"
+    pass "Claude Code $GOT_VERSION, from $CLAUDE_DIR"
 else
     fail "Claude Code: \`claude --version\` says '$GOT_VERSION', expected $CLAUDE_VERSION"
     echo "agent claude: $PASSES passed, $FAILS failed"
@@ -68,10 +83,6 @@ else
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-agent-claude.XXXXXX")
-PROJECT="$WORK/project" # the agent's current directory, with fenzi.yaml
-HOMEDIR="$WORK/home"
-mkdir -p "$PROJECT" "$HOMEDIR/.claude" "$WORK/config" "$WORK/state" "$WORK/cache" "$WORK/tmp"
-
 cleanup() {
     stop_pids 5
     if [ "$FAILS" -eq 0 ] && [ -z "${E2E_KEEP:-}" ]; then
@@ -79,7 +90,8 @@ cleanup() {
     else
         echo "agent claude: work directory kept: $WORK"
     fi
-    echo "agent claude: $PASSES passed, $FAILS failed in $(elapsed)s"
+    echo "agent claude: run time $(elapsed)s"
+    echo "agent claude: $PASSES passed, $FAILS failed"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -95,37 +107,30 @@ start() {
     PORT=$MATCH
 }
 
-# ---------------------------------------------------------------------------------------------------
-# Peers: the test CA, the token MCP server (TLS, IP literal), the fake model.
-
-"$PY" "$E2E/gen_certs.py" "$WORK/certs" || { fail "test CA: gen_certs.py"; exit 1; }
+"$PY" "$E2E/gen_certs.py" "$WORK/certs" >/dev/null || { fail "test CA: gen_certs.py"; exit 1; }
 CERTS="$WORK/certs"
-
-# The real token: random per run, in the MCP server's and fenzi's environments only.
+# The real token: random per run, in the MCP servers' and fenzi's environments only.
 TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))')
-CALLS="$WORK/tool-calls"
-start mcp-server env E2E_REQUIRED_TOKEN="$TOKEN" "$PY" "$E2E/mcp_server.py" \
-    --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$CALLS" \
-    --require-bearer-env E2E_REQUIRED_TOKEN || { fail "MCP server start"; exit 1; }
-MCP_PORT=$PORT
 
-# The model's turns: whoami, delete_everything, then a final answer. Claude Code names MCP tools
-# mcp__<server>__<tool>.
-FINAL="fenzi-e2e: both tool calls came back."
-cat >"$WORK/turns.json" <<EOF
-[
-  {"text": "Asking the MCP server who I am.", "tool_call": {"name": "mcp__e2e__whoami", "arguments": {}}},
-  {"text": "Now the destructive one.", "tool_call": {"name": "mcp__e2e__delete_everything", "arguments": {}}},
-  {"text": "$FINAL"}
-]
-EOF
-MODEL_LOG="$WORK/model.jsonl"
-start model python3 "$ROOT/testdata/agents/fake_model.py" --script "$WORK/turns.json" \
-    --log "$MODEL_LOG" --port 0 || { fail "fake model start"; exit 1; }
-MODEL_PORT=$PORT
-pass "peers: token MCP server https://127.0.0.1:$MCP_PORT/mcp, fake model http://127.0.0.1:$MODEL_PORT"
+# session NAME PROMPT TURNS [LIST]: a fresh token MCP server, fake model (TURNS is its script), project,
+# HOME and audit log under $WORK/NAME, and one `fenzi run --agent claude -- -p PROMPT`. Sets D (the
+# directory), RC (the exit status), MCP_PORT, MODEL_PORT, AUDIT, and writes D/log.txt (`fenzi log`).
+# LIST is the server's `list:` (filter, the default, or all).
+session() {
+    local name=$1 prompt=$2 turns=$3 list=${4:-filter}
+    D="$WORK/$name"
+    mkdir -p "$D/project" "$D/home/.claude" "$D/config" "$D/state" "$D/cache" "$D/data" "$D/tmp"
+    start "$name-mcp" env E2E_REQUIRED_TOKEN="$TOKEN" "$PY" "$E2E/mcp_server.py" \
+        --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$D/tool-calls" \
+        --require-bearer-env E2E_REQUIRED_TOKEN || { fail "[$name] MCP server start"; exit 1; }
+    MCP_PORT=$PORT
+    printf '%s\n' "$turns" >"$D/turns.json"
+    start "$name-model" python3 "$ROOT/testdata/agents/fake_model.py" --script "$D/turns.json" \
+        --log "$D/model.jsonl" --port 0 || { fail "[$name] fake model start"; exit 1; }
+    MODEL_PORT=$PORT
+    info "[$name] token MCP server https://127.0.0.1:$MCP_PORT/mcp, fake model http://127.0.0.1:$MODEL_PORT"
 
-cat >"$PROJECT/fenzi.yaml" <<EOF
+    cat >"$D/project/fenzi.yaml" <<EOF
 version: 1
 hosts:
   - "127.0.0.1:$MODEL_PORT"
@@ -133,199 +138,280 @@ mcp:
   e2e:
     url: https://127.0.0.1:$MCP_PORT/mcp
     token: true
+    list: $list
     tools:
       allow: [echo, whoami]
       deny: [delete_everything]
 EOF
-
-# Claude Code's state for a non-interactive run: onboarding done, the project trusted.
-cat >"$HOMEDIR/.claude.json" <<EOF
+    # Claude Code's state for a non-interactive run: onboarding done, the project trusted.
+    cat >"$D/home/.claude.json" <<EOF
 {
   "hasCompletedOnboarding": true,
   "lastOnboardingVersion": "$CLAUDE_VERSION",
   "numStartups": 1,
   "autoUpdates": false,
-  "projects": {"$PROJECT": {"hasTrustDialogAccepted": true, "allowedTools": []}}
+  "projects": {"$D/project": {"hasTrustDialogAccepted": true, "allowedTools": []}}
 }
 EOF
+    # fenzi gets exactly this environment, nothing inherited from the caller: the real token only as
+    # FENZI_SECRET_MCP_E2E; HOME and XDG_* in the work directory. Claude Code's proxy and CA
+    # variables come from fenzi alone.
+    AUDIT="$D/audit.jsonl"
+    local env=(
+        PATH="$CLAUDE_DIR/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
+        HOME="$D/home" USER=fenzi-e2e TMPDIR="$D/tmp" LANG=C.UTF-8 NO_COLOR=1
+        XDG_CONFIG_HOME="$D/config" XDG_STATE_HOME="$D/state" XDG_CACHE_HOME="$D/cache"
+        XDG_DATA_HOME="$D/data"
+        FENZI_CREDSTORE=memory FENZI_SECRET_MCP_E2E="$TOKEN"
+        ANTHROPIC_BASE_URL="http://127.0.0.1:$MODEL_PORT" ANTHROPIC_API_KEY=sk-ant-fenzi-e2e-fake-model
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1
+        DISABLE_ERROR_REPORTING=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1
+        CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1 CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL=1 MCP_TIMEOUT=30000
+    )
+    # --allowedTools mcp__e2e: Claude Code itself allows every tool of the server without asking
+    # (delete_everything included), so any refusal seen here is fenzi's. (Not the flag that skips all
+    # permission checks: Claude Code refuses it as root.)
+    (cd "$D/project" && timeout 300 env -i "${env[@]}" "$FENZI" run --agent claude --no-machine \
+        --audit "$AUDIT" --upstream-ca "$CERTS/test-ca.pem" -- \
+        -p "$prompt" --output-format json --allowedTools mcp__e2e \
+        </dev/null >"$D/claude.out" 2>"$D/claude.err")
+    RC=$?
+    "$FENZI" log --file "$AUDIT" >"$D/log.txt" 2>"$D/log.err" \
+        || fail "[$name] fenzi log --file $AUDIT: $(cat "$D/log.err")"
+}
 
-# ---------------------------------------------------------------------------------------------------
-# The session. fenzi gets exactly this environment (nothing inherited from the caller, so no proxy or
-# CA variable of ours can help or hide anything): the real token only as FENZI_SECRET_MCP_E2E, HOME
-# and XDG_* in the work directory. Claude Code's proxy and CA variables come from fenzi alone.
+dump_session() { # the evidence, when a check failed
+    info "[$1] Claude's output:"; tail -c 2000 "$D/claude.out" | sed 's/^/       /'; echo
+    info "[$1] fenzi's stderr:"; tail -n 20 "$D/claude.err" | sed 's/^/       /'
+    info "[$1] session log:"; tail -n 20 "${AUDIT%.jsonl}.log" 2>/dev/null | sed 's/^/       /'
+    info "[$1] fenzi log:"; sed 's/^/       /' "$D/log.txt"
+}
 
-AUDIT="$WORK/audit.jsonl"
-SESSION_ENV=(
-    PATH="$CLAUDE_DIR/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
-    HOME="$HOMEDIR"
-    USER=fenzi-e2e
-    TMPDIR="$WORK/tmp"
-    XDG_CONFIG_HOME="$WORK/config"
-    XDG_STATE_HOME="$WORK/state"
-    XDG_CACHE_HOME="$WORK/cache"
-    XDG_DATA_HOME="$WORK/data"
-    LANG=C.UTF-8
-    NO_COLOR=1
-    FENZI_CREDSTORE=memory
-    FENZI_SECRET_MCP_E2E="$TOKEN"
-    ANTHROPIC_BASE_URL="http://127.0.0.1:$MODEL_PORT"
-    ANTHROPIC_API_KEY=sk-ant-fenzi-e2e-fake-model
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
-    DISABLE_AUTOUPDATER=1
-    DISABLE_TELEMETRY=1
-    DISABLE_ERROR_REPORTING=1
-    DISABLE_BUG_COMMAND=1
-    CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1
-    CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1
-    CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL=1
-    MCP_TIMEOUT=30000
-)
-PROMPT="Call the MCP tool whoami, then delete_everything, and tell me what came back."
-# Non-interactive permission: the e2e server's tools are allowed by Claude Code itself (all of them,
-# delete_everything included), so any refusal below is fenzi's.
-(cd "$PROJECT" && timeout 300 env -i "${SESSION_ENV[@]}" "$FENZI" run --agent claude --no-machine \
-    --audit "$AUDIT" --upstream-ca "$CERTS/test-ca.pem" -- \
-    -p "$PROMPT" --output-format json --allowedTools "mcp__e2e" \
-    </dev/null >"$WORK/claude.out" 2>"$WORK/claude.err")
-RC=$?
-if [ "$RC" -eq 0 ]; then
-    pass "fenzi run --agent claude -- -p ... exited 0"
-else
-    fail "fenzi run --agent claude -- -p ... exited $RC (stdout, stderr, session log follow)"
-    tail -c 3000 "$WORK/claude.out" | sed 's/^/    /'
-    tail -n 30 "$WORK/claude.err" | sed 's/^/    /'
-    sed 's/^/    /' "${AUDIT%.jsonl}.log" 2>/dev/null | tail -n 30
-fi
-info "fenzi's status lines: $(grep -E '^(proxy|mcp|secrets|audit)' "$WORK/claude.err" | tr '\n' ';')"
-
-"$FENZI" log --file "$AUDIT" >"$WORK/log.txt" 2>"$WORK/log.err" \
-    || fail "fenzi log --file $AUDIT: $(cat "$WORK/log.err")"
-"$FENZI" log --file "$AUDIT" --json >"$WORK/log.json" 2>/dev/null
-
-# ---------------------------------------------------------------------------------------------------
-# What the model saw (the fake model's log), checked in one place; each finding becomes a line.
-
-"$PY" - "$MODEL_LOG" "$WORK/claude.out" "$FINAL" >"$WORK/model-checks.txt" <<'EOF'
-import json, re, sys
-log, out, final = sys.argv[1:4]
+# model_facts: what the fake model saw (D/model.jsonl) and what Claude printed (D/claude.out), as
+# KEY=VALUE lines (values JSON-encoded) in D/facts, read back by `fact KEY`.
+model_facts() {
+    "$PY" - "$D/model.jsonl" "$D/claude.out" >"$D/facts" <<'EOF'
+import json, sys
+log, out = sys.argv[1:3]
 reqs = [json.loads(l) for l in open(log) if l.strip()]
 turns = [r for r in reqs if r.get("kind") == "messages" and not r.get("side")]
-offered = sorted({t for r in turns for t in (r.get("tools") or []) if t.startswith("mcp__")})
-def say(ok, msg): print(("PASS " if ok else "FAIL ") + msg)
-print("INFO model requests: %d (%d turns, %d side); MCP tools offered: %s" % (
-    len(reqs), len(turns), len(reqs) - len(turns), ", ".join(offered) or "none"))
-say("mcp__e2e__whoami" in offered and "mcp__e2e__echo" in offered,
-    "the model was offered the MCP tools listed through fenzi (IP-literal server, TLS, session CA): "
-    + (", ".join(offered) or "none"))
-say("mcp__e2e__delete_everything" not in offered,
-    "delete_everything was not offered to the model (fenzi filtered tools/list)")
-say("mcp__e2e__add" not in offered, "add (not allowed) was not offered either")
-results = {}
+facts = {
+    "requests": len(reqs),
+    "turns": len(turns),
+    "mcp_tools": sorted({t for r in turns for t in (r.get("tools") or []) if t.startswith("mcp__")}),
+}
 for r in reqs:
     for t in r.get("tool_results") or []:
         if t.get("new"):
-            results.setdefault(t.get("name"), t)
-who = results.get("mcp__e2e__whoami")
-if who is None:
-    say(False, "the model received a whoami result: none in the log")
-else:
-    content = who.get("content", "")
-    print("WHOAMI " + content)
-    say(bool(re.fullmatch(r"Bearer fenzi_ph_[A-Za-z0-9_-]+", content)) and not who.get("is_error"),
-        "whoami came back to the model as `Bearer <placeholder>`: " + re.sub(r"fenzi_ph_\S+", "fenzi_ph_…", content))
-de = results.get("mcp__e2e__delete_everything")
-if de is None:
-    say(False, "the model received a delete_everything result: none in the log")
-else:
-    print("DENIAL " + json.dumps(de.get("content", "")))
-    say(bool(de.get("is_error")) and "everything deleted" not in de.get("content", ""),
-        "the delete_everything call came back to the model as an error (is_error=%s)" % de.get("is_error"))
+            facts.setdefault("result:" + str(t.get("name")), t.get("content", ""))
+            facts.setdefault("is_error:" + str(t.get("name")), bool(t.get("is_error")))
 try:
     res = json.loads(open(out).read())
-    say(res.get("result") == final and not res.get("is_error"),
-        "Claude's JSON result is the scripted final text: %r" % res.get("result"))
+    facts["claude_result"] = res.get("result")
+    facts["claude_is_error"] = bool(res.get("is_error"))
 except Exception as e:
-    say(False, "Claude's output is JSON with a result: %s" % e)
+    facts["claude_result"] = "(no JSON result: %s)" % e
+for k, v in facts.items():
+    print(k + "=" + json.dumps(v))
 EOF
-while IFS= read -r line; do
-    case "$line" in
-        PASS\ *) pass "${line#PASS }" ;;
-        FAIL\ *) fail "${line#FAIL }" ;;
-        INFO\ *) info "${line#INFO }" ;;
-        WHOAMI\ *) WHOAMI=${line#WHOAMI } ;;
-        DENIAL\ *) DENIAL=${line#DENIAL }; info "the denial as the model received it: $DENIAL" ;;
-    esac
-done <"$WORK/model-checks.txt"
-[ -s "$WORK/model-checks.txt" ] || fail "reading the fake model's log ($MODEL_LOG) failed"
+}
+fact() { sed -n "s/^$1=//p" "$D/facts" | head -n 1; }
+unjson() { "$PY" -c 'import json,sys; v=json.loads(sys.argv[1]); print(v if isinstance(v, str) else ", ".join(v))' "$1"; }
 
-# The placeholder whoami returned is the session's own: a 52-character fenzi placeholder, not the token.
-PLACEHOLDER=${WHOAMI#Bearer }
-if [[ "${WHOAMI:-}" == "Bearer "* ]] && [ "${#PLACEHOLDER}" -eq 52 ] && [[ "$PLACEHOLDER" != *"$TOKEN"* ]]; then
-    pass "the bearer the MCP tool result showed is a 52-character placeholder, not the real token"
-else
-    fail "the whoami result: '${WHOAMI:-none}'"
-fi
-
-# The real token: nowhere the agent or the log could leak it.
-for where in "$WORK/claude.out" "$WORK/claude.err" "$MODEL_LOG" "$AUDIT" "$WORK/log.txt" \
-    "${AUDIT%.jsonl}.log"; do
-    [ -e "$where" ] || continue
-    if grep -qF -- "$TOKEN" "$where"; then
-        fail "the real token appears in $(basename "$where")"
-    else
-        pass "the real token is not in $(basename "$where")"
-    fi
-done
-if grep -rqF -- "$TOKEN" "$HOMEDIR" "$PROJECT" "$WORK/tmp" 2>/dev/null; then
-    fail "the real token appears in Claude Code's state: $(grep -rlF -- "$TOKEN" "$HOMEDIR" "$PROJECT" "$WORK/tmp")"
-else
-    pass "the real token is not in Claude Code's state (HOME, project, TMPDIR)"
-fi
-
-# ---------------------------------------------------------------------------------------------------
-# The MCP server and the audit log.
-
-check "the MCP server ran whoami (with the real token: no unauthorized request)" \
-    bash -c "grep -qx whoami '$CALLS' && ! grep -qx unauthorized '$CALLS'"
-check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$CALLS'"
-info "the MCP server's calls: $(tr '\n' ' ' <"$CALLS" 2>/dev/null)"
-
-M="127\.0\.0\.1:$MCP_PORT"
-# expect_line DESCRIPTION REGEX: `fenzi log` has a matching line.
+# expect_line NAME DESCRIPTION REGEX: D/log.txt (`fenzi log`) has a matching line.
 expect_line() {
-    if grep -qE "^[0-9]{2}:[0-9]{2}:[0-9]{2} $2" "$WORK/log.txt"; then
-        pass "fenzi log shows $1"
+    if grep -qE "^[0-9]{2}:[0-9]{2}:[0-9]{2} $3" "$D/log.txt"; then
+        pass "[$1] fenzi log shows $2"
     else
-        fail "fenzi log shows $1: no line matches /$2/"
+        fail "[$1] fenzi log shows $2: no line matches /$3/"
     fi
 }
-expect_line "the MCP server's tunnel (IP literal)" "allowed CONNECT $M$"
-expect_line "tools/list filtered (add and delete_everything hidden)" "filtered POST $M/mcp tools/list hidden:2( |$)"
-expect_line "whoami allowed with the token swapped in" "allowed POST $M/mcp tools/call whoami +secrets:MCP_E2E$"
-expect_line "the model's requests to the fake model" "allowed POST 127\.0\.0\.1:$MODEL_PORT/v1/messages"
-if grep -qE "tools/call delete_everything" "$WORK/log.txt"; then
-    info "delete_everything reached fenzi: $(grep -E 'tools/call delete_everything' "$WORK/log.txt")"
-    expect_line "delete_everything denied" "denied  POST $M/mcp tools/call delete_everything  policy_denied$"
+
+# common_checks NAME [LIST]: what holds for every session (LIST as given to `session`).
+common_checks() {
+    local n=$1 list=${2:-filter} m="127\.0\.0\.1:$MCP_PORT" tools where
+    tools=$(unjson "$(fact mcp_tools)")
+    if [[ ", $tools, " == *", mcp__e2e__echo, "* && ", $tools, " == *", mcp__e2e__whoami, "* ]]; then
+        pass "[$n] the model was offered the MCP tools Claude Code listed through fenzi (IP-literal server, TLS, session CA): $tools"
+    else
+        fail "[$n] the model was offered the MCP tools: got '$tools'"
+    fi
+    if [ "$list" = filter ]; then
+        check "[$n] delete_everything was not offered (fenzi filtered tools/list to the allowed tools)" \
+            test "${tools/mcp__e2e__delete_everything/}" = "$tools"
+        check "[$n] add (not allowed) was not offered" test "${tools/mcp__e2e__add/}" = "$tools"
+        expect_line "$n" "tools/list filtered (add and delete_everything hidden)" "filtered POST $m/mcp tools/list hidden:2( |$)"
+    else
+        check "[$n] with list: all, delete_everything and add were offered as the server lists them" \
+            test "$tools" = "mcp__e2e__add, mcp__e2e__delete_everything, mcp__e2e__echo, mcp__e2e__whoami"
+        check "[$n] with list: all, fenzi log shows no filtered list" bash -c "! grep -q ' filtered ' '$D/log.txt'"
+    fi
+    expect_line "$n" "the tunnel to the IP-literal MCP server" "allowed CONNECT $m$"
+    expect_line "$n" "the MCP handshake with the token swapped in" "allowed POST $m/mcp initialize secrets:MCP_E2E$"
+    expect_line "$n" "the model requests" "allowed POST 127\.0\.0\.1:$MODEL_PORT/v1/messages$"
+    check "[$n] the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$D/tool-calls'"
+    check "[$n] the MCP server refused nothing (every request fenzi forwarded had the real token)" \
+        bash -c "! grep -qx unauthorized '$D/tool-calls'"
+    if grep -qE "client TLS handshake|UnknownCA|BadCertificate" "$D/log.txt" "$AUDIT"; then
+        fail "[$n] a client TLS failure in the audit log: $(grep -hE 'client TLS handshake|UnknownCA' "$D/log.txt" | head -n 3)"
+    else
+        pass "[$n] no client TLS failure in the audit log (Claude Code trusted the session CA for 127.0.0.1)"
+    fi
+    if grep -E '^[0-9:]{8} denied ' "$D/log.txt" | grep -vqE "127\.0\.0\.1:($MCP_PORT|$MODEL_PORT)/"; then
+        fail "[$n] Claude Code tried to reach something outside the policy: $(grep -E '^[0-9:]{8} denied ' "$D/log.txt" | grep -vE "127\.0\.0\.1:($MCP_PORT|$MODEL_PORT)/" | head -n 5)"
+    else
+        pass "[$n] Claude Code tried no host outside the policy (no other traffic)"
+    fi
+    for where in "$D/claude.out" "$D/claude.err" "$D/model.jsonl" "$AUDIT" "$D/log.txt" "${AUDIT%.jsonl}.log"; do
+        [ -e "$where" ] || continue
+        if grep -qF -- "$TOKEN" "$where"; then
+            fail "[$n] the real token appears in $(basename "$where")"
+        else
+            pass "[$n] the real token is not in $(basename "$where")"
+        fi
+    done
+    if grep -rqF -- "$TOKEN" "$D/home" "$D/project" "$D/tmp" "$D/cache" "$D/config" "$D/data" 2>/dev/null; then
+        fail "[$n] the real token is in Claude Code's files: $(grep -rlF -- "$TOKEN" "$D/home" "$D/project" "$D/tmp")"
+    else
+        pass "[$n] the real token is not in Claude Code's files (HOME, project, TMPDIR, XDG dirs)"
+    fi
+    check "[$n] fenzi log --verify passes" bash -c "'$FENZI' log --file '$AUDIT' --verify >/dev/null"
+    info "[$n] model requests: $(fact requests) ($(fact turns) turns); MCP server calls: $(tr '\n' ' ' <"$D/tool-calls" 2>/dev/null)"
+    info "[$n] fenzi log: $(wc -l <"$D/log.txt") lines, $(grep -cE '^[0-9:]{8} denied ' "$D/log.txt") denied"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Sessions "deny" (the default list: filter) and "listed" (list: all, so Claude Code is offered
+# delete_everything and sends the call, for fenzi to refuse): delete_everything, echo, a final answer.
+
+ECHO_TEXT="hello from claude through fenzi"
+FINAL="fenzi-e2e: delete_everything was refused and echo answered."
+DENY_TURNS="[
+  {\"text\": \"Trying the destructive tool.\", \"tool_call\": {\"name\": \"mcp__e2e__delete_everything\", \"arguments\": {}}},
+  {\"text\": \"Now echo.\", \"tool_call\": {\"name\": \"mcp__e2e__echo\", \"arguments\": {\"text\": \"$ECHO_TEXT\"}}},
+  {\"text\": \"$FINAL\"}
+]"
+DENY_PROMPT="Call the MCP tool delete_everything, then echo, and tell me what came back."
+
+# deny_checks NAME LIST: the checks of a delete_everything, echo, answer session.
+deny_checks() {
+    local n=$1 list=$2 m="127\.0\.0\.1:$MCP_PORT" denial echoed
+    if [ "$RC" -eq 0 ]; then
+        pass "[$n] fenzi run --agent claude -- -p ... exited 0"
+    else
+        fail "[$n] fenzi run --agent claude -- -p ... exited $RC"
+        dump_session "$n"
+    fi
+    denial=$(unjson "$(fact 'result:mcp__e2e__delete_everything')" 2>/dev/null)
+    info "[$n] the denial as Claude Code gave it to the model: $denial"
+    if [ "$(fact 'is_error:mcp__e2e__delete_everything')" = true ] && [ -n "$denial" ] \
+        && [[ "$denial" != *"everything deleted"* ]]; then
+        pass "[$n] the delete_everything call came back to the model as an error"
+    else
+        fail "[$n] the delete_everything call came back as an error: is_error=$(fact 'is_error:mcp__e2e__delete_everything') content='$denial'"
+    fi
+    if [ "$list" = all ]; then
+        expect_line "$n" "delete_everything denied by fenzi" \
+            "denied  POST $m/mcp tools/call delete_everything  policy_denied$"
+        check "[$n] the error the model got is fenzi's policy_denied" \
+            bash -c '[[ "$1" == *policy_denied* || "$1" == *"is denied"* ]]' _ "$denial"
+    else
+        check "[$n] delete_everything never reached fenzi (Claude Code refused a tool it was not offered)" \
+            bash -c "! grep -q 'tools/call delete_everything' '$D/log.txt'"
+        check "[$n] fenzi log shows no denial at all" bash -c "! grep -qE '^[0-9:]{8} denied ' '$D/log.txt'"
+    fi
+    echoed=$(unjson "$(fact 'result:mcp__e2e__echo')" 2>/dev/null)
+    if [[ "$echoed" == *"$ECHO_TEXT"* ]] && [ "$(fact 'is_error:mcp__e2e__echo')" = false ]; then
+        pass "[$n] the echo call after it came back to the model: $echoed"
+    else
+        fail "[$n] the echo call came back to the model: is_error=$(fact 'is_error:mcp__e2e__echo') content='$echoed'"
+    fi
+    check "[$n] Claude's JSON result is the scripted final answer" \
+        test "$(fact claude_result)" = "$("$PY" -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$FINAL")"
+    check "[$n] the MCP server ran echo" grep -qx echo "$D/tool-calls"
+    expect_line "$n" "echo allowed with the token swapped in" "allowed POST $m/mcp tools/call echo secrets:MCP_E2E$"
+    common_checks "$n" "$list"
+}
+
+section "session deny: delete_everything (hidden), echo, answer"
+session deny "$DENY_PROMPT" "$DENY_TURNS"
+model_facts
+deny_checks deny filter
+
+section "session listed (list: all): delete_everything (offered, refused by fenzi), echo, answer"
+session listed "$DENY_PROMPT" "$DENY_TURNS" all
+model_facts
+deny_checks listed all
+
+# ---------------------------------------------------------------------------------------------------
+# Session "token": whoami; its answer holds the placeholder, which may not go on to the model's host.
+
+section "session token: whoami (the placeholder in the conversation), delete_everything, answer"
+session token "Call the MCP tool whoami, then delete_everything, and tell me what came back." '[
+  {"text": "Asking the MCP server who I am.", "tool_call": {"name": "mcp__e2e__whoami", "arguments": {}}},
+  {"text": "Now the destructive one.", "tool_call": {"name": "mcp__e2e__delete_everything", "arguments": {}}},
+  {"text": "fenzi-e2e: should never be reached."}
+]'
+model_facts
+check "[token] the MCP server ran whoami" grep -qx whoami "$D/tool-calls"
+expect_line token "whoami allowed with the token swapped in" \
+    "allowed POST 127\.0\.0\.1:$MCP_PORT/mcp tools/call whoami secrets:MCP_E2E$"
+# What Claude Code got back from whoami, from its own transcript (the model was never sent it).
+WHOAMI=$("$PY" - "$D/home/.claude/projects" <<'EOF'
+import glob, json, os, sys
+ids = {}
+for path in glob.glob(os.path.join(sys.argv[1], "*", "*.jsonl")):
+    for line in open(path):
+        rec = json.loads(line)
+        content = (rec.get("message") or {}).get("content")
+        for b in content if isinstance(content, list) else []:
+            if b.get("type") == "tool_use" and b.get("name") == "mcp__e2e__whoami":
+                ids[b["id"]] = True
+            if b.get("type") == "tool_result" and b.get("tool_use_id") in ids:
+                c = b.get("content")
+                if isinstance(c, list):
+                    c = "\n".join(x.get("text", "") for x in c if isinstance(x, dict))
+                try:  # the SDK's structured result, {"result": "..."}
+                    c = json.loads(c).get("result", c)
+                except Exception:
+                    pass
+                print(c)
+                sys.exit(0)
+EOF
+)
+PLACEHOLDER=${WHOAMI#Bearer }
+if [[ "$WHOAMI" =~ ^Bearer\ fenzi_ph_[A-Za-z0-9_-]+$ ]] && [ "${#PLACEHOLDER}" -eq 52 ] \
+    && [[ "$WHOAMI" != *"$TOKEN"* ]]; then
+    pass "[token] whoami came back to Claude Code as \`Bearer <placeholder>\` (52 characters), not the real token"
 else
-    info "delete_everything never reached fenzi (Claude Code refused a tool it was not offered)"
+    fail "[token] whoami's result in Claude Code's transcript: '${WHOAMI:-none}'"
 fi
-if grep -qE "client TLS handshake" "$WORK/log.txt"; then
-    fail "a client TLS failure in the audit log: $(grep -E 'client TLS handshake' "$WORK/log.txt" | head -n 3)"
+expect_line token "the next model request, carrying the placeholder, refused" \
+    "denied  POST 127\.0\.0\.1:$MODEL_PORT/v1/messages secrets:MCP_E2E  credential_endpoint_mismatch$"
+if [ -n "$PLACEHOLDER" ] && ! grep -qF -- "$PLACEHOLDER" "$D/model.jsonl" && ! grep -q 'fenzi_ph_' "$D/model.jsonl" \
+    && [ "$(fact turns)" = 1 ]; then
+    pass "[token] the model never received the placeholder (one turn, no whoami result in its log)"
 else
-    pass "no client TLS handshake failure in the audit log (Claude Code trusted the session CA)"
+    fail "[token] the model received the placeholder, or more than one turn ($(fact turns))"
 fi
-DENIED=$(grep -cE '^[0-9:]{8} denied ' "$WORK/log.txt")
-info "audit log: $(wc -l <"$AUDIT") records, $DENIED denied"
-grep -E '^[0-9:]{8} (denied|failed)' "$WORK/log.txt" | head -n 10 | sed 's/^/       /'
-check "fenzi log --verify passes" bash -c "'$FENZI' log --file '$AUDIT' --verify >/dev/null"
+RESULT=$(unjson "$(fact claude_result)" 2>/dev/null)
+if [ "$RC" -ne 0 ] && [ "$(fact claude_is_error)" = true ] \
+    && [[ "$RESULT" == *"placeholder of secret MCP_E2E"*"is bound only to 127.0.0.1:$MCP_PORT"* ]]; then
+    pass "[token] Claude Code stopped (exit $RC) with fenzi's refusal as its result: $RESULT"
+else
+    fail "[token] Claude Code's exit $RC and result: $RESULT"
+    dump_session token
+fi
+common_checks token
+
+# ---------------------------------------------------------------------------------------------------
 
 # Nothing here turns TLS verification off (the names are split so this check does not find itself).
-TRUST_OFF='NODE_TLS_''REJECT_UNAUTHORIZED|GIT_SSL_''NO_VERIFY|PYTHONHTTPS''VERIFY|--in''secure|verify''=False|rejectUn''authorized'
+TRUST_OFF='NODE_TLS_''REJECT_UNAUTHORIZED|GIT_SSL_''NO_VERIFY|PYTHONHTTPS''VERIFY|--in''secure|verify''=False|rejectUn''authorized|--dangerously''-skip'
 if grep -qE -- "$TRUST_OFF" "$0"; then
-    fail "this script disables TLS verification somewhere: $(grep -nE -- "$TRUST_OFF" "$0")"
+    fail "this script turns verification off somewhere: $(grep -nE -- "$TRUST_OFF" "$0" | head -n 3)"
 else
-    pass "no trust-disabling variable or flag in this script (fenzi's environment is exactly SESSION_ENV)"
+    pass "no trust-disabling variable or flag in this script, and fenzi runs with exactly the environment it sets (env -i)"
 fi
 
-info "run time: $(elapsed)s"
 [ "$FAILS" -eq 0 ]
