@@ -15,6 +15,12 @@ cargo_target_dir() {
         | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p'
 }
 
+# agent_cache_dir: where the agent tests install the agents from npm, kept between runs and clones
+# (FENZI_AGENT_CACHE, else $XDG_CACHE_HOME/fenzi/agents, else ~/.cache/fenzi/agents).
+agent_cache_dir() {
+    echo "${FENZI_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fenzi/agents}"
+}
+
 pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
 fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
 skip() { echo "SKIP $*"; SKIPS=$((SKIPS + 1)); }

@@ -31,7 +31,7 @@
 # `agent claude: N passed, M failed`; exits 1 on any failure.
 #
 # Usage: scripts/e2e/agent_claude.sh   (builds fenzi unless FENZI=/path/to/fenzi is given)
-#   FENZI_AGENT_CACHE=DIR  where Claude Code is installed from npm (DIR/claude; default .work/agents)
+#   FENZI_AGENT_CACHE=DIR  where Claude Code is installed from npm (DIR/claude; default ~/.cache/fenzi/agents, see lib.sh)
 #   E2E_KEEP=1             keep the work directory even when everything passed
 set -uo pipefail
 
@@ -41,10 +41,10 @@ cd "$ROOT"
 
 # The Claude Code version this test was verified with.
 CLAUDE_VERSION=2.1.197
-CLAUDE_DIR="${FENZI_AGENT_CACHE:-$ROOT/.work/agents}/claude"
 
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
+CLAUDE_DIR="$(agent_cache_dir)/claude"
 
 elapsed() { # seconds since the start, to the millisecond
     local ms=$(( ($(date +%s%N) - START_NS) / 1000000 ))
