@@ -38,7 +38,6 @@ CODEX_VERSION=0.171.0
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 unset HTTP_PROXY http_proxy HTTPS_PROXY https_proxy ALL_PROXY all_proxy NO_PROXY no_proxy
-unset SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS
 export NO_COLOR=1
 
 # shellcheck source=../lib.sh
@@ -69,6 +68,9 @@ if [ "$(codex_installed)" != "$CODEX_VERSION" ]; then
         "@openai/codex@$CODEX_VERSION" >/dev/null \
         || { echo "FAIL setup: npm install @openai/codex@$CODEX_VERSION"; exit 1; }
 fi
+# The machine's trust settings were for npm (a registry may sit behind the machine's own CA); from
+# here on nothing reaches the network but through fenzi, which sets the agent's trust itself.
+unset SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS
 CODEX_BIN="$CODEX_DIR/node_modules/.bin"
 CODEX_SAYS=$("$CODEX_BIN/codex" --version 2>/dev/null | tail -n 1)
 
