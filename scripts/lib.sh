@@ -57,6 +57,19 @@ wait_first_line() {
     return 1
 }
 
+# start NAME CMD...: runs CMD in the background (stdout/stderr in $WORK/NAME.{out,err}), waits for its
+# first stdout line `listening on 127.0.0.1:PORT` and sets PORT
+# (and NAME_PID, dashes as underscores). Returns 1 if it exits or never listens.
+start() {
+    local name=$1; shift
+    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    local pid=$!
+    PIDS+=("$pid")
+    eval "${name//-/_}_PID=$pid"
+    wait_first_line "$WORK/$name.out" '^listening on 127\.0\.0\.1:([0-9]+)$' "$pid" || return 1
+    PORT=$MATCH
+}
+
 # stop_pids [SECONDS]: SIGTERM to every process in PIDS, then SIGKILL to any still running after
 # SECONDS (default 5), and reaps them all.
 stop_pids() {

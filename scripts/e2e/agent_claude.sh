@@ -96,16 +96,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start NAME CMD...: CMD in the background (stdout/stderr in $WORK/NAME.{out,err}); waits for its
-# first line `listening on 127.0.0.1:PORT` and sets PORT.
-start() {
-    local name=$1; shift
-    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    local pid=$!
-    PIDS+=("$pid")
-    wait_first_line "$WORK/$name.out" '^listening on 127\.0\.0\.1:([0-9]+)$' "$pid" || return 1
-    PORT=$MATCH
-}
 
 "$PY" "$E2E/gen_certs.py" "$WORK/certs" >/dev/null || { fail "test CA: gen_certs.py"; exit 1; }
 CERTS="$WORK/certs"

@@ -94,16 +94,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start NAME CMD...: CMD in the background ($WORK/NAME.{out,err}); waits for `listening on
-# 127.0.0.1:PORT` and sets PORT.
-start() {
-    local name=$1; shift
-    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    local pid=$!
-    PIDS+=("$pid")
-    wait_first_line "$WORK/$name.out" '^listening on 127\.0\.0\.1:([0-9]+)$' "$pid" || return 1
-    PORT=$MATCH
-}
 
 if [ "$OPENCODE_SAYS" = "$OPENCODE_VERSION" ]; then
     pass "OpenCode installed from npm: opencode $OPENCODE_SAYS ($OPENCODE_DIR)"

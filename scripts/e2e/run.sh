@@ -59,17 +59,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 
-# start NAME CMD...: runs CMD in the background (stdout/stderr in $WORK/NAME.{out,err}), waits for its
-# first stdout line `listening on 127.0.0.1:PORT` and sets PORT. Returns 1 if it exits or never listens.
-start() {
-    local name=$1; shift
-    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    local pid=$!
-    PIDS+=("$pid")
-    eval "${name//-/_}_PID=$pid"
-    wait_first_line "$WORK/$name.out" '^listening on 127\.0\.0\.1:([0-9]+)$' "$pid" || return 1
-    PORT=$MATCH
-}
 
 # run_client LABEL OUT ARGS...: the SDK client (mcp_client.py ARGS) through $PROXY trusting $CA_PEM,
 # its output in $WORK/OUT.{out,err}; each of its PASS/FAIL lines becomes one of ours, prefixed by
