@@ -27,6 +27,16 @@ pub struct LockFiles {
     pub machine: Option<PathBuf>,
 }
 
+impl LockFiles {
+    /// The lock of the file a server was declared in.
+    pub fn for_origin(&self, origin: Origin) -> Option<&PathBuf> {
+        match origin {
+            Origin::Project => self.project.as_ref(),
+            Origin::Machine => self.machine.as_ref(),
+        }
+    }
+}
+
 struct LockSlot {
     path: PathBuf,
     /// The whole file as this session knows it; held while it is written.
@@ -52,10 +62,7 @@ impl Inventories {
         for server in policy.servers() {
             let mut lock_slot = None;
             if server.rule.pin {
-                let path = match server.origin {
-                    Origin::Project => files.project.clone(),
-                    Origin::Machine => files.machine.clone(),
-                };
+                let path = files.for_origin(server.origin).cloned();
                 match path {
                     Some(path) => {
                         let slot = match slots.get(&server.origin) {

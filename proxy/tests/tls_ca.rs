@@ -50,6 +50,16 @@ fn describe(name: &GeneralName<'_>) -> String {
     }
 }
 
+/// The permitted subtrees of a CA's name constraints, as `describe` shows them.
+fn permitted_subtrees(nc: &x509_parser::extensions::NameConstraints<'_>) -> Vec<String> {
+    nc.permitted_subtrees
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|s| describe(&s.base))
+        .collect()
+}
+
 #[test]
 fn ca_certificate_is_a_short_lived_path_length_zero_name_constrained_ca() {
     let ca = ca(&[
@@ -72,14 +82,7 @@ fn ca_certificate_is_a_short_lived_path_length_zero_name_constrained_ca() {
 
     let nc = cert.name_constraints().unwrap().unwrap();
     assert!(nc.critical);
-    let permitted: Vec<String> = nc
-        .value
-        .permitted_subtrees
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|s| describe(&s.base))
-        .collect();
+    let permitted = permitted_subtrees(nc.value);
     // Names only: Node's TLS stack refuses a CA with iPAddress constraints, so IP literals are not
     // constrained (SECURITY.md, "The session CA").
     assert_eq!(permitted, ["dns:mcp.example.com", "dns:.example.org"]);
@@ -88,15 +91,7 @@ fn ca_certificate_is_a_short_lived_path_length_zero_name_constrained_ca() {
     let only_ips = self::ca(&["10.0.0.5:8443"]);
     let (_, cert) = X509Certificate::from_der(only_ips.cert_der()).unwrap();
     let nc = cert.name_constraints().unwrap().unwrap();
-    let permitted: Vec<String> = nc
-        .value
-        .permitted_subtrees
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|s| describe(&s.base))
-        .collect();
-    assert_eq!(permitted, ["dns:invalid"]);
+    assert_eq!(permitted_subtrees(nc.value), ["dns:invalid"]);
 
     let validity = cert.validity();
     let lifetime = validity.not_after.timestamp() - validity.not_before.timestamp();

@@ -114,15 +114,13 @@ fn pinned_inventories(cfg: &Config, files: &PolicyArgs) -> (cases::Inventories, 
     let mut problems = Vec::new();
     let mut read: Vec<(Origin, Result<Lock, String>)> = Vec::new();
     for server in cfg.mcp.iter().filter(|s| s.surface.pin) {
-        let path = match server.origin {
-            Origin::Project => locks.project.clone(),
-            Origin::Machine => locks.machine.clone(),
+        let Some(path) = locks.for_origin(server.origin) else {
+            continue;
         };
-        let Some(path) = path else { continue };
         let lock = match read.iter().find(|(o, _)| *o == server.origin) {
             Some((_, lock)) => lock.clone(),
             None => {
-                let lock = read_lock(&path).map_err(|e| e.to_string());
+                let lock = read_lock(path).map_err(|e| e.to_string());
                 read.push((server.origin, lock.clone()));
                 lock
             }

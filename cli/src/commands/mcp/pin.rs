@@ -12,7 +12,7 @@
 use crate::config_files::PolicyArgs;
 use crate::session::{self, upstream_roots};
 use anyhow::{Context, Result, anyhow, bail};
-use fenzi_policy::config::{Origin, ServerKind};
+use fenzi_policy::config::ServerKind;
 use fenzi_policy::engine::Policy;
 use fenzi_policy::json_text;
 use fenzi_policy::pins::{self, FieldDiff, PinnedTool, ServerPins, ToolDiff};
@@ -83,11 +83,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let locks = args.policy.lock_files();
-    let lock_path = match entry.origin {
-        Origin::Project => locks.project,
-        Origin::Machine => locks.machine,
-    }
-    .ok_or_else(|| anyhow!("no lock file for the file that declares {}", entry.name))?;
+    let lock_path = locks
+        .for_origin(entry.origin)
+        .cloned()
+        .ok_or_else(|| anyhow!("no lock file for the file that declares {}", entry.name))?;
     // Read first: a broken lock is reported before the server is asked anything.
     let mut lock = read_lock(&lock_path)?;
     let extra_roots = upstream_roots(&args.upstream_ca)?;
