@@ -350,6 +350,61 @@ fn environment_is_exactly_the_specs() {
 }
 
 #[test]
+fn an_overlay_shows_its_source_read_only_and_leaves_the_target_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("settings.toml");
+    let source = dir.path().join("session-settings.toml");
+    std::fs::write(&target, "the user's own\n").unwrap();
+    std::fs::write(&source, "the session's\n").unwrap();
+    let script = format!(
+        "import errno, os\n\
+         t = {target:?}\n\
+         print(open(t).read().strip())\n\
+         for what, act in [('write', lambda: open(t, 'w').write('x')),\n\
+                           ('unlink', lambda: os.unlink(t)),\n\
+                           ('rename', lambda: os.rename(t, t + '.moved')),\n\
+                           ('replace', lambda: (open(t + '.new', 'w').write('x'), os.replace(t + '.new', t)))]:\n\
+         \x20   try:\n\
+         \x20       act(); print(what, 'OK')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(what, errno.errorcode[e.errno])\n",
+        target = target.to_str().unwrap()
+    );
+    let Some(out) = run("overlay", python_spec(&script).overlay(&source, &target)) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            "the session's",
+            "write EROFS",
+            "unlink EBUSY",
+            "rename EBUSY",
+            "replace EBUSY"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "the user's own\n"
+    );
+    assert_eq!(std::fs::read_to_string(&source).unwrap(), "the session's\n");
+}
+
+#[test]
+fn an_overlay_onto_a_missing_file_is_refused_before_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::write(&source, "x").unwrap();
+    let missing = dir.path().join("missing");
+    match Session::start(spec("true", &[]).overlay(&source, &missing)) {
+        Err(err) if err.namespaces_unavailable() => skip("overlay-missing", &err),
+        Err(err) => assert!(err.to_string().contains("missing"), "{err}"),
+        Ok(_) => panic!("an overlay onto a missing file started"),
+    }
+}
+
+#[test]
 fn working_directory_is_the_specs() {
     let dir = tempfile::tempdir().unwrap();
     let Some(out) = run("cwd", spec("pwd", &[]).cwd(dir.path())) else {

@@ -12,15 +12,13 @@
 # `SERVER__TOOL`) and `use_tool` (`{"tool_name": "e2e__echo", "tool_input": {...}}`). So what the
 # model is "offered" is what search_tool answers.
 #
-# The handover: fenzi gives Grok the policy's servers as GROK_CONFIG_PATH=<session>/grok.toml. Grok
-# Build 1.0.41 reads that file only as a restricted overlay (`models`, `features`, parts of `toolset`
-# and `shell_environment_policy`) and drops `mcp_servers` from it (upstream
-# xai-grok-config/src/config_override.rs, OVERLAY_ALLOW_PATHS), so under `fenzi run --agent grok`
-# alone Grok has no MCP server at all. Check 0 tests exactly that (`grok mcp list --json` inside
-# `fenzi run --agent grok`) and fails while it is so. The sessions below then give Grok the same
-# servers the way Grok does read them: `fenzi mcp render --agent grok` (fenzi's rendering, with
-# `${MCP_E2E}` references that Grok expands to the sandbox's placeholder) appended to the hermetic
-# $HOME/.grok/config.toml. Everything else is what `fenzi run --agent grok` does.
+# The handover: Grok reads MCP servers only from its own settings files (a GROK_CONFIG_PATH overlay
+# may not add any), so `fenzi run --agent grok` shows Grok, inside the sandbox, a session copy of
+# $HOME/.grok/config.toml: the user's settings with the policy's servers in place of the file's own
+# `mcp_servers`. Check 0 runs `grok mcp list --json` inside `fenzi run --agent grok` with a config
+# that names a server of its own (`mine`): Grok must list e2e and only e2e, and the user's file must
+# be byte for byte what it was. The sessions below run the same way: the config names only the fake
+# model, and the servers come from fenzi.
 #
 # Three sessions, each with its own fake model, turn script and audit log:
 #
@@ -163,9 +161,10 @@ ${3:+    $3
 EOF
 }
 
-# grok_config MODEL_PORT [POLICY]: $HOME/.grok/config.toml: the fake model as the default model,
-# nothing that would go online (updates, telemetry, model-catalog fetches), and, with POLICY, the
-# policy's servers as `fenzi mcp render --agent grok` prints them (see the handover above).
+# grok_config MODEL_PORT [OWN_SERVER]: the user's $HOME/.grok/config.toml: the fake model as the
+# default model, nothing that would go online (updates, telemetry, model-catalog fetches), and with
+# OWN_SERVER a server of the user's own (`mine`), which fenzi leaves out for its sessions. Records
+# its SHA-256 in GROK_CONFIG_SHA.
 grok_config() {
     cat >"$H/.grok/config.toml" <<EOF
 [cli]
@@ -191,10 +190,19 @@ max_completion_tokens = 4096
 max_retries = 0
 EOF
     if [ -n "${2:-}" ]; then
-        echo >>"$H/.grok/config.toml"
-        "$FENZI" mcp render --agent grok --config "$2" >>"$H/.grok/config.toml" 2>"$WORK/render.err" \
-            || { fail "fenzi mcp render --agent grok: $(cat "$WORK/render.err")"; return 1; }
+        cat >>"$H/.grok/config.toml" <<EOF
+
+# the user's own server: not in the policy, so not given to Grok under fenzi
+[mcp_servers.mine]
+url = "https://mine.invalid/mcp"
+EOF
     fi
+    GROK_CONFIG_SHA=$(sha256sum "$H/.grok/config.toml")
+}
+# grok_config_kept NAME: the user's config.toml is what grok_config wrote.
+grok_config_kept() {
+    check "[$1] the user's ~/.grok/config.toml is byte for byte as it was" \
+        test "$(sha256sum "$H/.grok/config.toml")" = "$GROK_CONFIG_SHA"
 }
 
 # fenzi_grok NAME POLICY ARGS...: `fenzi run --agent grok -- ARGS` in $PROJECT with exactly
@@ -220,7 +228,7 @@ session() {
     MODEL_PORT=$PORT
     touch "$WORK/$name.model.jsonl"
     policy "$PROJECT/$name.yaml" "$MODEL_PORT" "$extra"
-    grok_config "$MODEL_PORT" "$PROJECT/$name.yaml"
+    grok_config "$MODEL_PORT"
     # --always-approve: Grok itself runs every tool call without asking (delete_everything
     # included), so any refusal seen here is fenzi's (or, for a tool fenzi hid, Grok's "not found").
     fenzi_grok "$name" "$PROJECT/$name.yaml" \
@@ -282,13 +290,13 @@ except Exception as e:
 }
 
 # ---------------------------------------------------------------------------------------------------
-section "0 handover: does Grok get the policy's servers from fenzi (GROK_CONFIG_PATH)?"
+section "0 handover: Grok gets the policy's servers, and only those, in place of its own"
 
 F0=$FAILS
 start handover-model "$PY" "$FIX/fake_model_grok.py" --log "$WORK/handover.model.jsonl" --port 0 \
     || fail "[handover] fake model start"
 policy "$PROJECT/handover.yaml" "$PORT"
-grok_config "$PORT" # the model only: the servers are to come from fenzi
+grok_config "$PORT" own-server
 fenzi_grok handover "$PROJECT/handover.yaml" mcp list --json
 LISTED=$("$PY" -c '
 import json, sys
@@ -298,10 +306,13 @@ except Exception as e:
     print("(not JSON: %s)" % e)
 ' "$WORK/handover.out")
 if [ "$RC" -eq 0 ] && [ "$LISTED" = e2e ]; then
-    pass "[handover] \`grok mcp list\` in \`fenzi run --agent grok\` shows the policy's server e2e"
+    pass "[handover] \`grok mcp list\` in \`fenzi run --agent grok\` shows the policy's server e2e and not the user's own"
 else
-    fail "[handover] \`grok mcp list\` in \`fenzi run --agent grok\` shows '${LISTED:-nothing}' (exit $RC), expected e2e: Grok $GROK_VERSION drops \`mcp_servers\` from a GROK_CONFIG_PATH overlay"
+    fail "[handover] \`grok mcp list\` in \`fenzi run --agent grok\` shows '${LISTED:-nothing}' (exit $RC), expected e2e alone"
 fi
+check "[handover] fenzi said it left the user's server out" \
+    grep -q "Grok's own MCP servers in $H/.grok/config.toml are left out for this session: mine" "$WORK/handover.err"
+grok_config_kept handover
 [ "$FAILS" -eq "$F0" ] || on_failure handover
 
 # ---------------------------------------------------------------------------------------------------
@@ -309,6 +320,7 @@ section "1 filtered: echo allowed, delete_everything not even found"
 
 F0=$FAILS
 session filtered "$FIX/turns-filtered.json"
+grok_config_kept filtered
 check "[filtered] Grok exited 0" test "$RC" -eq 0
 check "[filtered] Grok played the whole script (final text \`finished\`)" \
     test "$(final_text filtered)" = finished
@@ -336,6 +348,7 @@ section "2 whoami: the real token goes up, the placeholder comes back, and stays
 
 F0=$FAILS
 session whoami "$FIX/turns-whoami.json"
+grok_config_kept whoami
 # What Grok got back from whoami: its own session files hold the tool result (the model was never
 # sent it).
 WHOAMI=$(grep -rhoE 'Bearer fenzi_ph_[A-Za-z0-9_-]+|Bearer e2e-real-[A-Za-z0-9_-]+' "$H/.grok/sessions" 2>/dev/null \
@@ -386,6 +399,7 @@ section "3 list-all: delete_everything found and called, fenzi denies it"
 
 F0=$FAILS
 session list-all "$FIX/turns-list-all.json" "list: all"
+grok_config_kept list-all
 check "[list-all] Grok exited 0" test "$RC" -eq 0
 check "[list-all] Grok played the whole script (final text \`finished\`)" \
     test "$(final_text list-all)" = finished

@@ -76,7 +76,8 @@ fn file_rights(rights: u64) -> u64 {
 /// `remount_flags`.
 #[derive(Debug)]
 pub(crate) struct BindMount {
-    /// What is mounted: the path itself, or (for `/etc/resolv.conf`) another file.
+    /// What is mounted: the path itself, or (for a file overlay such as `/etc/resolv.conf`)
+    /// another file.
     pub source: CString,
     pub path: CString,
     /// `MS_BIND`, recursive for an ancestor (the mounts beneath it stay visible) and not for a
@@ -118,19 +119,28 @@ pub(crate) fn bind_mounts(governing: &[PathBuf]) -> Result<Vec<BindMount>, Sandb
 /// The read-only mount of `resolv_conf` over `/etc/resolv.conf`, so that names resolve through the
 /// sandbox's DNS stub; none when the system has no `/etc/resolv.conf` (nothing would read it).
 pub(crate) fn resolv_conf_mount(resolv_conf: &Path) -> Result<Option<BindMount>, SandboxError> {
-    let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") else {
+    if std::fs::canonicalize("/etc/resolv.conf").is_err() {
         return Ok(None);
-    };
-    let source = c_path(&resolve(resolv_conf)?)?;
+    }
+    file_overlay(resolv_conf, Path::new("/etc/resolv.conf")).map(Some)
+}
+
+/// The read-only mount of the file `source` over the file `target`, which must exist: inside the
+/// sandbox `target` reads as `source`, cannot be written, and (a mount point) cannot be removed or
+/// replaced by a rename. Both are resolved (symlinks followed) first.
+pub(crate) fn file_overlay(source: &Path, target: &Path) -> Result<BindMount, SandboxError> {
+    let source = c_path(&resolve(source)?)?;
+    let target = c_path(&resolve(target)?)?;
+    // The new mount is a bind of the source's mount, so it carries that mount's locked flags.
     let locked = sys::locked_mount_flags(&source).map_err(|errno| {
         protect_error(format!("cannot read the mount flags of {source:?}"), errno)
     })?;
-    Ok(Some(BindMount {
+    Ok(BindMount {
         source,
-        path: c_path(&target)?,
+        path: target,
         bind_flags: libc::MS_BIND,
         remount_flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | locked,
-    }))
+    })
 }
 
 /// Which paths to bind, writable ancestors first (shortest first, so an outer bind never hides an

@@ -54,6 +54,10 @@ pub struct SandboxSpec {
     pub read_only: Vec<PathBuf>,
     /// Where the command may write (a Landlock allowlist); `None` leaves writes unrestricted.
     pub writable: Option<Vec<PathBuf>>,
+    /// Files shown in place of others, `(source, target)`: inside, `target` (which must exist)
+    /// reads as `source` and is read-only. How an agent that reads its settings from one fixed
+    /// file gets the session's version of it while the user's file stays as it is.
+    pub overlays: Vec<(PathBuf, PathBuf)>,
     /// Catching connections of programs that ignore the proxy variables; `None`: no such listeners.
     pub transparent: Option<TransparentSpec>,
 }
@@ -96,6 +100,7 @@ impl std::fmt::Debug for SandboxSpec {
             .field("stderr", &self.stderr)
             .field("read_only", &self.read_only)
             .field("writable", &self.writable)
+            .field("overlays", &self.overlays)
             .field("transparent", &self.transparent)
             .finish()
     }
@@ -118,6 +123,7 @@ impl SandboxSpec {
             stderr: None,
             read_only: Vec::new(),
             writable: None,
+            overlays: Vec::new(),
             transparent: None,
         }
     }
@@ -146,6 +152,12 @@ impl SandboxSpec {
         P: Into<PathBuf>,
     {
         self.writable = Some(paths.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Shows `source` in place of `target` inside the sandbox (see [`SandboxSpec::overlays`]).
+    pub fn overlay(mut self, source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Self {
+        self.overlays.push((source.into(), target.into()));
         self
     }
 
@@ -331,6 +343,9 @@ impl Prepared {
         })?;
 
         let mut mounts = filesystem::bind_mounts(&spec.read_only)?;
+        for (source, target) in &spec.overlays {
+            mounts.push(filesystem::file_overlay(source, target)?);
+        }
         let (mut loopback_aliases, mut transparent_listen, mut dns_addr) =
             (Vec::new(), Vec::new(), None);
         let (mut loopback_v6, mut transparent_listen_v6) = (Vec::new(), Vec::new());

@@ -16,7 +16,8 @@
 //!   `{env:VAR}` references; `"oauth": false` on token servers so OpenCode does not start its own
 //!   sign-in. (V1 shape, which OpenCode 2 still reads.) `OPENCODE_CONFIG` points at the file.
 //! - **Grok** (Grok Build): `config.toml` tables `[mcp_servers.NAME]` with `url` and `headers`, or
-//!   `command`, `args`, `env`; `${VAR}` expanded. `GROK_CONFIG_PATH` layers the file.
+//!   `command`, `args`, `env`; `${VAR}` expanded. Grok reads servers only from its own settings
+//!   file, so `fenzi run` shows it a session copy of that file with these tables (see `run::grok_config`).
 //!
 //! A secret is written as the session's placeholder when the caller passes one, else as a
 //! reference to the environment variable of the secret's name (which `fenzi run` sets to the

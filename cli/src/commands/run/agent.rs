@@ -7,42 +7,61 @@
 //! | Claude Code | `claude` | `--mcp-config FILE` (+ `--strict-mcp-config` unless `account: claude`) |
 //! | Codex | `codex` | `-c mcp_servers={...}` (Codex has no file flag) |
 //! | OpenCode | `opencode` | `OPENCODE_CONFIG=FILE` |
-//! | Grok | `grok` | `GROK_CONFIG_PATH=FILE` |
+//! | Grok | `grok` | its `~/.grok/config.toml`, shown in the sandbox as the session's copy |
+//!
+//! Grok is the exception: it reads servers only from its own settings files, so the sandbox shows
+//! it a session copy of `~/.grok/config.toml` with the policy's servers (see [`grok_config`]); with
+//! `--no-isolation` there is no sandbox to show it, and Grok gets no servers from fenzi.
 //!
 //! Secrets are written as `${NAME}`-style references to variables that the sandbox sets to the
 //! session's placeholders, so the files hold no placeholder either.
 
 use crate::commands::mcp::render::{self, Agent, Placeholders};
+use crate::commands::run::grok_config;
 use crate::session;
 use anyhow::Result;
 use fenzi_policy::config::Config;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// What to start: the program, its arguments, extra environment, and what the agent was not given.
+/// What to start: the program, its arguments, extra environment, the files the sandbox shows in
+/// place of the agent's own (`(session file, agent's file)`), and what the agent was not given.
+#[derive(Default)]
 pub struct Launch {
     pub program: OsString,
     pub args: Vec<OsString>,
     pub env: Vec<(OsString, OsString)>,
+    pub overlays: Vec<(PathBuf, PathBuf)>,
     pub notes: Vec<String>,
+}
+
+/// Where the agent runs: what the launch may rely on.
+pub struct Place<'a> {
+    pub session_dir: &'a Path,
+    /// `HOME`, where agents keep their settings.
+    pub home: Option<&'a Path>,
+    /// In the sandbox (not `--no-isolation`): files can be shown in place of others.
+    pub isolated: bool,
 }
 
 /// The launch of `agent` with `extra` arguments after fenzi's own.
 pub fn launch(
     agent: Agent,
     config: &Config,
-    session_dir: &Path,
+    place: &Place<'_>,
     extra: &[OsString],
 ) -> Result<Launch> {
+    let session_dir = place.session_dir;
     let none = Placeholders::new();
     let rendered = render::render(agent, &config.mcp, &none);
-    let notes = rendered
+    let mut notes: Vec<String> = rendered
         .skipped
         .iter()
         .map(|s| format!("{} not given to {}: {}", s.server, agent.label(), s.reason))
         .collect();
     let mut args: Vec<OsString> = vec![];
     let mut env = vec![];
+    let mut overlays = vec![];
     let program = match agent {
         Agent::Claude => {
             let file =
@@ -66,8 +85,30 @@ pub fn launch(
             "opencode"
         }
         Agent::Grok => {
-            let file = session::write_file(session_dir, "grok.toml", rendered.text.as_bytes())?;
-            env.push(("GROK_CONFIG_PATH".into(), file.into_os_string()));
+            match (place.isolated, place.home) {
+                (true, Some(home)) => {
+                    let settings = grok_config::settings_file(home);
+                    let copy = grok_config::write(session_dir, &settings, &rendered.text)?;
+                    if !copy.hidden.is_empty() {
+                        notes.push(format!(
+                            "Grok's own MCP servers in {} are left out for this session: {}",
+                            settings.display(),
+                            copy.hidden.join(", ")
+                        ));
+                    }
+                    overlays.push((copy.file, copy.covers));
+                }
+                (true, None) => notes.push(
+                    "HOME is not set, so Grok's settings file cannot be found: Grok is given no \
+                     MCP servers"
+                        .into(),
+                ),
+                (false, _) => notes.push(
+                    "with --no-isolation Grok is given no MCP servers: it reads them only from \
+                     its own ~/.grok/config.toml, which fenzi shows it only inside the sandbox"
+                        .into(),
+                ),
+            }
             "grok"
         }
     };
@@ -76,6 +117,7 @@ pub fn launch(
         program: program.into(),
         args,
         env,
+        overlays,
         notes,
     })
 }
@@ -93,6 +135,14 @@ mod tests {
         fenzi_policy::config::load(None, Some((&text, "demo.yaml"))).unwrap()
     }
 
+    fn place(dir: &Path) -> Place<'_> {
+        Place {
+            session_dir: dir,
+            home: Some(dir),
+            isolated: true,
+        }
+    }
+
     fn dir(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("fenzi-agent-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
@@ -102,7 +152,13 @@ mod tests {
     #[test]
     fn claude_gets_a_config_file_and_keeps_its_account_connectors() {
         let d = dir("claude");
-        let l = launch(Agent::Claude, &config(), &d, &["-p".into(), "hi".into()]).unwrap();
+        let l = launch(
+            Agent::Claude,
+            &config(),
+            &place(&d),
+            &["-p".into(), "hi".into()],
+        )
+        .unwrap();
         assert_eq!(l.program, "claude");
         let file = d.join("claude-mcp.json");
         assert_eq!(
@@ -126,7 +182,7 @@ mod tests {
     #[test]
     fn other_agents_skip_the_account_entry_and_use_their_own_channel() {
         let d = dir("others");
-        let o = launch(Agent::Opencode, &config(), &d, &[]).unwrap();
+        let o = launch(Agent::Opencode, &config(), &place(&d), &[]).unwrap();
         assert_eq!(
             o.env,
             vec![(
@@ -141,9 +197,24 @@ mod tests {
             "{:?}",
             o.notes
         );
-        let g = launch(Agent::Grok, &config(), &d, &[]).unwrap();
-        assert_eq!(g.env[0].0, "GROK_CONFIG_PATH");
-        let c = launch(Agent::Codex, &config(), &d, &[]).unwrap();
+        let g = launch(Agent::Grok, &config(), &place(&d), &[]).unwrap();
+        assert!(g.env.is_empty());
+        let (copy, covers) = &g.overlays[0];
+        assert_eq!(covers, &d.join(".grok/config.toml"));
+        let text = std::fs::read_to_string(copy).unwrap();
+        assert!(text.contains("[mcp_servers.linear]"), "{text}");
+        let plain = Place {
+            isolated: false,
+            ..place(&d)
+        };
+        let g = launch(Agent::Grok, &config(), &plain, &[]).unwrap();
+        assert!(g.overlays.is_empty());
+        assert!(
+            g.notes.iter().any(|n| n.contains("--no-isolation")),
+            "{:?}",
+            g.notes
+        );
+        let c = launch(Agent::Codex, &config(), &place(&d), &[]).unwrap();
         assert_eq!(c.args[0], "-c");
         assert!(c.args[1].to_string_lossy().starts_with("mcp_servers={"));
         std::fs::remove_dir_all(d).ok();

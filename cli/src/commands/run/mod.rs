@@ -7,6 +7,7 @@
 //! until the command has ended, so the command never loses its network first.
 
 mod agent;
+mod grok_config;
 mod protect;
 mod summary;
 mod transparent;
@@ -110,7 +111,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let bundle_path = session::write_file(&session_dir, "ca-bundle.pem", bundle.as_bytes())?;
 
     let launch = match args.agent {
-        Some(agent) => agent::launch(agent, &config, &session_dir, &args.command)?,
+        Some(agent) => {
+            let home = std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(PathBuf::from);
+            let place = agent::Place {
+                session_dir: &session_dir,
+                home: home.as_deref(),
+                isolated: !args.no_isolation,
+            };
+            agent::launch(agent, &config, &place, &args.command)?
+        }
         None => command_line(&args.command),
     };
     for note in &launch.notes {
@@ -182,7 +193,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         })?;
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
         let transparent = transparent::spec(&policy, &session_dir)?;
-        let spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
+        let mut spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
+        for (source, target) in &launch.overlays {
+            spec = spec.overlay(source, target);
+        }
         let env = inputs(&spec.proxy_url());
         let spec = spec
             .envs(env)
@@ -419,8 +433,7 @@ fn command_line(command: &[OsString]) -> agent::Launch {
     agent::Launch {
         program,
         args,
-        env: vec![],
-        notes: vec![],
+        ..Default::default()
     }
 }
 

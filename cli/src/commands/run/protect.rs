@@ -142,7 +142,15 @@ pub fn agent_state(agent: Agent, home: &Path) -> Vec<PathBuf> {
             ".local/share/opencode",
             ".local/state/opencode",
         ]),
-        Agent::Grok => under(&[".grok"]),
+        Agent::Grok => vec![grok_home(home)],
+    }
+}
+
+/// Grok's home: `$GROK_HOME` when set, else `home/.grok`.
+pub fn grok_home(home: &Path) -> PathBuf {
+    match std::env::var_os("GROK_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => home.join(".grok"),
     }
 }
 
