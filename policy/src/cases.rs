@@ -23,6 +23,22 @@
 //! MCP cases may also set `method` (default `POST`), `path` (default the server's endpoint) and `headers`
 //! (default `Content-Type: application/json`). A `host` case with a `body` on an MCP server's host is
 //! classified as a request to that server.
+//!
+//! Instead of a `body`, a case may name what it calls, and the JSON-RPC request is written for it:
+//!
+//! ```yaml
+//!   - server: linear
+//!     tool: create_comment                # tools/call, with `arguments` as params.arguments
+//!     arguments: {issueId: ENG-1, body: hi}
+//!     expect: allowed
+//!   - server: linear
+//!     resource: linear://issues/ENG-1     # resources/read of this URI
+//!     expect: allowed
+//!   - server: linear
+//!     prompt: summarize_issue             # prompts/get, `arguments` allowed too
+//!     expect: denied
+//!     rule: mcp.linear default deny       # optional: the decision's rule, exactly
+//! ```
 
 use crate::decision::{Decision, Reason};
 use crate::engine::{Policy, Route};
@@ -49,9 +65,14 @@ struct RawCase {
     path: Option<String>,
     headers: Option<BTreeMap<String, String>>,
     body: Option<serde_json::Value>,
+    tool: Option<String>,
+    arguments: Option<serde_json::Value>,
+    resource: Option<String>,
+    prompt: Option<String>,
     resolves_to: Option<Vec<String>>,
     expect: Expect,
     reason: Option<String>,
+    rule: Option<String>,
 }
 
 /// The verdict a case expects.
@@ -82,6 +103,8 @@ pub struct Case {
     pub resolves_to: Vec<IpAddr>,
     pub expect: Expect,
     pub reason: Option<Reason>,
+    /// The rule the decision must name, exactly.
+    pub rule: Option<String>,
 }
 
 /// A cases file that could not be read, with where.
@@ -144,10 +167,45 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Case>, CasesError> {
                 "case {name:?}: `reason` only goes with `expect: denied`"
             )));
         }
-        let body = c.body.map(|b| match b {
-            serde_json::Value::String(s) => s.into_bytes(),
-            other => serde_json::to_vec(&other).expect("JSON values serialise"),
-        });
+        let request = |method: &str, params: serde_json::Value| {
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params});
+            serde_json::to_vec(&body).expect("JSON values serialise")
+        };
+        let with_arguments = |mut params: serde_json::Value| {
+            if let Some(a) = &c.arguments {
+                params["arguments"] = a.clone();
+            }
+            params
+        };
+        let body = match (c.body, c.tool, c.resource, c.prompt) {
+            (None, None, None, None) => None,
+            (Some(b), None, None, None) => Some(match b {
+                serde_json::Value::String(s) => s.into_bytes(),
+                other => serde_json::to_vec(&other).expect("JSON values serialise"),
+            }),
+            (None, Some(tool), None, None) => Some(request(
+                "tools/call",
+                with_arguments(serde_json::json!({"name": tool})),
+            )),
+            (None, None, Some(uri), None) if c.arguments.is_none() => {
+                Some(request("resources/read", serde_json::json!({"uri": uri})))
+            }
+            (None, None, None, Some(prompt)) => Some(request(
+                "prompts/get",
+                with_arguments(serde_json::json!({"name": prompt})),
+            )),
+            _ => {
+                return Err(err(format!(
+                    "case {name:?}: give at most one of `body`, `tool`, `resource` or `prompt` \
+                     (`arguments` goes with `tool` or `prompt`)"
+                )));
+            }
+        };
+        if c.arguments.is_some() && body.is_none() {
+            return Err(err(format!(
+                "case {name:?}: `arguments` goes with `tool` or `prompt`"
+            )));
+        }
         let mut resolves_to = vec![];
         for a in c.resolves_to.unwrap_or_default() {
             resolves_to.push(a.parse::<IpAddr>().map_err(|_| {
@@ -172,6 +230,7 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Case>, CasesError> {
             resolves_to,
             expect: c.expect,
             reason,
+            rule: c.rule,
         });
     }
     Ok(out)
@@ -202,7 +261,7 @@ pub fn run(policy: &Policy, inventories: &Inventories, case: &Case) -> CaseResul
     let passed = match case.expect {
         Expect::Allowed => got.is_allowed(),
         Expect::Denied => !got.is_allowed() && case.reason.is_none_or(|r| got.reason() == Some(r)),
-    };
+    } && case.rule.as_ref().is_none_or(|r| *r == got.rule);
     CaseResult {
         passed,
         got,

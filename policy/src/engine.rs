@@ -421,6 +421,7 @@ fn server_rule(
         filter_lists: surface.list == ListMode::Filter,
         prompts: surface.prompts.iter().map(|p| p.value.clone()).collect(),
         resources: surface.resources.iter().map(|r| r.value.clone()).collect(),
+        rules: tools.rules.iter().map(|r| r.value.clone()).collect(),
         limits,
     }
 }

@@ -4,12 +4,13 @@
 //! - [`engine`]: the compiled [`engine::Policy`] the proxy asks about destinations, addresses and requests.
 //! - [`mcp`]: the MCP JSON-RPC classifier (strict JSON in [`json`]).
 //! - [`host`] and [`ip`]: host matching and the internal-address classifier.
-//! - [`tool_pattern`]: tool names and globs.
+//! - [`tool_pattern`]: tool names and globs; [`args`]: the argument rules of `tools.rules`.
 //! - [`audit`]: the audit record and its hash chain.
 //! - [`decision`]: the verdicts and reason codes everything returns.
 //!
 //! No sockets, no async, no file I/O: callers pass text in and get decisions out.
 
+pub mod args;
 pub mod audit;
 pub mod cases;
 pub mod config;

@@ -31,12 +31,13 @@ mod headers;
 mod http;
 pub(crate) mod methods;
 mod shape;
-mod text;
+pub(crate) mod text;
 
 pub use crate::json::JsonLimits;
 pub use denial::{ERROR_CODES, denial_body, error_code};
 pub use methods::{CONNECT_AND_LIST, TOOLS_CALL};
 
+use crate::args::ArgRule;
 use crate::decision::{Decision, Reason};
 use crate::inventory::Inventory;
 use crate::json::{self, JsonErrorKind, Value};
@@ -70,6 +71,8 @@ pub struct ServerRule {
     pub prompts: Vec<ToolPattern>,
     /// `resources.allow`.
     pub resources: Vec<UriPattern>,
+    /// `tools.rules`: what an allowed call's arguments must satisfy.
+    pub rules: Vec<ArgRule>,
     pub limits: JsonLimits,
 }
 
@@ -92,6 +95,7 @@ impl ServerRule {
             filter_lists: true,
             prompts: Vec::new(),
             resources: Vec::new(),
+            rules: Vec::new(),
             limits,
         }
     }
@@ -257,7 +261,12 @@ impl McpDecision {
         if let Err(e) = http::check_post_headers(req) {
             return Self::request(bad(RULE_STRICT_HTTP, e.to_string()));
         }
-        let keep = keep_depth(req.body, headers::mirrors_arguments(req.headers));
+        // Argument rules read anywhere in `arguments`: a server with rules keeps the whole tree.
+        let keep = if server.rules.is_empty() {
+            keep_depth(req.body, headers::mirrors_arguments(req.headers))
+        } else {
+            usize::MAX
+        };
         let body = match json::parse_to_depth(req.body, &server.limits, keep) {
             Ok(body) => body,
             Err(e) if e.kind == JsonErrorKind::TooLarge => {

@@ -100,6 +100,24 @@ impl ToolPattern {
             (ToolPattern::Glob(_), ToolPattern::Exact(_)) => false,
         }
     }
+
+    /// True when some tool name matches both patterns (an argument rule for this pattern can apply
+    /// to a tool `other` allows). Two globs share a name exactly when their literal starts agree
+    /// (one is a prefix of the other) and so do their literal ends: a name made of the longer start,
+    /// every middle literal of both, and the longer end matches both, since each has a `*` to
+    /// absorb what the other adds.
+    pub fn overlaps(&self, other: &ToolPattern) -> bool {
+        match (self, other) {
+            (ToolPattern::Exact(a), b) | (b, ToolPattern::Exact(a)) => b.matches(a),
+            (ToolPattern::Glob(a), ToolPattern::Glob(b)) => {
+                let start = |g: &str| g.split('*').next().unwrap_or("").to_string();
+                let end = |g: &str| g.rsplit('*').next().unwrap_or("").to_string();
+                let agree = |x: &str, y: &str, f: fn(&str, &str) -> bool| f(x, y) || f(y, x);
+                agree(&start(a), &start(b), |x, y| x.starts_with(y))
+                    && agree(&end(a), &end(b), |x, y| x.ends_with(y))
+            }
+        }
+    }
 }
 
 impl fmt::Display for ToolPattern {
@@ -212,6 +230,26 @@ mod tests {
         }
         // Other characters outside the charset are matched literally, as some servers name tools.
         assert!(ToolPattern::parse("team/get issue").is_ok());
+    }
+
+    #[test]
+    fn overlap_finds_a_shared_name() {
+        for (a, b, want) in [
+            ("update_*", "update_issue", true),
+            ("update_*", "get_issue", false),
+            ("update_*", "*_issue", true),
+            ("update_*", "*", true),
+            ("get_*_x", "get_y_*", true),
+            ("a*b", "c*", false),
+            ("a*b", "*c", false),
+            ("ab*", "a*", true),
+            ("*ab", "*b", true),
+            ("x", "x", true),
+            ("x", "y", false),
+        ] {
+            assert_eq!(p(a).overlaps(&p(b)), want, "{a} vs {b}");
+            assert_eq!(p(b).overlaps(&p(a)), want, "{b} vs {a}");
+        }
     }
 
     #[test]

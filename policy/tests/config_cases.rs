@@ -181,6 +181,9 @@ fn surface(s: &ServerSurface, tools: &ToolRules) -> String {
             list(tools.allow_annotated.iter().map(|a| a.value.name()))
         ));
     }
+    if !tools.rules.is_empty() {
+        out.push_str(&format!(" rules={}", tools.rules.len()));
+    }
     out
 }
 

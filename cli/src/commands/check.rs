@@ -159,10 +159,14 @@ fn pinned_inventories(cfg: &Config, files: &PolicyArgs) -> (cases::Inventories, 
 }
 
 fn expected_text(case: &Case) -> String {
-    match (case.expect, case.reason) {
+    let verdict = match (case.expect, case.reason) {
         (Expect::Allowed, _) => "allowed".into(),
         (Expect::Denied, Some(r)) => format!("denied {r}"),
         (Expect::Denied, None) => "denied".into(),
+    };
+    match &case.rule {
+        Some(rule) => format!("{verdict} by rule {rule}"),
+        None => verdict,
     }
 }
 
@@ -232,6 +236,7 @@ fn print_json(project: &str, errors: &[ConfigError], runs: &[CaseRun], cases_fil
                 "line": r.case.line,
                 "expected": match r.case.expect { Expect::Allowed => "allowed", Expect::Denied => "denied" },
                 "expected_reason": r.case.reason.map(|x| x.code()),
+                "expected_rule": r.case.rule,
                 "decision": r.result.got.verdict.label(),
                 "reason": r.result.got.reason().map(|x| x.code()),
                 "rule": r.result.got.rule,

@@ -12,7 +12,9 @@
 //!   `filter`, never the other way; each `resources.allow` and `prompts.allow` pattern must be
 //!   one of the machine's, written the same way; `tools.allow_annotated` may be kept or emptied,
 //!   never given a value the machine's does not have. The result still has `allow_annotated` only
-//!   with `pin: true`.
+//!   with `pin: true`. `tools.rules` are both files' (the machine's first): every matching rule
+//!   must hold, so a project's rules and `deny_args` only add conditions, and it cannot remove
+//!   the machine's.
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
 //!   identical, and then changes nothing.
 //! - `hosts` are the union: the project file may add plain egress hosts.
@@ -384,11 +386,15 @@ fn narrow_tools(
             deny.push(d.clone());
         }
     }
+    // All matching rules apply, so adding the project's to the machine's only narrows.
+    let mut rules = machine.rules.clone();
+    rules.extend(project.rules.iter().cloned());
     Some(ToolRules {
         allow: project.allow.clone(),
         deny,
         allow_annotated,
         allow_annotated_at,
+        rules,
     })
 }
 

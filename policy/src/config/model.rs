@@ -1,6 +1,7 @@
 //! The validated configuration: what a `fenzi.yaml` (and the machine file) mean once parsed, checked
 //! and merged. Every element remembers where it was written so errors and `fenzi check` can point at it.
 
+use crate::args::ArgRule;
 use crate::host::{Host, HostPattern};
 use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
@@ -188,6 +189,9 @@ pub struct ToolRules {
     /// [`ServerSurface::written`]: an omitted key keeps the machine's list in a merge, a written
     /// one (even `[]`) replaces it.
     pub allow_annotated_at: Option<Location>,
+    /// `rules`: argument rules, every matching one of which an allowed call must satisfy. After a
+    /// merge, the machine file's followed by the project's.
+    pub rules: Vec<Located<ArgRule>>,
 }
 
 /// A top-level `secrets:` entry.

@@ -16,6 +16,8 @@ use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
 
+mod arg_rules;
+
 /// Longest server name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`).
 pub const MAX_SERVER_NAME: usize = 64;
 
@@ -33,7 +35,7 @@ const ENTRY_KEYS: &[&str] = &[
     "resources",
     "prompts",
 ];
-const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated"];
+const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated", "rules"];
 /// The keys of `resources` and `prompts`.
 const ALLOW_KEYS: &[&str] = &["allow"];
 const LIST_MODES: &[(&str, ListMode)] = &[("filter", ListMode::Filter), ("all", ListMode::All)];
@@ -814,12 +816,17 @@ impl Reader {
         if clash {
             return None;
         }
-        Some(ToolRules {
+        let mut rules = ToolRules {
             allow,
             deny,
             allow_annotated,
             allow_annotated_at,
-        })
+            rules: vec![],
+        };
+        if let Some((_, r)) = tf.get("rules") {
+            rules.rules = self.arg_rules(r, &child(&tpath, "rules"), &rules)?;
+        }
+        Some(rules)
     }
 
     /// A list of tool (or prompt: `noun`) names and globs.

@@ -18,8 +18,9 @@ use std::fmt;
 
 /// Largest policy file accepted, in bytes. Real ones are a few hundred bytes.
 pub const MAX_FILE_BYTES: usize = 1 << 20;
-/// Deepest nesting of mappings and sequences. The schema needs 5 (`mcp.NAME.tools.allow[i]`).
-pub const MAX_DEPTH: usize = 8;
+/// Deepest nesting of mappings and sequences. The schema needs 9 for an argument rule's list
+/// (`mcp.NAME.tools.rules[i].args./p.one_of[j]`), and `equals` may hold a small JSON value.
+pub const MAX_DEPTH: usize = 16;
 /// Most nodes (mappings, sequences, scalars) in one file. Also bounds the pairwise checks of the
 /// cross-entry rules.
 pub const MAX_NODES: usize = 10_000;

@@ -11,6 +11,7 @@
 use super::shape::{self, Message};
 use super::text::{quoted, shown};
 use super::{MessageDecision, MessageKind, ServerRule};
+use crate::args;
 use crate::decision::{Decision, Reason};
 use crate::inventory::{CallPin, Inventory};
 use crate::json::Value;
@@ -106,7 +107,10 @@ fn decide_message(
         let name = param("name");
         out.tool = name.map(str::to_owned);
         out.decision = match name {
-            Some(name) => tool(server, inventory, name),
+            Some(name) => {
+                let arguments = message.params.and_then(|p| p.get("arguments"));
+                call(server, inventory, name, arguments)
+            }
             None => missing("params.name"),
         };
     } else if method == PROMPTS_GET {
@@ -137,7 +141,25 @@ fn decide_message(
     out
 }
 
-/// `tools/call NAME`, and whether a listed tool is shown: deny wins; then `allow`, or on a pinned
+/// `tools/call NAME` with `arguments`: the tool's own decision ([`tool`]), then, when that allows
+/// it, the server's argument rules (`tools.rules`), which can only turn it into a denial.
+fn call(
+    server: &ServerRule,
+    inventory: &Inventory,
+    name: &str,
+    arguments: Option<&Value>,
+) -> Decision {
+    let decision = tool(server, inventory, name);
+    if !decision.is_allowed() || server.rules.is_empty() {
+        return decision;
+    }
+    match args::check(&server.rules, name, arguments) {
+        None => decision,
+        Some(v) => Decision::deny(Reason::PolicyDenied, v.rule, v.message),
+    }
+}
+
+/// `tools/call NAME` (its name only), and whether a listed tool is shown: deny wins; then `allow`, or on a pinned
 /// server `allow_annotated: [read_only]` with a pinned definition that says so; then, on a pinned
 /// server, the lock must vouch for the tool (`tool_changed` otherwise). A name nothing allows is
 /// denied.

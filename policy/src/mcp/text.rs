@@ -10,7 +10,7 @@ pub(super) const SHOWN_CHARS: usize = 128;
 /// `s` made safe to print: ASCII controls and `\` escaped, non-ASCII characters that Rust would not
 /// print as themselves (bidi overrides, zero-width and other format characters, combining marks)
 /// written as `\u{...}`, and cut at [`SHOWN_CHARS`] characters with a trailing `…`.
-pub(super) fn shown(s: &str) -> String {
+pub(crate) fn shown(s: &str) -> String {
     let mut out = String::with_capacity(s.len().min(SHOWN_CHARS * 2));
     for (i, c) in s.chars().enumerate() {
         if i == SHOWN_CHARS {
