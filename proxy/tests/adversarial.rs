@@ -25,6 +25,11 @@ async fn suite(file: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments() {
+    suite("arguments.cases").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_text() {
     suite("json_text.cases").await;
 }
@@ -82,6 +87,7 @@ fn every_case_file_has_a_suite() {
     assert_eq!(
         files,
         [
+            "arguments.cases",
             "audit.cases",
             "connect.cases",
             "destinations.cases",

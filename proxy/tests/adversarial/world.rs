@@ -36,8 +36,16 @@ mcp:
   main:
     url: https://mcp.test/mcp
     tools:
-      allow: [echo, "read_*"]
+      allow: [echo, "read_*", write_note]
       deny: [delete_everything, read_secret]
+      rules:
+        - tool: write_note
+          args:
+            /path: {prefix: "notes/"}
+            /tags/*: {one_of: [todo, idea]}
+          deny_args:
+            /path: {glob: "*..*"}
+            /a~1b: {absent: false}
   plain:
     url: http://plain-mcp.test/mcp
     tools:
