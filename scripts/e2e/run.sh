@@ -13,6 +13,8 @@
 #     a `pin: true` server pinned in fenzi.lock at first sight, a read-only tool allowed by its
 #     annotation, a changed description hidden and refused as tool_changed until `fenzi mcp pin`
 #     shows it and --yes accepts it;
+#   - what the policy reads beyond tool names: argument rules, resources and prompts on a third
+#     server (testdata/e2e/mcp_kinds_client.py), each allowed within its rules and refused outside;
 #   - curl for a plain host, a CONNECT tunnel left untouched, an unlisted host and a name that
 #     resolves to loopback;
 #   - `fenzi log` showing each decision, `--verify` passing, and failing once a record is edited or the
@@ -96,6 +98,10 @@ start secured-server env E2E_REQUIRED_TOKEN="$SECURED_TOKEN" "$PY" "$E2E/mcp_ser
     --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$WORK/secured-calls" \
     --require-bearer-env E2E_REQUIRED_TOKEN || { fail "secured MCP server start"; exit 1; }
 SECURED_PORT=$PORT
+# The server for what the policy reads beyond tool names: arguments, resources and prompts.
+start kinds-server "$PY" "$E2E/mcp_server.py" --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" \
+    --calls "$WORK/kinds-calls" || { fail "kinds MCP server start"; exit 1; }
+KINDS_PORT=$PORT
 start http-server "$PY" "$E2E/http_server.py" || { fail "plain HTTP server start"; exit 1; }
 HTTP_PORT=$PORT
 start tls-server "$PY" "$E2E/http_server.py" --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" \
@@ -123,6 +129,23 @@ mcp:
     tools:
       allow: [echo, add, whoami]
       deny: [delete_everything]
+  kinds:
+    url: https://127.0.0.1:$KINDS_PORT/mcp
+    tools:
+      allow: [echo, add]
+      rules:
+        - tool: echo
+          args:
+            /text: {prefix: "ok:", max_length: 40}
+        - tool: add
+          args:
+            /a: {max: 100}
+          deny_args:
+            /b: {equals: 13}
+    resources:
+      allow: ["notes://public/*"]
+    prompts:
+      allow: [summarize]
 EOF
 
 AUDIT="$WORK/audit.jsonl"
@@ -196,6 +219,26 @@ check "the client never had the real token (environment, arguments, output)" \
     bash -c "! grep -qF -- '$SECURED_TOKEN' '$WORK/secured-client-env.json' '$WORK/secured-client.out' '$WORK/secured-client.err'"
 check "the client's environment held no FENZI_SECRET_ variable" \
     bash -c "! grep -q FENZI_SECRET_ '$WORK/secured-client-env.json'"
+
+# ---------------------------------------------------------------------------------------------------
+# What the policy reads beyond tool names: argument rules, resources and prompts.
+
+HTTPS_PROXY=$PROXY SSL_CERT_FILE=$CA_PEM timeout 180 "$PY" "$E2E/mcp_kinds_client.py" \
+    --url "https://127.0.0.1:$KINDS_PORT/mcp" >"$WORK/kinds.out" 2>"$WORK/kinds.err"
+KINDS_RC=$?
+while IFS= read -r line; do
+    case "$line" in
+        PASS\ *) pass "${line#PASS }" ;;
+        FAIL\ *) fail "${line#FAIL }" ;;
+    esac
+done <"$WORK/kinds.out"
+if [ "$KINDS_RC" -ne 0 ] && ! grep -q '^FAIL' "$WORK/kinds.out"; then
+    fail "the kinds client exited $KINDS_RC (stderr follows)"
+    tail -n 20 "$WORK/kinds.err" | sed 's/^/    /'
+fi
+check "the kinds server ran only the calls within the rules (2 echo, 2 add, 2 reads, 2 prompts)" \
+    test "$(sort "$WORK/kinds-calls" 2>/dev/null | uniq -c | tr -s ' ' | sed 's/^ //' | tr '\n' ';')" \
+    = "2 add;2 echo;2 prompt summarize;2 resource notes://public/readme;"
 
 # ---------------------------------------------------------------------------------------------------
 # curl
@@ -295,6 +338,21 @@ expect_line "the unlisted host (plain)" "denied  GET blocked\.invalid:80/secret 
 expect_line "the unlisted host (CONNECT)" "denied  CONNECT blocked\.invalid:443  host_not_allowed$"
 expect_line "the loopback name" "denied  GET localhost:$HTTP_PORT/private-probe  private_address$"
 
+K="127\.0\.0\.1:$KINDS_PORT"
+expect_line "echo refused by its argument rule in each mode" \
+    "denied  POST $K/mcp tools/call echo  policy_denied$" 4
+expect_line "add refused by its argument rules in each mode" \
+    "denied  POST $K/mcp tools/call add  policy_denied$" 4
+expect_line "the private resource refused in each mode" "denied  POST $K/mcp resources/read  policy_denied$" 2
+expect_line "the unlisted prompt refused in each mode" "denied  POST $K/mcp prompts/get  policy_denied$" 2
+check "each argument denial names its rule in the audit log" "$PY" - "$AUDIT" <<'EOF'
+import json, sys
+rules = sorted(r["rule"] for r in map(json.loads, open(sys.argv[1]))
+               if r.get("server") == "kinds" and r["decision"] == "denied" and r.get("tool"))
+want = sorted(["mcp.kinds.tools.rules[0].args./text"] * 4 + ["mcp.kinds.tools.rules[1].args./a"] * 2
+              + ["mcp.kinds.tools.rules[1].deny_args./b"] * 2)
+sys.exit(0 if rules == want else print(rules) or 1)
+EOF
 S="127\.0\.0\.1:$SECURED_PORT"
 expect_line "the token server's whoami calls naming the secret used" \
     "allowed POST $S/mcp tools/call whoami +secrets:MCP_SECURED$" 2
@@ -302,8 +360,8 @@ expect_line "the token server's denied calls (no secret used)" \
     "denied  POST $S/mcp tools/call delete_everything  policy_denied$" 2
 
 "$FENZI" log --file "$AUDIT" --denied >"$WORK/log-denied.txt"
-check "fenzi log --denied shows only denials (8)" \
-    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 8 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
+check "fenzi log --denied shows only denials (8, and 12 on the kinds server)" \
+    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 20 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
 "$FENZI" log --file "$AUDIT" --json >"$WORK/log-all-json.txt"
 check "every allowed request (not CONNECT) to the token server names MCP_SECURED in the audit log" \
     "$PY" -c '
