@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod cases;
+pub mod cidr;
 pub mod config;
 pub mod decision;
 pub mod engine;

@@ -16,6 +16,8 @@ use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
 
+mod private;
+
 /// Longest server name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`).
 pub const MAX_SERVER_NAME: usize = 64;
 
@@ -32,6 +34,7 @@ const ENTRY_KEYS: &[&str] = &[
     "pin",
     "resources",
     "prompts",
+    "private",
 ];
 const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated"];
 /// The keys of `resources` and `prompts`.
@@ -69,6 +72,7 @@ pub fn read(root: &Node, file: &str, origin: Origin) -> Result<Config, Vec<Confi
         file: Arc::from(file),
         origin,
         errors: Vec::new(),
+        private: Vec::new(),
     };
     let config = r.config(root);
     match config {
@@ -81,6 +85,8 @@ struct Reader {
     file: Arc<str>,
     origin: Origin,
     errors: Vec<ConfigError>,
+    /// The file's `private:` lists, gathered where they are read.
+    private: Vec<super::private::PrivateName>,
 }
 
 /// The known keys of one mapping, looked up by name.
@@ -306,6 +312,7 @@ impl Reader {
         if let Some((_, v)) = f.get("secrets") {
             config.secrets = self.secrets(v);
         }
+        config.private = std::mem::take(&mut self.private);
         Some(config)
     }
 
@@ -318,6 +325,10 @@ impl Reader {
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let key = index(path, i);
+            if let Value::Map(_) = item.value {
+                out.extend(self.host_mapping(item, &key, path == "hosts"));
+                continue;
+            }
             let Some(text) = self.string(item, &key, "a host", hint) else {
                 continue;
             };
@@ -438,6 +449,11 @@ impl Reader {
                     "hosts",
                     "`hosts` applies to local (`command`) servers; the account host is fixed",
                 ),
+                (
+                    "private",
+                    "the account host is a public Anthropic host; `private` applies to `url` \
+                     servers and top-level `hosts` entries",
+                ),
             ],
             _ => &[
                 (
@@ -463,6 +479,11 @@ impl Reader {
                 (
                     "prompts",
                     "`prompts` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per prompt",
+                ),
+                (
+                    "private",
+                    "`private` applies to `url` servers and top-level `hosts` entries: name the \
+                     ranges of a local server's host there, `hosts: [{host: NAME, private: [RANGE]}]`",
                 ),
             ],
         };
@@ -687,6 +708,12 @@ impl Reader {
                     None
                 }
             });
+        if let Some((k, v)) = f.get("private") {
+            let pattern = url
+                .as_ref()
+                .map(|u| HostPattern::for_host(u.host.clone(), u.port));
+            self.private_list(k, v, &child(path, "private"), pattern.as_ref());
+        }
         let token = match f.get("token") {
             None => Some(false),
             Some((_, t)) => self.boolean(t, &child(path, "token")),
