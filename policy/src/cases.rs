@@ -308,16 +308,18 @@ fn decide(
                 (_, false) => case.resolves_to.clone(),
                 (_, true) => vec![],
             };
-            for addr in addresses {
-                let d = policy.check_address(&host, port, addr);
-                if !d.is_allowed() {
-                    return (d, None, None);
-                }
-            }
+            // As the proxy records it: a name allowed into its private ranges is recorded by them.
+            let by_name = match policy.check_addresses(&host, port, &addresses) {
+                Ok(by_name) => by_name,
+                Err(d) => return (d, None, None),
+            };
             match (route, &case.body) {
                 (Route::Mcp(server), Some(_)) => classify(policy, inventories, server, case),
                 (route, _) => (
-                    Decision::allow(route.rule(), format!("{} is allowed", host.authority(port))),
+                    Decision::allow(
+                        by_name.unwrap_or_else(|| route.rule()),
+                        format!("{} is allowed", host.authority(port)),
+                    ),
                     None,
                     None,
                 ),

@@ -5,13 +5,14 @@
 //! with a request to an MCP server ([`Policy::decide_mcp`]). It also lists what needs TLS interception
 //! and which secrets are bound where.
 
+use crate::cidr::Cidr;
 use crate::config::{
     AccountProvider, Annotation, Config, ListMode, McpServerConfig, Origin, ServerKind, ToolRules,
 };
 use crate::decision::{Decision, Reason};
 use crate::host::{Host, HostPattern};
 use crate::inventory::Inventory;
-use crate::ip::internal_range;
+use crate::ip::{InternalRange, internal_range};
 use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, ServerRule};
 use crate::secret_name::server_token_name;
 use std::net::IpAddr;
@@ -146,6 +147,15 @@ impl Route<'_> {
     }
 }
 
+/// A name that may resolve to internal addresses inside `ranges` (a `private:` list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PrivateRule {
+    pattern: HostPattern,
+    /// The key of the list, e.g. `hosts[2].private`.
+    key: String,
+    ranges: Vec<Cidr>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct HostRule {
     pattern: HostPattern,
@@ -159,6 +169,7 @@ pub struct Policy {
     hosts: Vec<HostRule>,
     secrets: Vec<SecretBinding>,
     limits: JsonLimits,
+    private: Vec<PrivateRule>,
 }
 
 impl Policy {
@@ -265,11 +276,21 @@ impl Policy {
                 false,
             );
         }
+        let private = config
+            .private
+            .iter()
+            .map(|p| PrivateRule {
+                pattern: p.pattern.clone(),
+                key: p.at.key.clone(),
+                ranges: p.ranges.iter().map(|r| r.value).collect(),
+            })
+            .collect();
         Policy {
             servers,
             hosts,
             secrets,
             limits,
+            private,
         }
     }
 
@@ -345,28 +366,131 @@ impl Policy {
     }
 
     /// May the proxy dial `addr` for a request to `host:port`? Internal addresses are refused unless the
-    /// destination was given as that exact IP literal and the policy names that literal.
+    /// destination was given as that exact IP literal and the policy names that literal, or the
+    /// destination is a name with `private:` ranges and `addr` is inside one of them (never a
+    /// metadata address).
     pub fn check_address(&self, host: &Host, port: u16, addr: IpAddr) -> Decision {
+        self.address_decision(host, port, addr).0
+    }
+
+    /// Checks every address of one resolution of `host:port`: `Err` is the first refusal (one
+    /// refused address refuses the lot). `Ok(Some(rule))` when internal addresses were allowed by
+    /// the name's `private:` ranges: the rule (`hosts[2].private "10.20.0.0/16"`, each range used
+    /// once) names the entry and is the one to record for the destination.
+    pub fn check_addresses(
+        &self,
+        host: &Host,
+        port: u16,
+        addrs: &[IpAddr],
+    ) -> Result<Option<String>, Decision> {
+        let mut rules: Vec<String> = Vec::new();
+        for addr in addrs {
+            let (decision, by_name) = self.address_decision(host, port, *addr);
+            if !decision.is_allowed() {
+                return Err(decision);
+            }
+            if by_name && !rules.contains(&decision.rule) {
+                rules.push(decision.rule);
+            }
+        }
+        Ok((!rules.is_empty()).then(|| rules.join(", ")))
+    }
+
+    /// The decision for one address, and whether it was allowed by a `private:` range.
+    fn address_decision(&self, host: &Host, port: u16, addr: IpAddr) -> (Decision, bool) {
         let Some(range) = internal_range(addr) else {
-            return Decision::allow("public address", format!("{addr} is a public address"));
+            let public = Decision::allow("public address", format!("{addr} is a public address"));
+            return (public, false);
         };
         if let Host::Ip(literal) = host
             && *literal == addr
             && self.names_ip_literal(addr, port)
         {
-            return Decision::allow(
+            let named = Decision::allow(
                 "policy names this IP literal",
                 format!("{} is named by the policy", host.authority(port)),
             );
+            return (named, false);
         }
-        Decision::deny(
+        if let Some(decided) = self.private_by_name(host, port, addr, range) {
+            return decided;
+        }
+        let denied = Decision::deny(
             Reason::PrivateAddress,
             format!("internal range {range}"),
             format!(
                 "{} resolves to {addr}, an internal address ({range})",
                 host.authority(port)
             ),
-        )
+        );
+        (denied, false)
+    }
+
+    /// The decision for internal `addr` when `host:port` is a name with `private:` ranges; `None`
+    /// when it has none (the general refusal applies).
+    fn private_by_name(
+        &self,
+        host: &Host,
+        port: u16,
+        addr: IpAddr,
+        range: InternalRange,
+    ) -> Option<(Decision, bool)> {
+        let Host::Name(_) = host else {
+            return None;
+        };
+        let rules: Vec<&PrivateRule> = self
+            .private
+            .iter()
+            .filter(|p| p.pattern.matches(host, port))
+            .collect();
+        let first = rules.first()?;
+        let authority = host.authority(port);
+        if range == InternalRange::Metadata {
+            let denied = Decision::deny(
+                Reason::PrivateAddress,
+                "internal range metadata",
+                format!(
+                    "{authority} resolves to {addr}, a cloud metadata address, which is never \
+                     allowed by name"
+                ),
+            );
+            return Some((denied, false));
+        }
+        for rule in &rules {
+            if let Some(cidr) = rule.ranges.iter().find(|c| c.contains(addr)) {
+                let allowed = Decision::allow(
+                    format!("{} \"{cidr}\"", rule.key),
+                    format!("{authority} resolves to {addr}, inside its private range {cidr}"),
+                );
+                return Some((allowed, true));
+            }
+        }
+        let block = Cidr::host(addr)
+            .block()
+            .map_or_else(|| range.to_string(), |(b, _)| b.to_string());
+        let ranges = rules
+            .iter()
+            .flat_map(|r| r.ranges.iter().map(Cidr::to_string))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // The range it would need, when one could be named.
+        let needed = Cidr::host(addr.to_canonical());
+        let advice = match needed.check_private() {
+            Ok(_) => format!(
+                "; to allow it, add {needed} (or a range holding it) to {}",
+                first.key
+            ),
+            Err(_) => String::new(),
+        };
+        let denied = Decision::deny(
+            Reason::PrivateAddress,
+            first.key.clone(),
+            format!(
+                "{authority} resolves to {addr}, an internal address ({block}), outside its \
+                 private ranges ({ranges}){advice}"
+            ),
+        );
+        Some((denied, false))
     }
 
     fn names_ip_literal(&self, addr: IpAddr, port: u16) -> bool {

@@ -122,14 +122,14 @@ pub fn internal_range(addr: IpAddr) -> Option<InternalRange> {
 /// Cloud metadata endpoints. They sit inside ranges that are internal anyway (except Azure's
 /// WireServer, a public-looking address only reachable from inside Azure); naming them separately
 /// makes denials say what was at stake.
-const METADATA_V4: [Ipv4Addr; 5] = [
+pub const METADATA_V4: [Ipv4Addr; 5] = [
     Ipv4Addr::new(169, 254, 169, 254), // AWS, GCP, Azure, DigitalOcean, ... IMDS
     Ipv4Addr::new(169, 254, 170, 2),   // AWS ECS task metadata / credentials
     Ipv4Addr::new(100, 100, 100, 200), // Alibaba Cloud
     Ipv4Addr::new(192, 0, 0, 192),     // Oracle Cloud
     Ipv4Addr::new(168, 63, 129, 16),   // Azure WireServer
 ];
-const METADATA_V6: [Ipv6Addr; 1] = [
+pub const METADATA_V6: [Ipv6Addr; 1] = [
     Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254), // AWS IMDS over IPv6
 ];
 
@@ -148,32 +148,33 @@ fn in_v6(addr: u128, net: Ipv6Addr, len: u32) -> bool {
     addr & mask == u128::from(net) & mask
 }
 
+// Most specific first: 255.255.255.255 sits inside 240/4.
+const V4_TABLE: &[([u8; 4], u32, InternalRange)] = &[
+    ([0, 0, 0, 0], 8, InternalRange::Unspecified),
+    ([10, 0, 0, 0], 8, InternalRange::Private),
+    ([100, 64, 0, 0], 10, InternalRange::Cgnat),
+    ([127, 0, 0, 0], 8, InternalRange::Loopback),
+    ([169, 254, 0, 0], 16, InternalRange::LinkLocal),
+    ([172, 16, 0, 0], 12, InternalRange::Private),
+    ([192, 0, 0, 0], 24, InternalRange::IetfProtocol),
+    ([192, 0, 2, 0], 24, InternalRange::Documentation),
+    ([192, 88, 99, 0], 24, InternalRange::Relay6to4),
+    ([192, 168, 0, 0], 16, InternalRange::Private),
+    ([198, 18, 0, 0], 15, InternalRange::Benchmarking),
+    ([198, 51, 100, 0], 24, InternalRange::Documentation),
+    ([203, 0, 113, 0], 24, InternalRange::Documentation),
+    ([224, 0, 0, 0], 4, InternalRange::Multicast),
+    ([255, 255, 255, 255], 32, InternalRange::Broadcast),
+    ([240, 0, 0, 0], 4, InternalRange::Reserved),
+];
+
 fn internal_v4(addr: Ipv4Addr) -> Option<InternalRange> {
     use InternalRange::*;
     if METADATA_V4.contains(&addr) {
         return Some(Metadata);
     }
     let a = u32::from(addr);
-    // Most specific first: 255.255.255.255 sits inside 240/4.
-    const TABLE: &[([u8; 4], u32, InternalRange)] = &[
-        ([0, 0, 0, 0], 8, Unspecified),
-        ([10, 0, 0, 0], 8, Private),
-        ([100, 64, 0, 0], 10, Cgnat),
-        ([127, 0, 0, 0], 8, Loopback),
-        ([169, 254, 0, 0], 16, LinkLocal),
-        ([172, 16, 0, 0], 12, Private),
-        ([192, 0, 0, 0], 24, IetfProtocol),
-        ([192, 0, 2, 0], 24, Documentation),
-        ([192, 88, 99, 0], 24, Relay6to4),
-        ([192, 168, 0, 0], 16, Private),
-        ([198, 18, 0, 0], 15, Benchmarking),
-        ([198, 51, 100, 0], 24, Documentation),
-        ([203, 0, 113, 0], 24, Documentation),
-        ([224, 0, 0, 0], 4, Multicast),
-        ([255, 255, 255, 255], 32, Broadcast),
-        ([240, 0, 0, 0], 4, Reserved),
-    ];
-    TABLE
+    V4_TABLE
         .iter()
         .find(|(net, len, _)| in_v4(a, *net, *len))
         .map(|(_, _, range)| *range)
@@ -248,6 +249,54 @@ pub fn embedded_ipv4(addr: Ipv6Addr) -> Vec<Ipv4Addr> {
     }
 }
 
+const fn v6(s0: u16, s1: u16, s2: u16, s3: u16) -> Ipv6Addr {
+    Ipv6Addr::new(s0, s1, s2, s3, 0, 0, 0, 0)
+}
+
+// Most specific first: 2001:2::/48 inside 2001::/23, 100::/64 and 5f00::/16 outside 2000::/3.
+const V6_TABLE: &[(Ipv6Addr, u32, InternalRange)] = &[
+    (v6(0x2001, 0x2, 0, 0), 48, InternalRange::Benchmarking),
+    (v6(0x2001, 0, 0, 0), 23, InternalRange::IetfProtocol),
+    (v6(0x2001, 0xdb8, 0, 0), 32, InternalRange::Documentation),
+    (v6(0x3fff, 0, 0, 0), 20, InternalRange::Documentation),
+    (v6(0x100, 0, 0, 0), 64, InternalRange::Discard),
+    (v6(0x5f00, 0, 0, 0), 16, InternalRange::Srv6),
+    (v6(0xfc00, 0, 0, 0), 7, InternalRange::UniqueLocal),
+    (v6(0xfe80, 0, 0, 0), 10, InternalRange::LinkLocal),
+    (v6(0xfec0, 0, 0, 0), 10, InternalRange::SiteLocal),
+    (v6(0xff00, 0, 0, 0), 8, InternalRange::Multicast),
+    // Only 2000::/3 is allocated as global unicast; everything else is reserved by the IETF.
+    (v6(0x2000, 0, 0, 0), 3, InternalRange::Reserved),
+];
+
+/// The internal blocks a `private:` range of the policy may lie inside, most specific first:
+/// every row of the tables above as (network, prefix length, range), plus `::/128` and `::1/128`,
+/// but not 2000::/3 (the one allowed IPv6 block) nor the IPv4-carrying IPv6 forms (a resolver
+/// answers with the IPv4 itself). Metadata addresses sit inside some of these blocks; callers
+/// that name ranges check them separately.
+pub fn internal_blocks() -> impl Iterator<Item = (IpAddr, u8, InternalRange)> {
+    let v4 = V4_TABLE
+        .iter()
+        .map(|&(net, len, range)| (IpAddr::from(net), len as u8, range));
+    let singles = [
+        (
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            128,
+            InternalRange::Unspecified,
+        ),
+        (
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+            128,
+            InternalRange::Loopback,
+        ),
+    ];
+    let v6 = V6_TABLE
+        .iter()
+        .filter(|(_, _, range)| *range != InternalRange::Reserved)
+        .map(|&(net, len, range)| (IpAddr::V6(net), len as u8, range));
+    v4.chain(singles).chain(v6)
+}
+
 fn internal_v6(addr: Ipv6Addr) -> Option<InternalRange> {
     use InternalRange::*;
     let a = u128::from(addr);
@@ -267,23 +316,7 @@ fn internal_v6(addr: Ipv6Addr) -> Option<InternalRange> {
         Embedding::Carried(v4s) => return v4s.into_iter().find_map(internal_v4),
         Embedding::None => {}
     }
-    let v6 = |s0, s1, s2, s3| Ipv6Addr::new(s0, s1, s2, s3, 0, 0, 0, 0);
-    // Most specific first: 2001:2::/48 inside 2001::/23, 100::/64 and 5f00::/16 outside 2000::/3.
-    let table: [(Ipv6Addr, u32, InternalRange); 11] = [
-        (v6(0x2001, 0x2, 0, 0), 48, Benchmarking),
-        (v6(0x2001, 0, 0, 0), 23, IetfProtocol),
-        (v6(0x2001, 0xdb8, 0, 0), 32, Documentation),
-        (v6(0x3fff, 0, 0, 0), 20, Documentation),
-        (v6(0x100, 0, 0, 0), 64, Discard),
-        (v6(0x5f00, 0, 0, 0), 16, Srv6),
-        (v6(0xfc00, 0, 0, 0), 7, UniqueLocal),
-        (v6(0xfe80, 0, 0, 0), 10, LinkLocal),
-        (v6(0xfec0, 0, 0, 0), 10, SiteLocal),
-        (v6(0xff00, 0, 0, 0), 8, Multicast),
-        // Only 2000::/3 is allocated as global unicast; everything else is reserved by the IETF.
-        (v6(0x2000, 0, 0, 0), 3, Reserved),
-    ];
-    for (net, len, range) in table {
+    for &(net, len, range) in V6_TABLE {
         if in_v6(a, net, len) {
             // The last row is the one allowed block, not an internal one.
             return (range != Reserved).then_some(range);

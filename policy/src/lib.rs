@@ -13,6 +13,7 @@
 pub mod args;
 pub mod audit;
 pub mod cases;
+pub mod cidr;
 pub mod config;
 pub mod decision;
 pub mod engine;

@@ -241,6 +241,18 @@ fn summary(c: &Config) -> Vec<String> {
             s.body
         ));
     }
+    for p in &c.private {
+        let origin = match p.origin {
+            Origin::Machine => "machine",
+            Origin::Project => "project",
+        };
+        out.push(format!(
+            "private {} {origin} {} {}",
+            p.pattern,
+            p.at.key,
+            list(p.ranges.iter().map(|r| &r.value))
+        ));
+    }
     out
 }
 

@@ -1,6 +1,7 @@
 //! Admission of a destination, the first phase of every connection and plain-HTTP request: the policy's
 //! route for host:port, one resolution of the name, and the internal-address check of EVERY resolved
-//! address. The result is a [`Destination`] that carries only checked addresses; the proxy dials nothing
+//! address (an internal one only when the policy names that IP literal, or the name's `private:`
+//! ranges hold it). The result is a [`Destination`] that carries only checked addresses; the proxy dials nothing
 //! else, so a name cannot resolve to one address for the check and another for the connection. A
 //! destination that is not admitted is a [`Refusal`]: `host_not_allowed` or `private_address`, or a
 //! `failed` record when the name cannot be resolved.
@@ -83,7 +84,7 @@ pub(crate) async fn admit(
         .route(host, port)
         .map_err(|denied| Refusal::denied(subject, &denied))?;
     let inspect = route.needs_inspection();
-    let decision = Decision::allow(
+    let mut decision = Decision::allow(
         route.rule(),
         format!("{} is allowed by the policy", host.authority(port)),
     );
@@ -94,11 +95,18 @@ pub(crate) async fn admit(
     let ips = resolve(session, host, port)
         .await
         .map_err(|error| Refusal::failed(subject, error))?;
-    for ip in &ips {
-        let checked = session.policy.check_address(host, port, *ip);
-        if !checked.is_allowed() {
-            return Err(Refusal::denied(subject, &checked));
+    // One refused address refuses the lot. A name allowed into its `private:` ranges is recorded
+    // by them (`hosts[2].private "10.20.0.0/16"`): the record says which entry opened the door.
+    match session.policy.check_addresses(host, port, &ips) {
+        Err(refused) => return Err(Refusal::denied(subject, &refused)),
+        Ok(Some(rule)) => {
+            decision.rule = rule;
+            decision.message = format!(
+                "{} is allowed by the policy, into its private ranges",
+                host.authority(port)
+            );
         }
+        Ok(None) => {}
     }
     Ok(Destination {
         host: host.clone(),

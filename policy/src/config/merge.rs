@@ -18,6 +18,8 @@
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
 //!   identical, and then changes nothing.
 //! - `hosts` are the union: the project file may add plain egress hosts.
+//! - `private:` ranges come from the machine file only; a project may narrow them for a name the
+//!   machine file names (see `private`).
 //! - Top-level `secrets` are the union, except that a secret the machine file binds keeps the
 //!   machine's hosts: the project may not send a machine secret (top-level, a local server's, or a
 //!   server token) to a host the machine file does not bind it to, nor turn on `body` for it. A
@@ -61,6 +63,7 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
 
     let mut out = machine.clone();
     out.hosts.extend(project.hosts.iter().cloned());
+    out.private = super::private::merge(&machine.private, &project.private, &mut errors);
 
     for ps in &project.mcp {
         match out.mcp.iter_mut().find(|ms| ms.name == ps.name) {

@@ -25,6 +25,9 @@
 //! - The project file may add hosts, servers and secrets, but a secret the machine file binds
 //!   keeps the machine's hosts and `body` (a cloned repository's `fenzi.yaml` must not be able
 //!   to send the user's stored tokens elsewhere).
+//! - A top-level `hosts` item may be a mapping `{host, private}`, and a `url` entry may have
+//!   `private`: the internal ranges that exact name may resolve to (`private` module). Only the
+//!   machine file names them; a project may narrow them for a name the machine file names.
 //! - Error messages may quote names (keys, server, secret, tool and host names) but never a url,
 //!   a command argument or any other value that could hold a credential. A `resources.allow`
 //!   pattern is a URI, so merge errors name it by its key (`mcp.x.resources.allow[1]`) only.
@@ -43,12 +46,14 @@
 
 mod merge;
 pub mod model;
+mod private;
 mod rules;
 mod schema;
 mod url;
 mod yaml;
 
 pub use model::*;
+pub use private::PrivateName;
 pub use schema::{MAX_SERVER_NAME, is_valid_server_name};
 pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES};
 

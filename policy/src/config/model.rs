@@ -41,6 +41,9 @@ pub struct Config {
     pub mcp: Vec<McpServerConfig>,
     /// Top-level `secrets:` entries.
     pub secrets: Vec<SecretConfig>,
+    /// The names that may resolve to internal addresses (`private:` on a `hosts` entry or a
+    /// `url` server), each with its ranges.
+    pub private: Vec<super::private::PrivateName>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

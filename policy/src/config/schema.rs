@@ -17,6 +17,7 @@ use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
 
 mod arg_rules;
+mod private;
 
 /// Longest server name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`).
 pub const MAX_SERVER_NAME: usize = 64;
@@ -34,6 +35,7 @@ const ENTRY_KEYS: &[&str] = &[
     "pin",
     "resources",
     "prompts",
+    "private",
 ];
 const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated", "rules"];
 /// The keys of `resources` and `prompts`.
@@ -71,6 +73,7 @@ pub fn read(root: &Node, file: &str, origin: Origin) -> Result<Config, Vec<Confi
         file: Arc::from(file),
         origin,
         errors: Vec::new(),
+        private: Vec::new(),
     };
     let config = r.config(root);
     match config {
@@ -83,6 +86,8 @@ struct Reader {
     file: Arc<str>,
     origin: Origin,
     errors: Vec<ConfigError>,
+    /// The file's `private:` lists, gathered where they are read.
+    private: Vec<super::private::PrivateName>,
 }
 
 /// The known keys of one mapping, looked up by name.
@@ -308,6 +313,7 @@ impl Reader {
         if let Some((_, v)) = f.get("secrets") {
             config.secrets = self.secrets(v);
         }
+        config.private = std::mem::take(&mut self.private);
         Some(config)
     }
 
@@ -320,6 +326,10 @@ impl Reader {
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let key = index(path, i);
+            if let Value::Map(_) = item.value {
+                out.extend(self.host_mapping(item, &key, path == "hosts"));
+                continue;
+            }
             let Some(text) = self.string(item, &key, "a host", hint) else {
                 continue;
             };
@@ -440,6 +450,11 @@ impl Reader {
                     "hosts",
                     "`hosts` applies to local (`command`) servers; the account host is fixed",
                 ),
+                (
+                    "private",
+                    "the account host is a public Anthropic host; `private` applies to `url` \
+                     servers and top-level `hosts` entries",
+                ),
             ],
             _ => &[
                 (
@@ -465,6 +480,11 @@ impl Reader {
                 (
                     "prompts",
                     "`prompts` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per prompt",
+                ),
+                (
+                    "private",
+                    "`private` applies to `url` servers and top-level `hosts` entries: name the \
+                     ranges of a local server's host there, `hosts: [{host: NAME, private: [RANGE]}]`",
                 ),
             ],
         };
@@ -689,6 +709,12 @@ impl Reader {
                     None
                 }
             });
+        if let Some((k, v)) = f.get("private") {
+            let pattern = url
+                .as_ref()
+                .map(|u| HostPattern::for_host(u.host.clone(), u.port));
+            self.private_list(k, v, &child(path, "private"), pattern.as_ref());
+        }
         let token = match f.get("token") {
             None => Some(false),
             Some((_, t)) => self.boolean(t, &child(path, "token")),
