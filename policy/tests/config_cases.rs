@@ -181,6 +181,14 @@ fn surface(s: &ServerSurface, tools: &ToolRules) -> String {
             list(tools.allow_annotated.iter().map(|a| a.value.name()))
         ));
     }
+    for l in &s.limits {
+        let origin = match (l.origin, l.project_on_machine) {
+            (Origin::Machine, _) => "machine",
+            (Origin::Project, false) => "project",
+            (Origin::Project, true) => "project-on-machine",
+        };
+        out.push_str(&format!(" limit[{origin} {l}]"));
+    }
     out
 }
 

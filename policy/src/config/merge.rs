@@ -13,6 +13,8 @@
 //!   one of the machine's, written the same way; `tools.allow_annotated` may be kept or emptied,
 //!   never given a value the machine's does not have. The result still has `allow_annotated` only
 //!   with `pin: true`.
+//! - `limits` add up: the machine's entries stay and the project's follow, both applied
+//!   (`limits.rs`); a project entry looser than the machine's for the same tools is an error.
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
 //!   identical, and then changes nothing.
 //! - `hosts` are the union: the project file may add plain egress hosts.
@@ -498,6 +500,7 @@ fn narrow_surface(
             project.prompts.clone()
         }
     };
+    let limits = super::limits::narrow(name, &machine.limits, &project.limits, errors);
     if errors.len() > before {
         return None;
     }
@@ -507,6 +510,7 @@ fn narrow_surface(
         pin,
         resources,
         prompts,
+        limits,
         written: SurfaceKeys {
             list: pick(&pw.list, &mw.list),
             pin: pick(&pw.pin, &mw.pin),
