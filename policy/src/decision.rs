@@ -20,10 +20,16 @@ pub enum Reason {
     AuditUnavailable,
     /// A pinned server's tool whose definition differs from its lock file, or is not in it.
     ToolChanged,
+    /// A `tools/call` over a `limits` entry's `rate` or `concurrency` (README, "Limits").
+    RateLimited,
+    /// A `tools/call` whose answer did not end within its `limits` entry's `timeout`.
+    Timeout,
+    /// A `tools/call` whose answer grew past its `limits` entry's `max_response`.
+    ResponseTooLarge,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 12] = [
         Reason::HostNotAllowed,
         Reason::PrivateAddress,
         Reason::PolicyDenied,
@@ -33,6 +39,9 @@ impl Reason {
         Reason::UpstreamError,
         Reason::AuditUnavailable,
         Reason::ToolChanged,
+        Reason::RateLimited,
+        Reason::Timeout,
+        Reason::ResponseTooLarge,
     ];
 
     /// The snake_case code used on the wire and in the log.
@@ -47,6 +56,9 @@ impl Reason {
             Reason::UpstreamError => "upstream_error",
             Reason::AuditUnavailable => "audit_unavailable",
             Reason::ToolChanged => "tool_changed",
+            Reason::RateLimited => "rate_limited",
+            Reason::Timeout => "timeout",
+            Reason::ResponseTooLarge => "response_too_large",
         }
     }
 
@@ -64,8 +76,10 @@ impl Reason {
             | Reason::ToolChanged => 403,
             Reason::BodyTooLarge => 413,
             Reason::BadRequest => 400,
-            Reason::UpstreamError => 502,
+            Reason::UpstreamError | Reason::ResponseTooLarge => 502,
             Reason::AuditUnavailable => 503,
+            Reason::RateLimited => 429,
+            Reason::Timeout => 504,
         }
     }
 }
@@ -152,6 +166,9 @@ mod tests {
         assert_eq!(Reason::BadRequest.http_status(), 400);
         assert_eq!(Reason::UpstreamError.http_status(), 502);
         assert_eq!(Reason::AuditUnavailable.http_status(), 503);
+        assert_eq!(Reason::RateLimited.http_status(), 429);
+        assert_eq!(Reason::Timeout.http_status(), 504);
+        assert_eq!(Reason::ResponseTooLarge.http_status(), 502);
         assert_eq!(Reason::from_code("nope"), None);
     }
 }

@@ -7,7 +7,8 @@
 
 use crate::cidr::Cidr;
 use crate::config::{
-    AccountProvider, Annotation, Config, ListMode, McpServerConfig, Origin, ServerKind, ToolRules,
+    AccountProvider, Annotation, Config, ListMode, McpServerConfig, Origin, ServerKind, ToolLimit,
+    ToolRules,
 };
 use crate::decision::{Decision, Reason};
 use crate::host::{Host, HostPattern};
@@ -29,6 +30,9 @@ pub struct McpServer {
     pub rule: ServerRule,
     /// The secret name of its token when `token: true` (`MCP_<SERVER>`).
     pub token_secret: Option<String>,
+    /// `limits`, the machine file's entries first; the proxy counts them
+    /// ([`crate::config::limits::applicable`] says which apply to a call).
+    pub limits: Vec<ToolLimit>,
 }
 
 impl McpServer {
@@ -219,6 +223,7 @@ impl Policy {
                             limits,
                         ),
                         token_secret,
+                        limits: entry.surface.limits.clone(),
                     });
                 }
                 ServerKind::Account { provider, tools } => {
@@ -235,6 +240,7 @@ impl Policy {
                             limits,
                         ),
                         token_secret: None,
+                        limits: entry.surface.limits.clone(),
                     });
                 }
                 ServerKind::Local {

@@ -184,6 +184,14 @@ fn surface(s: &ServerSurface, tools: &ToolRules) -> String {
     if !tools.rules.is_empty() {
         out.push_str(&format!(" rules={}", tools.rules.len()));
     }
+    for l in &s.limits {
+        let origin = match (l.origin, l.project_on_machine) {
+            (Origin::Machine, _) => "machine",
+            (Origin::Project, false) => "project",
+            (Origin::Project, true) => "project-on-machine",
+        };
+        out.push_str(&format!(" limit[{origin} {l}]"));
+    }
     out
 }
 

@@ -13,6 +13,7 @@ use crate::audit_sink::AuditSink;
 use crate::audit_writer::AuditEntry;
 use crate::capacity::{Admitted, InFlight};
 use crate::inventories::Inventories;
+use crate::limits::Limits;
 use crate::net::Network;
 use crate::options::ProxyOptions;
 use crate::pool::Pool;
@@ -41,6 +42,8 @@ pub(crate) struct SessionContext {
     pub synthetic: Arc<SyntheticNames>,
     /// What the session knows of each MCP server's tools (pins, listed schemas).
     pub inventories: Inventories,
+    /// The counters of each MCP server's `limits`.
+    pub limits: Limits,
 }
 
 /// An audit record could not be written: nothing may be forwarded, and the client gets 503.

@@ -9,7 +9,9 @@
 //! 3. The granted substitutions are carried out (header values, query, body where allowed, the bearer
 //!    of a `token: true` server, `Content-Length`). A value written into an MCP body must not change
 //!    what the classifier allowed, so such a body is classified again.
-//! 4. The records are written, naming the secrets used.
+//! 4. The `tools/call`s' `limits` ([`crate::limits`]): over a rate or a concurrency, the request
+//!    is refused `rate_limited` (429 with `Retry-After`, a JSON-RPC error per call), nothing sent.
+//! 5. The records are written, naming the secrets used.
 //!
 //! A new request rule belongs in `fenzi-policy` (the classifier or the secret-use decision); this
 //! phase only orders the decisions and records them. See docs/architecture.md.
@@ -22,6 +24,7 @@ use crate::request_context::RequestContext;
 use bytes::Bytes;
 use fenzi_policy::{Decision, Reason};
 use http::request::Parts;
+use std::time::Instant;
 
 /// An allowed request: the body to forward, and how its answer is to be read.
 pub(crate) struct Decided {
@@ -42,7 +45,7 @@ pub(crate) async fn decide(
     if !use_.is_allowed() {
         return Err(refused(cx, &use_.decision, &use_.secrets, parts, &body));
     }
-    let (entries, reading) = match &dest.handling {
+    let (entries, mut reading, mcp) = match &dest.handling {
         Handling::Mcp(server) => {
             let decision = session.inventories.read(&server.name, |inventory| {
                 mcp_enforce::classify(&session.policy, inventory, server, parts, &body)
@@ -52,10 +55,12 @@ pub(crate) async fn decide(
                 return Err(mcp_enforce::refused(&cx.subject, &decision, parts, &body));
             }
             let reading = Reading::of(session, server, &decision);
-            (mcp_enforce::entries(&cx.subject, &decision), reading)
+            let entries = mcp_enforce::entries(&cx.subject, &decision);
+            (entries, reading, Some((server, decision)))
         }
-        Handling::Plain => (vec![cx.subject.decided(&dest.decision)], None),
+        Handling::Plain => (vec![cx.subject.decided(&dest.decision)], None, None),
     };
+    let unsubstituted = body.clone();
 
     let body = match secrets.apply(&use_, parts, body.clone()) {
         Ok(new) => new,
@@ -80,6 +85,21 @@ pub(crate) async fn decide(
             "the request is no longer allowed once the secret values are written into its body",
         );
         return Err(Refusal::denied(&cx.subject, &refused_by).naming_secrets(&use_.secrets));
+    }
+    // Last, so that a call refused for any other reason takes no token.
+    if let Some((server, decision)) = &mcp {
+        match session.limits.admit(&server.name, decision, Instant::now()) {
+            Ok(permit) => {
+                if let Some(reading) = reading.as_mut() {
+                    reading.permit = permit;
+                }
+            }
+            Err(over) => {
+                let refusal =
+                    mcp_enforce::limited(&cx.subject, decision, over, parts, &unsubstituted);
+                return Err(refusal.naming_secrets(&use_.secrets));
+            }
+        }
     }
     for mut entry in entries {
         entry.secrets = use_.secrets.clone();

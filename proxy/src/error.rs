@@ -4,6 +4,7 @@
 //! not an error, so no error comes from the policy.
 
 use fenzi_policy::Reason;
+use fenzi_policy::config::limits::{show_duration, show_size};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -71,6 +72,12 @@ pub enum ProxyError {
     /// A message from an MCP server that cannot be read strictly (never passed on).
     #[error("the upstream's answer cannot be read: {0}")]
     UnreadableResponse(#[from] fenzi_policy::response::ResponseError),
+    /// A `tools/call`'s answer did not end within its `limits` entry's `timeout` ([`crate::limits`]).
+    #[error("the answer did not end within {}, the limit {rule}", show_duration(*after))]
+    LimitTimeout { after: Duration, rule: String },
+    /// A `tools/call`'s answer grew past its `limits` entry's `max_response`.
+    #[error("the answer is larger than {}, the limit {rule}", show_size(*cap))]
+    ResponseTooLarge { cap: u64, rule: String },
     /// A pinned server's lock file cannot be used.
     #[error(transparent)]
     LockFile(#[from] crate::lock_file::LockFileError),
@@ -94,6 +101,8 @@ impl ProxyError {
             | UpstreamTimeout(_)
             | UpstreamBody(_)
             | UnreadableResponse(_)
+            | LimitTimeout { .. }
+            | ResponseTooLarge { .. }
             | Unscrubbable(_) => ErrorSource::Upstream,
             ClientTls(_) | ClientTlsTimeout(_) | ClientBody(_) | ClientBodyTimeout(_) => {
                 ErrorSource::Client
@@ -103,7 +112,7 @@ impl ProxyError {
     }
 
     /// What the audit record's `rule` says of a failure whose reason alone points nowhere: a
-    /// client's TLS failure, with the alert or error it gave. Only texts made of fenzi's and
+    /// client's TLS failure, with the alert or error it gave; the `limits` entry that cut an answer. Only texts made of fenzi's and
     /// rustls's own words (never a name or byte the peer chose) go into the record.
     pub fn record_detail(&self) -> Option<String> {
         match self {
@@ -120,6 +129,10 @@ impl ProxyError {
                 "client TLS handshake: not finished within {}s",
                 after.as_secs_f32()
             )),
+            // The limit's rule, as a denial by a limit names it.
+            ProxyError::LimitTimeout { rule, .. } | ProxyError::ResponseTooLarge { rule, .. } => {
+                Some(rule.clone())
+            }
             _ => None,
         }
     }
@@ -128,6 +141,8 @@ impl ProxyError {
     pub fn reason(&self) -> Reason {
         match self {
             ProxyError::Audit(_) => Reason::AuditUnavailable,
+            ProxyError::LimitTimeout { .. } => Reason::Timeout,
+            ProxyError::ResponseTooLarge { .. } => Reason::ResponseTooLarge,
             _ => match self.source_kind() {
                 ErrorSource::Client => Reason::BadRequest,
                 // Our own failures (a leaf that could not be minted) also mean the upstream cannot be

@@ -8,7 +8,8 @@
 //!    session without secrets, which then gets its one admitting record), else read whole up to the
 //!    limit.
 //! 3. decide ([`crate::decide`]): secrets, MCP classification, substitution; every record written.
-//! 4. upstream ([`crate::upstream`]): origin-form, a pooled or new connection to a checked address.
+//! 4. upstream ([`crate::upstream`]): origin-form, a pooled or new connection to a checked address;
+//!    a call's `limits` timeout ([`crate::limits`]) starts here.
 //! 5. response ([`crate::response`]): hop-by-hop out, an MCP server's answer read strictly and its
 //!    lists filtered ([`crate::mcp_response`]), secret values scrubbed as the body streams, a
 //!    broken-off body recorded.
@@ -21,6 +22,8 @@ use crate::body::{self, Body, BoxError};
 use crate::decide::decide;
 use crate::error::ProxyError;
 use crate::head;
+use crate::limits::Permit;
+use crate::mcp_response::{self, Reading};
 use crate::refusal::Refusal;
 use crate::request_body;
 use crate::request_context::RequestContext;
@@ -28,6 +31,7 @@ use crate::response::{self, Answering};
 use http::{HeaderValue, Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use std::time::Duration;
 
 /// Decides, records and forwards `req`; `host` is the checked Host value to send.
 pub(crate) async fn exchange(
@@ -73,10 +77,21 @@ async fn phases(
     };
 
     head::to_origin_form(&mut parts);
-    let response = cx
-        .upstream
-        .send(session, Request::from_parts(parts, body))
-        .await
-        .map_err(|error: ProxyError| Refusal::failed(&cx.subject, error))?;
+    let deadline = answering.reading.as_mut().and_then(Reading::forwarded);
+    let sent = cx.upstream.send(session, Request::from_parts(parts, body));
+    let sent = match (deadline, &answering.reading) {
+        // A `limits` timeout runs from here; past it before the head, the request is dropped,
+        // and its upstream connection with it.
+        (Some(deadline), Some(reading)) => match tokio::time::timeout_at(deadline, sent).await {
+            Ok(sent) => sent,
+            Err(_) => {
+                let error = reading.permit.as_ref().map(Permit::timed_out);
+                let error = error.unwrap_or(ProxyError::UpstreamTimeout(Duration::ZERO));
+                return Err(mcp_response::cut(&cx.subject, reading, error));
+            }
+        },
+        _ => sent.await,
+    };
+    let response = sent.map_err(|error: ProxyError| Refusal::failed(&cx.subject, error))?;
     response::finish(cx, answering, response).await
 }

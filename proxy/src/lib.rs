@@ -13,8 +13,8 @@
 //! proxy port, routing by form), `connect` (CONNECT) and `plain_http` (absolute-form `http://`),
 //! `authority` (the names a request gives and the checks on them), `admit` (route, resolve, address
 //! checks), `intercept` (TLS termination, h1/h2 in the tunnel), `exchange` (one request's phases in
-//! order: `head`, `request_body`, `decide` with `mcp_enforce`, `upstream` with `pool`, `response`
-//! with `failure_body`), `tunnel` (pass-through copy), and on every exit `refusal` (records, then
+//! order: `head`, `request_body`, `decide` with `mcp_enforce` and `limits`, `upstream` with
+//! `pool`, `response` with `failure_body`), `tunnel` (pass-through copy), and on every exit `refusal` (records, then
 //! answers with `respond`). Around them: `context` (what a session and a connection share),
 //! `request_context`, `malformed` and `h2_streams` (requests hyper or h2 refuse themselves), `io`,
 //! `body`, [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
@@ -47,6 +47,7 @@ mod head;
 mod intercept;
 mod inventories;
 mod io;
+mod limits;
 mod malformed;
 mod mcp_enforce;
 mod mcp_response;

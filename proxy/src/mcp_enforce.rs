@@ -7,14 +7,16 @@
 use crate::audit_sink::{Subject, recorded_decision};
 use crate::audit_writer::AuditEntry;
 use crate::body::Body;
+use crate::limits::Over;
 use crate::refusal::Refusal;
 use crate::respond;
 use fenzi_policy::engine::{McpServer, Policy};
 use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::{McpDecision, RequestView, denial_body};
 use fenzi_policy::{Decision, Reason};
-use http::Response;
+use http::header::RETRY_AFTER;
 use http::request::Parts;
+use http::{HeaderValue, Response};
 
 /// Runs `f` on the policy's view of a buffered request.
 fn with_view<T>(parts: &Parts, body: &[u8], f: impl FnOnce(&RequestView<'_>) -> T) -> T {
@@ -76,6 +78,30 @@ pub(crate) fn refused(
         answer(decision, parts, body),
         named.reason().unwrap_or(Reason::PolicyDenied),
         named.message.clone(),
+    )
+}
+
+/// A request over a `limits` rate or concurrency ([`crate::limits`]): every message is recorded as
+/// refused by the limit, and each request in it gets a JSON-RPC error, with 429 and `Retry-After`.
+pub(crate) fn limited(
+    subject: &Subject,
+    decision: &McpDecision,
+    over: Over,
+    parts: &Parts,
+    body: &[u8],
+) -> Refusal {
+    let mut limited = decision.clone();
+    // Every message was allowed on its own; each now shares the limit's refusal.
+    limited.overall = over.decision;
+    let mut answer = answer(&limited, parts, body);
+    answer
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(over.retry_after));
+    Refusal::records(
+        entries(subject, &limited),
+        answer,
+        Reason::RateLimited,
+        limited.overall.message.clone(),
     )
 }
 

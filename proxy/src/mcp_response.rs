@@ -16,6 +16,12 @@
 //!   record cannot be written, the answer does not go out (503 for a JSON body, the stream breaks
 //!   off for an event).
 //!
+//! - A `tools/call` under `limits` ([`crate::limits`]): the answer is cut at its `max_response`
+//!   (counted on the bytes from upstream) or its `timeout` (until the last byte). A JSON body is
+//!   not passed on then (504 `timeout` or 502 `response_too_large`, a JSON-RPC error for each
+//!   waiting request); an event stream ends with a JSON-RPC error event for each. Either way the
+//!   upstream body is dropped, which closes its connection, and a `failed` record follows.
+//!
 //! OAuth metadata (`GET /.well-known/...`) is a document, not MCP messages, and is not read here.
 
 use crate::audit_sink::{BoxFuture, Subject};
@@ -23,9 +29,11 @@ use crate::audit_writer::AuditEntry;
 use crate::body::{self, Body, BoxError};
 use crate::context::{AuditUnavailable, SessionContext};
 use crate::error::ProxyError;
+use crate::limits::{self, Permit};
 use crate::refusal::Refusal;
 use crate::respond;
 use bytes::Bytes;
+use fenzi_policy::Reason;
 use fenzi_policy::engine::McpServer;
 use fenzi_policy::mcp::{McpDecision, MessageKind, RpcId, ServerRule};
 use fenzi_policy::response::sse::{self, SseItem, SseReader};
@@ -47,6 +55,8 @@ pub(crate) struct Reading {
     server: usize,
     /// The ids of the requests forwarded, each waiting for its answer.
     pending: Vec<RpcId>,
+    /// What its calls' `limits` allow the answer, when any apply.
+    pub permit: Option<Permit>,
 }
 
 impl Reading {
@@ -73,8 +83,35 @@ impl Reading {
         Some(Reading {
             server: index,
             pending,
+            permit: None,
         })
     }
+
+    /// The request is being forwarded: starts its `timeout`, returning the deadline if it has one.
+    pub fn forwarded(&mut self) -> Option<tokio::time::Instant> {
+        self.permit.as_mut()?.forwarded()
+    }
+}
+
+/// The refusal of an answer a limit cut before its head went out: the `failed` record naming the
+/// limit, and a 504 (`timeout`) or 502 (`response_too_large`) whose body answers each waiting
+/// request with a JSON-RPC error.
+pub(crate) fn cut(subject: &Subject, reading: &Reading, error: ProxyError) -> Refusal {
+    let replies: Vec<String> = reading
+        .pending
+        .iter()
+        .map(|id| limits::cut_reply(id, &error))
+        .collect();
+    let status = error.reason().http_status();
+    let answer = match replies.as_slice() {
+        [] => respond::failure(&error),
+        [one] => respond::json(status, one.clone().into_bytes()),
+        many => respond::json(status, format!("[{}]", many.join(",")).into_bytes()),
+    };
+    tracing::warn!(host = %subject.host, "{error}");
+    let entry = subject.failed(&error);
+    let detail = error.to_string();
+    Refusal::records(vec![entry], answer, error.reason(), detail)
 }
 
 /// The body the client gets for an MCP server's answer with head `head` (updated: length, type).
@@ -119,8 +156,30 @@ pub(crate) async fn read(
         return Ok(stream.boxed_unsync());
     }
     let limit = response_limits(server.rule.limits).max_bytes;
-    let bytes = match Limited::new(body, limit).collect().await {
+    // A `max_response` below the response limit is the limit that cuts.
+    let cap = reading.permit.as_ref().and_then(Permit::max_response);
+    let capped = cap.filter(|cap| *cap < limit as u64);
+    let collect = Limited::new(body, capped.map_or(limit, |cap| cap as usize)).collect();
+    let deadline = reading.permit.as_ref().and_then(Permit::deadline);
+    let collected = match deadline {
+        Some(deadline) => match tokio::time::timeout_at(deadline, collect).await {
+            Ok(collected) => collected,
+            Err(_) => {
+                return Err(cut(
+                    subject,
+                    &reading,
+                    limit_error(&reading, Reason::Timeout),
+                ));
+            }
+        },
+        None => collect.await,
+    };
+    let bytes = match collected {
         Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() && capped.is_some() => {
+            let error = limit_error(&reading, Reason::ResponseTooLarge);
+            return Err(cut(subject, &reading, error));
+        }
         Err(e) if e.is::<LengthLimitError>() => {
             return answer_unreadable(subject, &reading, head, ResponseError::TooLarge(limit));
         }
@@ -156,6 +215,17 @@ pub(crate) async fn read(
     head.headers
         .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     Ok(body::full(bytes))
+}
+
+/// The failure of an answer cut by `reading`'s limit of this `reason` (`timeout` or
+/// `response_too_large`).
+fn limit_error(reading: &Reading, reason: Reason) -> ProxyError {
+    match (&reading.permit, reason) {
+        (Some(permit), Reason::Timeout) => permit.timed_out(),
+        (Some(permit), _) => permit.too_large(),
+        // Not reached: only a permit sets a deadline or a cap.
+        (None, _) => ProxyError::UpstreamBody("cut by a limit".into()),
+    }
 }
 
 /// Reads one message: shallow without the inventory, whole (and filtered) when it carries a list.
@@ -248,6 +318,11 @@ struct SseRead {
     failed_upstream: Option<BoxError>,
     /// The length of `out` when it was last held back for the upstream to catch up (`poll_frame`).
     yielded: Option<usize>,
+    /// The `timeout` of the calls it answers, running since the request was forwarded.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Bytes from upstream so far, and the `max_response` they may reach.
+    seen: u64,
+    cap: Option<u64>,
 }
 
 /// Events read are held back to fill a frame of this size only while more is ready upstream.
@@ -261,6 +336,11 @@ impl SseRead {
         reading: Reading,
     ) -> Self {
         let limit = response_limits(session.policy.servers()[reading.server].rule.limits).max_bytes;
+        let permit = reading.permit.as_ref();
+        let deadline = permit
+            .and_then(Permit::deadline)
+            .map(|at| Box::pin(tokio::time::sleep_until(at)));
+        let cap = permit.and_then(Permit::max_response);
         SseRead {
             inner: Some(inner),
             reader: SseReader::new(limit),
@@ -272,6 +352,9 @@ impl SseRead {
             done: false,
             failed_upstream: None,
             yielded: None,
+            deadline,
+            seen: 0,
+            cap,
         }
     }
 
@@ -325,19 +408,35 @@ impl SseRead {
     /// Ends the stream for `error`: each waiting request gets a JSON-RPC error event, then the
     /// `failed` record is written and the stream ends.
     fn fail(&mut self, error: ResponseError) {
-        for id in std::mem::take(&mut self.reading.pending) {
-            let reply = unreadable_reply(&id, &error);
-            let event = sse::SseEvent {
-                event: Some("message".to_string()),
-                ..Default::default()
-            };
-            sse::write_event(&mut self.out, &event, Some(&reply));
-        }
+        self.end_with(|id| unreadable_reply(id, &error));
         let error = ProxyError::UnreadableResponse(error);
         tracing::warn!(host = %self.subject.host, "{error}");
         let entry = self.subject.unreadable(&error);
         self.waiting = Some((write_records(self.session.clone(), vec![entry]), Vec::new()));
+    }
+
+    /// Ends the stream cut by a limit (`timeout`, `response_too_large`): as [`SseRead::fail`],
+    /// with the limit's reason and rule.
+    fn cut(&mut self, reason: Reason) {
+        let error = limit_error(&self.reading, reason);
+        self.end_with(|id| limits::cut_reply(id, &error));
+        tracing::warn!(host = %self.subject.host, "{error}");
+        let entry = self.subject.failed(&error);
+        self.waiting = Some((write_records(self.session.clone(), vec![entry]), Vec::new()));
+    }
+
+    /// An error event for each waiting request, and no more from upstream (dropping its body
+    /// closes the connection).
+    fn end_with(&mut self, reply: impl Fn(&RpcId) -> String) {
+        for id in std::mem::take(&mut self.reading.pending) {
+            let event = sse::SseEvent {
+                event: Some("message".to_string()),
+                ..Default::default()
+            };
+            sse::write_event(&mut self.out, &event, Some(&reply(&id)));
+        }
         self.inner = None;
+        self.deadline = None;
         self.done = true;
     }
 }
@@ -410,6 +509,13 @@ impl HttpBody for SseRead {
                 }
                 continue;
             };
+            // Polled before the upstream, so that its timer wakes this stream.
+            if let Some(deadline) = this.deadline.as_mut()
+                && deadline.as_mut().poll(cx).is_ready()
+            {
+                this.cut(Reason::Timeout);
+                continue;
+            }
             match Pin::new(inner).poll_frame(cx) {
                 Poll::Pending if !this.out.is_empty() && this.yielded != Some(this.out.len()) => {
                     // Let the upstream connection run before passing on what was read, as long as
@@ -424,6 +530,11 @@ impl HttpBody for SseRead {
                 Poll::Ready(Some(Ok(frame))) => {
                     // Trailers carry nothing an MCP client reads; they are not passed on.
                     if let Ok(data) = frame.into_data() {
+                        this.seen = this.seen.saturating_add(data.len() as u64);
+                        if this.cap.is_some_and(|cap| this.seen > cap) {
+                            this.cut(Reason::ResponseTooLarge);
+                            continue;
+                        }
                         this.reader.push(&data);
                     }
                 }

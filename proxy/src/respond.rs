@@ -91,9 +91,12 @@ fn proxy_error_type(reason: Reason) -> &'static str {
         Reason::HostNotAllowed
         | Reason::PolicyDenied
         | Reason::CredentialEndpointMismatch
-        | Reason::ToolChanged => "http_request_denied",
+        | Reason::ToolChanged
+        | Reason::RateLimited => "http_request_denied",
         Reason::BodyTooLarge | Reason::BadRequest => "http_request_error",
         Reason::UpstreamError => "destination_unavailable",
         Reason::AuditUnavailable => "proxy_internal_error",
+        Reason::Timeout => "http_response_timeout",
+        Reason::ResponseTooLarge => "http_response_body_size",
     }
 }

@@ -8,6 +8,7 @@
 use crate::body::{Body, BoxError};
 use crate::failure_body::RecordsFailure;
 use crate::head::strip_hop_by_hop;
+use crate::limits::{Held, Permit};
 use crate::mcp_response::{self, Reading};
 use crate::refusal::Refusal;
 use crate::request_context::RequestContext;
@@ -36,8 +37,10 @@ pub(crate) async fn finish(
     strip_hop_by_hop(&mut head.headers);
     head.version = request.client_version;
     let body: Body = match request.reading {
-        Some(reading) => {
-            mcp_response::read(
+        Some(mut reading) => {
+            // A call's concurrency slots are held until the body the client gets is done.
+            let slots = reading.permit.as_mut().and_then(Permit::take_slots);
+            let body = mcp_response::read(
                 cx.session,
                 &cx.subject,
                 reading,
@@ -45,7 +48,8 @@ pub(crate) async fn finish(
                 body,
                 request.is_head,
             )
-            .await?
+            .await?;
+            Held::new(body, slots).boxed_unsync()
         }
         None => body.map_err(BoxError::from).boxed_unsync(),
     };

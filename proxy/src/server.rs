@@ -11,6 +11,7 @@ use crate::client::serve_client;
 use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
 use crate::inventories::{Inventories, LockFiles};
+use crate::limits::Limits;
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::secrets::{SecretSet, SessionSecrets};
@@ -93,6 +94,7 @@ impl ProxyBuilder {
             .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
         let upstream_tls = upstream::client_config(&options.upstream_roots)
             .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
+        let limits = Limits::new(&policy);
         Ok(Proxy {
             session: Arc::new(SessionContext {
                 policy,
@@ -105,6 +107,7 @@ impl ProxyBuilder {
                 upstreams: Arc::default(),
                 synthetic: Arc::default(),
                 inventories,
+                limits,
             }),
         })
     }

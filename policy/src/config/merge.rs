@@ -15,6 +15,8 @@
 //!   with `pin: true`. `tools.rules` are both files' (the machine's first): every matching rule
 //!   must hold, so a project's rules and `deny_args` only add conditions, and it cannot remove
 //!   the machine's.
+//! - `limits` add up: the machine's entries stay and the project's follow, both applied
+//!   (`limits.rs`); a project entry looser than the machine's for the same tools is an error.
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
 //!   identical, and then changes nothing.
 //! - `hosts` are the union: the project file may add plain egress hosts.
@@ -507,6 +509,7 @@ fn narrow_surface(
             project.prompts.clone()
         }
     };
+    let limits = super::limits::narrow(name, &machine.limits, &project.limits, errors);
     if errors.len() > before {
         return None;
     }
@@ -516,6 +519,7 @@ fn narrow_surface(
         pin,
         resources,
         prompts,
+        limits,
         written: SurfaceKeys {
             list: pick(&pw.list, &mw.list),
             pin: pick(&pw.pin, &mw.pin),

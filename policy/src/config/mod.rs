@@ -8,6 +8,7 @@
 //! - `schema` (with `url`): one file's tree to the [`Config`] model, with every per-file rule.
 //! - `merge`: machine + project, where the project may add and narrow but never widen.
 //! - `rules`: the rules that span entries, on the merged set.
+//! - `limits`: a server's `limits` entries, read by `schema` and merged by `merge`.
 //!
 //! [`parse`] runs the first three on one file; [`merge`] runs the last two and must be called
 //! even for a single file (`merge(None, Some(project))`): only it checks the cross-entry rules.
@@ -44,6 +45,7 @@
 //!   `prompts.allow` that are textually equal to machine ones (a narrower glob counts as new),
 //!   and keep or drop `allow_annotated` values.
 
+pub mod limits;
 mod merge;
 pub mod model;
 mod private;

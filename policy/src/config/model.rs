@@ -6,6 +6,7 @@ use crate::host::{Host, HostPattern};
 use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Which file an element came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,6 +71,9 @@ pub struct ServerSurface {
     pub resources: Vec<Located<UriPattern>>,
     /// `prompts.allow`: prompt names or globs for `prompts/get` (default deny).
     pub prompts: Vec<Located<ToolPattern>>,
+    /// `limits`: per-tool rate, concurrency, timeout and response cap, the machine file's entries
+    /// first (see `limits.rs`).
+    pub limits: Vec<ToolLimit>,
     /// Where each of these keys was written; all `None` when the entry leaves them to their
     /// defaults (and always for a local server). The merge needs it: a key a project entry omits
     /// keeps the machine's value, one it writes must narrow it. After a merge, the place is the
@@ -84,6 +88,42 @@ pub struct SurfaceKeys {
     pub pin: Option<Location>,
     pub resources: Option<Location>,
     pub prompts: Option<Location>,
+}
+
+/// One `limits:` entry (README, "Limits"). The first entry of each file whose `tool` matches a
+/// call applies to it; each entry's counters are shared by every tool it matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolLimit {
+    /// The tools it applies to, a pattern as in `tools.allow`.
+    pub tool: ToolPattern,
+    /// Calls per period, with a burst of the same count.
+    pub rate: Option<Rate>,
+    /// Calls in flight at once.
+    pub concurrency: Option<u32>,
+    /// From forwarding the call to the last byte of its answer.
+    pub timeout: Option<Duration>,
+    /// Bytes of the answer's body, as the upstream sent them.
+    pub max_response: Option<u64>,
+    /// The file that wrote it.
+    pub origin: Origin,
+    /// A project entry on a machine server it narrows (its records say `(project)`).
+    pub project_on_machine: bool,
+    /// Where it was written; the key is `mcp.NAME.limits[i]`.
+    pub at: Location,
+}
+
+/// `N/s`, `N/min` or `N/h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub period: RatePeriod,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RatePeriod {
+    Second,
+    Minute,
+    Hour,
 }
 
 /// `list: filter` (the default) or `list: all`.

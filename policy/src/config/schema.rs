@@ -36,6 +36,7 @@ const ENTRY_KEYS: &[&str] = &[
     "resources",
     "prompts",
     "private",
+    "limits",
 ];
 const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated", "rules"];
 /// The keys of `resources` and `prompts`.
@@ -486,6 +487,10 @@ impl Reader {
                     "`private` applies to `url` servers and top-level `hosts` entries: name the \
                      ranges of a local server's host there, `hosts: [{host: NAME, private: [RANGE]}]`",
                 ),
+                (
+                    "limits",
+                    "`limits` applies to `url` and `account` servers: a local server's calls go over a pipe that is not inspected",
+                ),
             ],
         };
         let mut ok = true;
@@ -515,11 +520,38 @@ impl Reader {
                 } else {
                     self.account(name_node, &f, path, pin)
                 };
-                server.zip(surface)
+                let limits = self.limits(&f, path, server.as_ref());
+                server
+                    .zip(surface)
+                    .zip(limits)
+                    .map(|((server, mut surface), limits)| {
+                        surface.limits = limits;
+                        (server, surface)
+                    })
             }
             _ => self.local(&f, path).map(|k| (k, ServerSurface::default())),
         };
         if ok { result } else { None }
+    }
+
+    /// `limits` of a `url` or `account` entry (`limits.rs`), checked against its tool rules.
+    fn limits(
+        &mut self,
+        f: &Fields<'_>,
+        path: &str,
+        server: Option<&ServerKind>,
+    ) -> Option<Vec<ToolLimit>> {
+        let Some((_, node)) = f.get("limits") else {
+            return Some(Vec::new());
+        };
+        let tools = match server {
+            Some(ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. }) => {
+                Some(tools)
+            }
+            _ => None,
+        };
+        let key = child(path, "limits");
+        super::limits::read(node, &self.file, self.origin, &key, tools, &mut self.errors)
     }
 
     /// `list`, `pin`, `resources` and `prompts` of a `url` or `account` entry. The `pin` value is
@@ -566,6 +598,7 @@ impl Reader {
                 pin,
                 resources,
                 prompts,
+                limits: Vec::new(),
                 written,
             }),
             _ => None,

@@ -13,7 +13,7 @@ use crate::decision::Reason;
 use crate::json::write_string;
 
 /// The JSON-RPC `error.code` for each reason.
-pub const ERROR_CODES: [(Reason, i64); 9] = [
+pub const ERROR_CODES: [(Reason, i64); 12] = [
     (Reason::PolicyDenied, -31001),
     (Reason::BadRequest, -31002),
     (Reason::BodyTooLarge, -31003),
@@ -23,6 +23,9 @@ pub const ERROR_CODES: [(Reason, i64); 9] = [
     (Reason::UpstreamError, -31007),
     (Reason::AuditUnavailable, -31008),
     (Reason::ToolChanged, -31009),
+    (Reason::RateLimited, -31010),
+    (Reason::Timeout, -31011),
+    (Reason::ResponseTooLarge, -31012),
 ];
 
 /// The JSON-RPC error code fenzi answers `reason` with.
