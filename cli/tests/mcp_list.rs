@@ -65,16 +65,19 @@ fn json_lists_sources_tools_and_stored_state() {
              "file": machine, "line": 3, "kind": "remote", "url": "https://mcp.linear.app/mcp",
              "token": true, "tools": {"allow": ["list_issues"], "deny": ["delete_issue"]},
              "secrets": [{"name": "MCP_LINEAR", "hosts": ["mcp.linear.app:443"], "stored": false,
-                          "withheld": null, "store_error": null}]},
+                          "withheld": null, "store_error": null}],
+             "rules": [], "limits": [], "resources": [], "prompts": [], "private": []},
             {"name": "droplets", "source": "machine", "narrowed_by_project": false,
              "file": machine, "line": 8, "kind": "local",
              "command": ["npx", "-y", "@digitalocean/mcp"], "hosts": ["api.digitalocean.com"],
              "secrets": [{"name": "DIGITALOCEAN_API_TOKEN", "hosts": ["api.digitalocean.com"],
-                          "stored": false, "withheld": null, "store_error": null}]},
+                          "stored": false, "withheld": null, "store_error": null}],
+             "rules": [], "limits": [], "resources": [], "prompts": [], "private": []},
             {"name": "claude-ai", "source": "project", "narrowed_by_project": false,
              "file": "fenzi.yaml", "line": 9, "kind": "account", "account": "claude",
              "host": "mcp-proxy.anthropic.com", "tools": {"allow": ["*"], "deny": []},
-             "secrets": []}
+             "secrets": [],
+             "rules": [], "limits": [], "resources": [], "prompts": [], "private": []}
         ],
         "secrets": [
             {"name": "ANTHROPIC_API_KEY", "hosts": ["api.anthropic.com"], "body": false, "stored": false,
@@ -82,6 +85,61 @@ fn json_lists_sources_tools_and_stored_state() {
         ]
     });
     assert_eq!(got, want, "{}", serde_json::to_string_pretty(&got).unwrap());
+}
+
+#[test]
+fn what_fenzi_enforces_beyond_tool_names_is_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("xdg/fenzi")).unwrap();
+    std::fs::write(
+        tmp.path().join("xdg/fenzi/mcp.yaml"),
+        "version: 1\nmcp:\n  corp:\n    url: https://mcp.corp.example/mcp\n    private: [\"10.20.0.0/16\"]\n    tools:\n      allow: [\"*\"]\n    resources: {allow: [\"corp://docs/*\"]}\n    prompts: {allow: [summarize]}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.path().join("fenzi.yaml"),
+        "version: 1\nmcp:\n  corp:\n    url: https://mcp.corp.example/mcp\n    tools:\n      allow: [create]\n      rules:\n        - tool: create\n          args:\n            /id: {prefix: ENG-, max_length: 9}\n          deny_args:\n            /n: {max: 0.5}\n    limits:\n      - {tool: create, rate: 10/min}\n    resources: {allow: [\"corp://docs/*\"]}\n    prompts: {allow: [summarize]}\n",
+    )
+    .unwrap();
+    let out = fenzi(tmp.path(), &["mcp", "list", "--json"], None, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let corp = &got["servers"][0];
+    assert_eq!(
+        corp["rules"],
+        json!([{"tool": "create", "args": {"/id": {"prefix": "ENG-", "max_length": 9}},
+                "deny_args": {"/n": {"max": 0.5}}, "rule": "mcp.corp.tools.rules[0]",
+                "written_at": "fenzi.yaml:8"}])
+    );
+    assert_eq!(corp["resources"], json!(["corp://docs/*"]));
+    assert_eq!(corp["prompts"], json!(["summarize"]));
+    assert_eq!(corp["private"], json!(["10.20.0.0/16"]));
+    assert_eq!(corp["limits"][0]["limit"], "create rate=10/min");
+    let text = fenzi(tmp.path(), &["mcp", "list"], None, &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    for line in [
+        "rule create args /id prefix \"ENG-\", max_length 9",
+        "rule create deny_args /n max 0.5",
+        "limit create rate=10/min",
+        "private 10.20.0.0/16",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+    let render = fenzi(
+        tmp.path(),
+        &["mcp", "render", "--agent", "claude"],
+        None,
+        &[],
+    );
+    let notes = String::from_utf8_lossy(&render.stderr);
+    assert!(
+        notes.contains("note: fenzi enforces on `corp`: rule create args /id prefix \"ENG-\""),
+        "{notes}"
+    );
 }
 
 #[test]

@@ -281,6 +281,29 @@ impl Matcher {
     }
 }
 
+impl Matcher {
+    /// The matcher as a config file writes it, as JSON (`{"prefix": "ENG-"}`): for listings.
+    pub fn describe(&self) -> serde_json::Value {
+        let value = |v: &Value| {
+            serde_json::from_str(&crate::json_text::canonical(v)).unwrap_or(serde_json::Value::Null)
+        };
+        let number =
+            |n: &Number| serde_json::from_str(&n.to_string()).unwrap_or(serde_json::Value::Null);
+        let operand = match self {
+            Matcher::Equals(v) => value(v),
+            Matcher::OneOf(vs) => serde_json::Value::Array(vs.iter().map(value).collect()),
+            Matcher::Prefix(s) | Matcher::Suffix(s) => s.as_str().into(),
+            Matcher::Glob(g) => g.as_str().into(),
+            Matcher::Regex(r) => r.as_str().into(),
+            Matcher::MaxLength(n) => (*n).into(),
+            Matcher::Min(n) | Matcher::Max(n) => number(n),
+            Matcher::Type(t) => t.name().into(),
+            Matcher::Absent(b) => (*b).into(),
+        };
+        serde_json::json!({ self.name(): operand })
+    }
+}
+
 impl fmt::Display for Matcher {
     /// The matcher as written, its operand shortened: for messages and rule paths. Operands are
     /// policy text, never request content.
@@ -299,9 +322,23 @@ impl fmt::Display for Matcher {
             Matcher::MaxLength(n) => write!(f, "max_length {n}"),
             Matcher::Type(t) => write!(f, "type {}", t.name()),
             Matcher::Absent(b) => write!(f, "absent {b}"),
-            other => f.write_str(other.name()),
+            Matcher::Min(n) | Matcher::Max(n) => write!(f, "{} {n}", self.name()),
+            Matcher::Equals(v) => write!(f, "equals {}", clip(&crate::json_text::canonical(v))),
+            Matcher::OneOf(vs) => {
+                let all: Vec<String> = vs.iter().map(crate::json_text::canonical).collect();
+                write!(f, "one_of [{}]", clip(&all.join(",")))
+            }
         }
     }
+}
+
+/// `s` cut to 40 characters, for showing an operand.
+fn clip(s: &str) -> String {
+    let mut t: String = s.chars().take(40).collect();
+    if t.len() < s.len() {
+        t.push('…');
+    }
+    t
 }
 
 /// A number compared with `test`; another type fails, a number beyond exact range is unknown.

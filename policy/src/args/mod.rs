@@ -52,6 +52,47 @@ pub struct Violation {
     pub message: String,
 }
 
+impl ArgRule {
+    /// The rule as JSON (`{"tool", "args": {POINTER: {MATCHER: OPERAND}}, "deny_args", "written_at"}`),
+    /// for `fenzi mcp list --json`.
+    pub fn describe(&self) -> serde_json::Value {
+        let conditions = |cs: &[Condition]| {
+            let mut map = serde_json::Map::new();
+            for c in cs {
+                let mut matchers = serde_json::Map::new();
+                for m in &c.matchers {
+                    if let serde_json::Value::Object(one) = m.describe() {
+                        matchers.extend(one);
+                    }
+                }
+                map.insert(c.pointer.as_str().to_string(), matchers.into());
+            }
+            serde_json::Value::Object(map)
+        };
+        serde_json::json!({
+            "tool": self.tool.as_str(),
+            "args": conditions(&self.args),
+            "deny_args": conditions(&self.deny_args),
+            "rule": self.path,
+            "written_at": self.written_at,
+        })
+    }
+
+    /// One line per condition, for people: `create_comment: /issueId prefix "ENG-", max_length 10`
+    /// and `... deny_args /state equals`.
+    pub fn lines(&self) -> Vec<String> {
+        let line = |kind: &str, c: &Condition| {
+            let ms: Vec<String> = c.matchers.iter().map(ToString::to_string).collect();
+            format!("{} {kind}{} {}", self.tool, c.pointer, ms.join(", "))
+        };
+        self.args
+            .iter()
+            .map(|c| line("args ", c))
+            .chain(self.deny_args.iter().map(|c| line("deny_args ", c)))
+            .collect()
+    }
+}
+
 impl Condition {
     /// For `args`: the first matcher that does not hold on every path, and what it said.
     fn first_unmet(&self, arguments: Option<&Value>) -> Option<(&Matcher, Outcome)> {

@@ -135,6 +135,30 @@ impl Number {
     }
 }
 
+impl std::fmt::Display for Number {
+    /// The value as JSON number text: plain decimals for everyday magnitudes (`100`, `0.01`,
+    /// `-2.5`), an exponent beyond them (`1e400`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.digits.is_empty() {
+            return f.write_str("0");
+        }
+        let sign = if self.negative { "-" } else { "" };
+        let digits: String = self.digits.iter().map(|d| char::from(b'0' + d)).collect();
+        let len = self.digits.len() as i128;
+        match self.exponent {
+            e if (0..=20).contains(&e) => write!(f, "{sign}{digits}{}", "0".repeat(e as usize)),
+            e if e < 0 && -e < len => {
+                let point = (len + e) as usize;
+                write!(f, "{sign}{}.{}", &digits[..point], &digits[point..])
+            }
+            e if e < 0 && -e - len <= 20 => {
+                write!(f, "{sign}0.{}{digits}", "0".repeat((-e - len) as usize))
+            }
+            e => write!(f, "{sign}{digits}e{e}"),
+        }
+    }
+}
+
 impl PartialOrd for Number {
     fn partial_cmp(&self, other: &Number) -> Option<Ordering> {
         Some(self.cmp(other))
@@ -188,6 +212,23 @@ mod tests {
         assert!(n("0.001") < n("0.01"));
         let exp30 = format!("1e{}", "9".repeat(30));
         assert!(n(&exp30) > n("1e400"));
+    }
+
+    #[test]
+    fn display_is_json_number_text_of_the_same_value() {
+        for (text, shown) in [
+            ("100", "100"),
+            ("1e2", "100"),
+            ("0.01", "0.01"),
+            ("-2.50", "-2.5"),
+            ("12.5", "12.5"),
+            ("1e400", "1e400"),
+            ("1e-400", "1e-400"),
+            ("0", "0"),
+        ] {
+            assert_eq!(n(text).to_string(), shown, "{text}");
+            assert_eq!(n(shown), n(text));
+        }
     }
 
     #[test]

@@ -146,7 +146,7 @@ fn server_secrets(s: &McpServerConfig) -> Vec<(String, Vec<String>)> {
     }
 }
 
-fn server_json(s: &McpServerConfig, store: &Store) -> Value {
+fn server_json(config: &Config, s: &McpServerConfig, store: &Store) -> Value {
     let mut v = json!({
         "name": s.name,
         "source": match s.origin { Origin::Machine => "machine", Origin::Project => "project" },
@@ -197,6 +197,9 @@ fn server_json(s: &McpServerConfig, store: &Store) -> Value {
         })
         .collect::<Vec<_>>();
     obj.insert("secrets".into(), json!(secrets));
+    for (key, value) in super::enforced::json_members(config, s) {
+        obj.insert(key.into(), value);
+    }
     v
 }
 
@@ -215,6 +218,9 @@ fn print_text(config: &Config, store: &Store) {
         match &s.kind {
             ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. } => {
                 println!("{pad}tools: {}", tools_text(tools));
+                for line in super::enforced::lines(config, s) {
+                    println!("{pad}{line}");
+                }
             }
             ServerKind::Local { hosts, secrets, .. } if secrets.is_empty() && !hosts.is_empty() => {
                 let hosts = hosts
@@ -283,7 +289,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "backend": backend,
                 "error": store.store.as_ref().err(),
             },
-            "servers": config.mcp.iter().map(|s| server_json(s, &store)).collect::<Vec<_>>(),
+            "servers": config.mcp.iter().map(|s| server_json(&config, s, &store)).collect::<Vec<_>>(),
             "secrets": config.secrets.iter().map(|sec| {
                 let stored = store.check(&sec.name);
                 json!({

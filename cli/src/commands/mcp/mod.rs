@@ -1,9 +1,11 @@
 //! `fenzi mcp`: the MCP servers in the policy (README, `fenzi mcp`) and the secrets they need.
 //! One module per subcommand (`add`, `token`, `list`, `remove`, `import`, `render`, `pin`), with the
-//! shared pieces beside them: `entry` (an entry to write), `yaml_edit` (byte-preserving edits of
+//! shared pieces beside them: `enforced` (what the proxy enforces beyond tool names, for listings),
+//! `entry` (an entry to write), `yaml_edit` (byte-preserving edits of
 //! the `mcp:` section), `files` (the two policy files, checked edits, atomic writes).
 
 pub mod add;
+pub mod enforced;
 pub mod entry;
 pub mod files;
 pub mod import;

@@ -481,6 +481,11 @@ the placeholders); no value or placeholder is printed.")]
                 s.reason
             );
         }
+        for s in &config.mcp {
+            for line in crate::commands::mcp::enforced::lines(&config, s) {
+                eprintln!("note: fenzi enforces on `{}`: {line}", s.name);
+            }
+        }
         if rendered.claude_account {
             eprintln!(
                 "note: Claude Code reaches your claude.ai connectors itself, with its sign-in; the \
