@@ -13,7 +13,7 @@
 #     a `pin: true` server pinned in fenzi.lock at first sight, a read-only tool allowed by its
 #     annotation, a changed description hidden and refused as tool_changed until `fenzi mcp pin`
 #     shows it and --yes accepts it;
-#   - what the policy reads beyond tool names: argument rules, resources and prompts on a third
+#   - what the policy reads beyond tool names: argument rules, resources, prompts and a rate limit on a third
 #     server (testdata/e2e/mcp_kinds_client.py), each allowed within its rules and refused outside;
 #   - curl for a plain host, a CONNECT tunnel left untouched, an unlisted host and a name that
 #     resolves to loopback;
@@ -142,6 +142,8 @@ mcp:
             /a: {max: 100}
           deny_args:
             /b: {equals: 13}
+    limits:
+      - {tool: add, rate: 2/h}
     resources:
       allow: ["notes://public/*"]
     prompts:
@@ -224,7 +226,7 @@ check "the client's environment held no FENZI_SECRET_ variable" \
 # What the policy reads beyond tool names: argument rules, resources and prompts.
 
 HTTPS_PROXY=$PROXY SSL_CERT_FILE=$CA_PEM timeout 180 "$PY" "$E2E/mcp_kinds_client.py" \
-    --url "https://127.0.0.1:$KINDS_PORT/mcp" >"$WORK/kinds.out" 2>"$WORK/kinds.err"
+    --url "https://127.0.0.1:$KINDS_PORT/mcp" --rate-limited-add >"$WORK/kinds.out" 2>"$WORK/kinds.err"
 KINDS_RC=$?
 while IFS= read -r line; do
     case "$line" in
@@ -345,12 +347,13 @@ expect_line "add refused by its argument rules in each mode" \
     "denied  POST $K/mcp tools/call add  policy_denied$" 4
 expect_line "the private resource refused in each mode" "denied  POST $K/mcp resources/read  policy_denied$" 2
 expect_line "the unlisted prompt refused in each mode" "denied  POST $K/mcp prompts/get  policy_denied$" 2
-check "each argument denial names its rule in the audit log" "$PY" - "$AUDIT" <<'EOF'
+expect_line "the third add refused by its rate limit" "denied  POST $K/mcp tools/call add  rate_limited$" 1
+check "each argument and limit denial names its rule in the audit log" "$PY" - "$AUDIT" <<'EOF'
 import json, sys
 rules = sorted(r["rule"] for r in map(json.loads, open(sys.argv[1]))
                if r.get("server") == "kinds" and r["decision"] == "denied" and r.get("tool"))
 want = sorted(["mcp.kinds.tools.rules[0].args./text"] * 4 + ["mcp.kinds.tools.rules[1].args./a"] * 2
-              + ["mcp.kinds.tools.rules[1].deny_args./b"] * 2)
+              + ["mcp.kinds.tools.rules[1].deny_args./b"] * 2 + ["mcp.kinds.limits[0].rate"])
 sys.exit(0 if rules == want else print(rules) or 1)
 EOF
 S="127\.0\.0\.1:$SECURED_PORT"
@@ -360,8 +363,8 @@ expect_line "the token server's denied calls (no secret used)" \
     "denied  POST $S/mcp tools/call delete_everything  policy_denied$" 2
 
 "$FENZI" log --file "$AUDIT" --denied >"$WORK/log-denied.txt"
-check "fenzi log --denied shows only denials (8, and 12 on the kinds server)" \
-    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 20 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
+check "fenzi log --denied shows only denials (8, and 13 on the kinds server)" \
+    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 21 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
 "$FENZI" log --file "$AUDIT" --json >"$WORK/log-all-json.txt"
 check "every allowed request (not CONNECT) to the token server names MCP_SECURED in the audit log" \
     "$PY" -c '

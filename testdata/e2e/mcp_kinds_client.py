@@ -6,7 +6,7 @@ and prompts, with the official Python SDK's `Client` over Streamable HTTP, throu
 
 The policy it expects (scripts/e2e/run.sh writes it): tools echo (argument `text` must start with
 "ok:") and add (`a` at most 100; `b` equal to 13 denied); resources `notes://public/*`; prompts
-`summarize`. For each mode it checks that the lists show only what the policy allows, that the calls
+`summarize`; limits: add at 2/h. For each mode it checks that the lists show only what the policy allows, that the calls
 within the rules come back with the server's answer, and that every call outside them fails with
 fenzi's JSON-RPC error (data.reason policy_denied) naming the call. Prints PASS/FAIL per check;
 exits 1 on any failure. Proxy and trust come from the environment (HTTPS_PROXY, SSL_CERT_FILE).
@@ -37,14 +37,15 @@ def text_of(result) -> str:
     return "".join(parts)
 
 
-async def denied(what: str, call) -> str:
-    """Runs `call` and checks fenzi refused it; returns the step's description."""
+async def denied(what: str, call, want: str = "policy_denied") -> str:
+    """Runs `call` and checks fenzi refused it with `want`; returns the step's description."""
     try:
         result = await call()
     except MCPError as e:
         reason = e.data.get("reason") if isinstance(e.data, dict) else None
-        check(reason == "policy_denied", f"{what}: data.reason = {reason!r} ({e.message!r})")
-        check("not permitted by policy" in e.message, f"{what}: not fenzi's error: {e.message!r}")
+        check(reason == want, f"{what}: data.reason = {reason!r}, expected {want!r} ({e.message!r})")
+        if want == "policy_denied":
+            check("not permitted by policy" in e.message, f"{what}: not fenzi's error: {e.message!r}")
         return f"denied: {what} -> {e.code} {reason}"
     raise Failure(f"{what} was NOT denied: {result!r}")
 
@@ -92,10 +93,20 @@ async def run_mode(url: str, mode: str) -> list[str]:
     return done
 
 
+async def over_the_rate(url: str) -> list[str]:
+    """The policy lets `add` run twice an hour: the two modes above used both."""
+    with anyio.fail_after(STEP_TIMEOUT * 2):
+        async with Client(url, mode="legacy", read_timeout_seconds=STEP_TIMEOUT) as client:
+            return [await denied("a third add within the hour",
+                                 lambda: client.call_tool("add", {"a": 1, "b": 2}), "rate_limited")]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True)
     p.add_argument("--mode", action="append", choices=["legacy", "2026-07-28"], help="repeatable")
+    p.add_argument("--rate-limited-add", action="store_true",
+                   help="after the modes, a third `add` must be refused as rate_limited")
     args = p.parse_args()
     failed = 0
     for mode in args.mode or ["legacy", "2026-07-28"]:
@@ -108,6 +119,13 @@ def main() -> int:
             for leaf in leaves:
                 detail = str(leaf) if isinstance(leaf, Failure) else f"{type(leaf).__name__}: {leaf}"
                 print(f"FAIL kinds [{mode}] {detail}", flush=True)
+    if args.rate_limited_add:
+        try:
+            for step in anyio.run(over_the_rate, args.url):
+                print(f"PASS kinds [limits] {step}", flush=True)
+        except Exception as exc:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL kinds [limits] {exc}", flush=True)
     return 1 if failed else 0
 
 
