@@ -62,13 +62,13 @@ trap 'exit 130' INT TERM
 
 
 
-# run_client LABEL OUT ARGS...: the SDK client (mcp_client.py ARGS) through $PROXY trusting $CA_PEM,
-# its output in $WORK/OUT.{out,err}; each of its PASS/FAIL lines becomes one of ours, prefixed by
-# LABEL; a client that fails without saying why is a failure with its stderr.
+# run_client LABEL OUT ARGS...: the SDK client (mcp_client.py ARGS, or CLIENT=FILE.py) through
+# $PROXY trusting $CA_PEM, its output in $WORK/OUT.{out,err}; each of its PASS/FAIL lines becomes one
+# of ours, prefixed by LABEL; a client that fails without saying why is a failure with its stderr.
 run_client() {
     local label=$1 out=$2 rc line; shift 2
     HTTPS_PROXY=$PROXY SSL_CERT_FILE=$CA_PEM timeout 180 \
-        "$PY" "$E2E/mcp_client.py" "$@" >"$WORK/$out.out" 2>"$WORK/$out.err"
+        "$PY" "$E2E/${CLIENT:-mcp_client.py}" "$@" >"$WORK/$out.out" 2>"$WORK/$out.err"
     rc=$?
     while IFS= read -r line; do
         case "$line" in
@@ -225,19 +225,7 @@ check "the client's environment held no FENZI_SECRET_ variable" \
 # ---------------------------------------------------------------------------------------------------
 # What the policy reads beyond tool names: argument rules, resources and prompts.
 
-HTTPS_PROXY=$PROXY SSL_CERT_FILE=$CA_PEM timeout 180 "$PY" "$E2E/mcp_kinds_client.py" \
-    --url "https://127.0.0.1:$KINDS_PORT/mcp" --rate-limited-add >"$WORK/kinds.out" 2>"$WORK/kinds.err"
-KINDS_RC=$?
-while IFS= read -r line; do
-    case "$line" in
-        PASS\ *) pass "${line#PASS }" ;;
-        FAIL\ *) fail "${line#FAIL }" ;;
-    esac
-done <"$WORK/kinds.out"
-if [ "$KINDS_RC" -ne 0 ] && ! grep -q '^FAIL' "$WORK/kinds.out"; then
-    fail "the kinds client exited $KINDS_RC (stderr follows)"
-    tail -n 20 "$WORK/kinds.err" | sed 's/^/    /'
-fi
+CLIENT=mcp_kinds_client.py run_client "" kinds --url "https://127.0.0.1:$KINDS_PORT/mcp" --rate-limited-add
 check "the kinds server ran only the calls within the rules (2 echo, 2 add, 2 reads, 2 prompts)" \
     test "$(sort "$WORK/kinds-calls" 2>/dev/null | uniq -c | tr -s ' ' | sed 's/^ //' | tr '\n' ';')" \
     = "2 add;2 echo;2 prompt summarize;2 resource notes://public/readme;"
