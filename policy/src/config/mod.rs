@@ -43,6 +43,7 @@
 
 mod merge;
 pub mod model;
+mod positions;
 mod rules;
 mod schema;
 mod url;
