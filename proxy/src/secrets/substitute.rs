@@ -203,7 +203,12 @@ impl Substituter {
                 .iter()
                 .zip(encoded)
                 .map(|(name, e)| match e {
-                    Some(e) if grant.substitute.iter().any(|g| g.secret == *name && admits(g)) => {
+                    Some(e)
+                        if grant
+                            .substitute
+                            .iter()
+                            .any(|g| g.secret == *name && admits(g)) =>
+                    {
                         Some(e.as_slice())
                     }
                     _ => None,
@@ -226,7 +231,10 @@ impl Substituter {
         };
         for p in query_params(query) {
             if p.ambiguous {
-                splice(p.piece(), &pick(&|g| g.in_query_value(&p.decoded_name, true)));
+                splice(
+                    p.piece(),
+                    &pick(&|g| g.in_query_value(&p.decoded_name, true)),
+                );
                 continue;
             }
             splice(p.name.clone(), &pick(&|g| g.in_query_name()));
@@ -465,7 +473,10 @@ mod tests {
             .iter()
             .map(|p| SecretPosition::parse(p).unwrap())
             .collect();
-        let mut grant = allow(&[("A_KEY", positions.contains(&SecretPosition::Body))], None);
+        let mut grant = allow(
+            &[("A_KEY", positions.contains(&SecretPosition::Body))],
+            None,
+        );
         grant.substitute[0].positions = Some(positions);
         grant
     }
@@ -476,7 +487,10 @@ mod tests {
         let grant = allow_in(&["header:Authorization", "header:X-Api-Key"]);
         let mut headers = HeaderMap::new();
         headers.append("x-api-key", HeaderValue::from_str(PA).unwrap());
-        headers.append("x-api-key", HeaderValue::from_str(&format!("2 {PA}")).unwrap());
+        headers.append(
+            "x-api-key",
+            HeaderValue::from_str(&format!("2 {PA}")).unwrap(),
+        );
         headers.insert(
             "authorization",
             HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(format!("me:{PA}"))))
@@ -525,13 +539,18 @@ mod tests {
             ),
         ] {
             let mut uri: Uri = format!("/p?{query}").parse().unwrap();
-            s.apply_head(&grant, &mut uri, &mut HeaderMap::new()).unwrap();
+            s.apply_head(&grant, &mut uri, &mut HeaderMap::new())
+                .unwrap();
             assert_eq!(uri.query().unwrap(), want, "{query}");
         }
         // Without positions the whole query is swapped, a parameter's name included.
         let mut uri: Uri = format!("/p?{PA}=1&q={PA};x").parse().unwrap();
-        s.apply_head(&allow(&[("A_KEY", false)], None), &mut uri, &mut HeaderMap::new())
-            .unwrap();
+        s.apply_head(
+            &allow(&[("A_KEY", false)], None),
+            &mut uri,
+            &mut HeaderMap::new(),
+        )
+        .unwrap();
         assert_eq!(uri.query().unwrap(), format!("{enc}=1&q={enc};x"));
     }
 
@@ -541,8 +560,12 @@ mod tests {
         let body = format!("{{\"k\":\"{PA}\"}}");
         let json = HeaderValue::from_static("application/json");
         assert_eq!(
-            s.apply_body(&allow_in(&["header:X-Api-Key"]), Some(&json), body.as_bytes())
-                .unwrap(),
+            s.apply_body(
+                &allow_in(&["header:X-Api-Key"]),
+                Some(&json),
+                body.as_bytes()
+            )
+            .unwrap(),
             None
         );
         assert!(
