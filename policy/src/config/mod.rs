@@ -5,7 +5,8 @@
 //! - [`decode`]: bytes to text (UTF-8 only; [`parse`] then drops a leading byte-order mark).
 //! - `yaml`: text to a located tree under tight limits (one document; no anchors, aliases, merge
 //!   keys, tags, directives or duplicate keys; YAML 1.2 booleans).
-//! - `schema` (with `url`): one file's tree to the [`Config`] model, with every per-file rule.
+//! - `schema` (with `url`, and `positions` for a secret's `in`): one file's tree to the [`Config`]
+//!   model, with every per-file rule.
 //! - `merge`: machine + project, where the project may add and narrow but never widen.
 //! - `rules`: the rules that span entries, on the merged set.
 //!
@@ -25,6 +26,9 @@
 //! - The project file may add hosts, servers and secrets, but a secret the machine file binds
 //!   keeps the machine's hosts and `body` (a cloned repository's `fenzi.yaml` must not be able
 //!   to send the user's stored tokens elsewhere).
+//! - A top-level secret's `in` is a non-empty list of distinct `header:NAME`, `query:NAME` and
+//!   `body`; listing `body` turns bodies on, and `body: true` beside an `in` without it is an
+//!   error. A project may narrow a machine secret's `in` to a subset (see `positions`).
 //! - Error messages may quote names (keys, server, secret, tool and host names) but never a url,
 //!   a command argument or any other value that could hold a credential. A `resources.allow`
 //!   pattern is a URI, so merge errors name it by its key (`mcp.x.resources.allow[1]`) only.
