@@ -1,5 +1,5 @@
 //! `fenzi mcp list`: each server, where it comes from (machine, project, machine narrowed by the
-//! project), what it is, its tools, and whether its secrets are stored — "unknown" with the reason
+//! project), what it is, its tools, its secrets' positions, and whether its secrets are stored — "unknown" with the reason
 //! when the store cannot be used.
 
 mod mcp_support;
@@ -37,6 +37,9 @@ mcp:
 secrets:
   ANTHROPIC_API_KEY:
     hosts: [api.anthropic.com]
+  MAPS_KEY:
+    hosts: [maps.example.com]
+    in: [query:key, header:X-Api-Key]
 ";
 
 fn folder() -> tempfile::TempDir {
@@ -64,14 +67,15 @@ fn json_lists_sources_tools_and_stored_state() {
             {"name": "linear", "source": "machine", "narrowed_by_project": true,
              "file": machine, "line": 3, "kind": "remote", "url": "https://mcp.linear.app/mcp",
              "token": true, "tools": {"allow": ["list_issues"], "deny": ["delete_issue"]},
-             "secrets": [{"name": "MCP_LINEAR", "hosts": ["mcp.linear.app:443"], "stored": false,
+             "secrets": [{"name": "MCP_LINEAR", "hosts": ["mcp.linear.app:443"],
+                          "in": ["header:Authorization"], "stored": false,
                           "withheld": null, "store_error": null}],
              "rules": [], "limits": [], "resources": [], "prompts": [], "private": []},
             {"name": "droplets", "source": "machine", "narrowed_by_project": false,
              "file": machine, "line": 8, "kind": "local",
              "command": ["npx", "-y", "@digitalocean/mcp"], "hosts": ["api.digitalocean.com"],
              "secrets": [{"name": "DIGITALOCEAN_API_TOKEN", "hosts": ["api.digitalocean.com"],
-                          "stored": false, "withheld": null, "store_error": null}],
+                          "in": null, "stored": false, "withheld": null, "store_error": null}],
              "rules": [], "limits": [], "resources": [], "prompts": [], "private": []},
             {"name": "claude-ai", "source": "project", "narrowed_by_project": false,
              "file": "fenzi.yaml", "line": 9, "kind": "account", "account": "claude",
@@ -80,8 +84,10 @@ fn json_lists_sources_tools_and_stored_state() {
              "rules": [], "limits": [], "resources": [], "prompts": [], "private": []}
         ],
         "secrets": [
-            {"name": "ANTHROPIC_API_KEY", "hosts": ["api.anthropic.com"], "body": false, "stored": false,
-             "withheld": null}
+            {"name": "ANTHROPIC_API_KEY", "hosts": ["api.anthropic.com"], "body": false, "in": null,
+             "stored": false, "withheld": null},
+            {"name": "MAPS_KEY", "hosts": ["maps.example.com"], "body": false,
+             "in": ["query:key", "header:X-Api-Key"], "stored": false, "withheld": null}
         ]
     });
     assert_eq!(got, want, "{}", serde_json::to_string_pretty(&got).unwrap());
@@ -151,7 +157,8 @@ fn text_says_where_each_server_comes_from_and_what_to_store() {
     for want in [
         "linear     remote  https://mcp.linear.app/mcp  [machine, narrowed by project]",
         "tools: allow list_issues; deny delete_issue",
-        "secret MCP_LINEAR -> mcp.linear.app:443: not stored (fenzi mcp token linear)",
+        "secret MCP_LINEAR -> mcp.linear.app:443 (in header:Authorization): not stored (fenzi mcp token linear)",
+        "MAPS_KEY -> maps.example.com (in query:key, header:X-Api-Key): not stored",
         "droplets   local   npx -y @digitalocean/mcp  [machine]",
         "claude-ai  account claude (via mcp-proxy.anthropic.com)  [project]",
         "tools: allow every tool",
@@ -187,7 +194,7 @@ fn an_unusable_store_makes_each_answer_unknown_with_the_reason() {
 
     let out = fenzi(tmp.path(), &["mcp", "list"], None, &env);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("secret MCP_LINEAR -> mcp.linear.app:443: unknown (store unavailable: the Secret Service cannot be used"), "{stdout}");
+    assert!(stdout.contains("secret MCP_LINEAR -> mcp.linear.app:443 (in header:Authorization): unknown (store unavailable: the Secret Service cannot be used"), "{stdout}");
 }
 
 #[test]

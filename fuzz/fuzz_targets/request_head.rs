@@ -18,7 +18,8 @@
 //!   verdict; a denial body is strict JSON and echoes no placeholder the request held only in its
 //!   query or headers;
 //! - secrets: `scan_authority` finds what `find_in` finds, `redact` leaves no placeholder, and
-//!   `scan_head` reports exactly the placeholders of each part of the head, at that position.
+//!   `scan_head` reports exactly the placeholders of each part of the head, at that position (a
+//!   query parameter's name counting as the query), each header value's naming its header.
 #![no_main]
 
 use fenzi_policy::host::{Host, MAX_LABEL_LEN, MAX_NAME_LEN};
@@ -485,7 +486,28 @@ fn check_secrets(authority: &str, method: &[u8], target: &[u8], headers: &[(&[u8
             map.append(n, v);
         }
     }
-    let got: BTreeSet<Sighting> = s.scan_head(&m, &uri, &map).into_iter().collect();
+    let sighted = s.scan_head(&m, &uri, &map);
+    // A header value's sighting names a header the request has; a query sighting is in the
+    // query. Then compare by part, the name of the header or parameter left out.
+    for x in &sighted {
+        if x.position == Position::HeaderValue {
+            let field = x.field.as_deref().expect("a header value sighting names its header");
+            assert!(map.contains_key(field), "{x:?} names a header the request lacks");
+        }
+        if matches!(x.position, Position::Query | Position::QueryName) {
+            assert!(uri.query().is_some(), "{x:?} without a query");
+        }
+    }
+    let got: BTreeSet<Sighting> = sighted
+        .into_iter()
+        .map(|x| {
+            let part = match x.position {
+                Position::QueryName => Position::Query,
+                p => p,
+            };
+            Sighting::new(x.secret, part)
+        })
+        .collect();
     let mut want = BTreeSet::new();
     let mut add = |bytes: &[u8], pos: Position| {
         for name in s.find_in(bytes) {

@@ -16,6 +16,7 @@ use crate::inventory::Inventory;
 use crate::ip::{InternalRange, internal_range};
 use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, ServerRule};
 use crate::secret_name::server_token_name;
+use crate::secret_position::SecretPosition;
 use std::net::IpAddr;
 
 /// A remote MCP server (or the account-connector host) as the proxy enforces it.
@@ -84,6 +85,10 @@ pub struct SecretBinding {
     pub sources: Vec<SecretSource>,
     /// For `token: true` servers: add `Authorization: Bearer <token>` when the request has none.
     pub default_bearer: bool,
+    /// Where the placeholder may be swapped (`in:`; `[header:Authorization]` for a `token: true`
+    /// server). `None`: any header value and the query, the body when `body`, and the placeholder
+    /// left as is elsewhere (see `secret_use`).
+    pub positions: Option<Vec<SecretPosition>>,
 }
 
 impl SecretBinding {
@@ -209,6 +214,7 @@ impl Policy {
                                 server: entry.name.clone(),
                             },
                             true,
+                            Some(vec![SecretPosition::Header("Authorization".into())]),
                         );
                     }
                     servers.push(McpServer {
@@ -266,6 +272,7 @@ impl Policy {
                                 server: entry.name.clone(),
                             },
                             false,
+                            None,
                         );
                     }
                 }
@@ -273,13 +280,23 @@ impl Policy {
         }
         for s in &config.secrets {
             let patterns: Vec<HostPattern> = s.hosts.iter().map(|h| h.value.clone()).collect();
+            let positions: Option<Vec<SecretPosition>> = s
+                .positions
+                .as_ref()
+                .map(|list| list.iter().map(|p| p.value.clone()).collect());
+            // With `in:`, the list alone says whether bodies are a position.
+            let body = match &positions {
+                Some(list) => list.contains(&SecretPosition::Body),
+                None => s.body,
+            };
             add_secret(
                 &mut secrets,
                 &s.name,
                 &patterns,
-                s.body,
+                body,
                 SecretSource::TopLevel,
                 false,
+                positions,
             );
         }
         let private = config
@@ -567,6 +584,7 @@ fn add_secret(
     body: bool,
     source: SecretSource,
     default_bearer: bool,
+    positions: Option<Vec<SecretPosition>>,
 ) {
     // The same variable listed by several local servers is one secret bound to the union of their hosts.
     if let Some(existing) = secrets.iter_mut().find(|s| s.name == name) {
@@ -578,6 +596,11 @@ fn add_secret(
         existing.body |= body;
         existing.sources.push(source);
         existing.default_bearer |= default_bearer;
+        // Only local servers share a name (the loader refuses every other pairing), and they have
+        // no positions; should that change, explicit positions win, as the narrower rule.
+        if existing.positions.is_none() {
+            existing.positions = positions;
+        }
         return;
     }
     secrets.push(SecretBinding {
@@ -586,5 +609,6 @@ fn add_secret(
         body,
         sources: vec![source],
         default_bearer,
+        positions,
     });
 }

@@ -26,6 +26,7 @@ pub mod mcp;
 pub mod pins;
 pub mod response;
 pub mod secret_name;
+pub mod secret_position;
 pub mod secret_use;
 pub mod tool_pattern;
 pub mod uri_pattern;

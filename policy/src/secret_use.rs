@@ -8,10 +8,20 @@
 //!   with `credential_endpoint_mismatch`, whatever the position, and nothing is substituted.
 //! - **Bound, but the request is plain HTTP**: denied the same way. A value is never sent in clear
 //!   text, and a placeholder on a clear-text hop is refused rather than forwarded.
-//! - **Bound, over TLS, in a substitution position** (a header value, the query string, the body when
-//!   the secret says `body: true`): granted; the proxy replaces the literal placeholder by the value.
-//! - **Bound, over TLS, elsewhere** (the path, the method, the host name, a header name, the body of
-//!   a secret without `body: true`): forwarded as the placeholder, unsubstituted, and reported in
+//! - **Bound, over TLS, a secret with positions** (`in:` on a top-level secret; a `token: true`
+//!   server's token, whose positions are `[header:Authorization]`): in a position the list names
+//!   (see `secret_position`), granted, and the proxy writes the value there and only there. In any
+//!   other place (another header, the query string or a parameter not named, a parameter's name, a
+//!   parameter that holds `;`, the path, a header name, the body when `body` is not listed): the
+//!   whole request is denied with `credential_endpoint_mismatch`, naming the place, and nothing is
+//!   substituted. This is what stops the placeholder being laundered through its own host (a
+//!   search query or a `Referer` that the host shows to others would otherwise carry the value).
+//! - **Bound, over TLS, a secret without positions, in a substitution position** (a header value,
+//!   the query string, the body when the secret says `body: true`): granted; the proxy replaces the
+//!   literal placeholder by the value.
+//! - **Bound, over TLS, a secret without positions, elsewhere** (the path, the method, the host
+//!   name, a header name, the body of a secret without `body: true`): forwarded as the placeholder,
+//!   unsubstituted, and reported in
 //!   [`SecretUse::left_as_is`]. Why not refuse: the only party that learns the placeholder is the host
 //!   the secret is bound to, which is trusted with the real value anyway, and a placeholder is a
 //!   random string that means nothing outside this session's proxy. Refusing would instead wedge an
@@ -26,8 +36,9 @@
 //! or placeholders.
 
 use crate::decision::{Decision, Reason};
-use crate::engine::SecretBinding;
+use crate::engine::{SecretBinding, SecretSource};
 use crate::host::Host;
+use crate::secret_position::{self, SecretPosition};
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -38,18 +49,24 @@ pub enum Position {
     /// The host name: a CONNECT target, SNI, or an absolute-form request's authority.
     Authority,
     Path,
+    /// A query parameter's value (its name in [`Sighting::field`]), or a stretch of the query
+    /// string that cannot be attributed to one parameter (`field` is `None`).
     Query,
+    /// A query parameter's name.
+    QueryName,
     HeaderName,
+    /// A header's value (its lower-case name in [`Sighting::field`]).
     HeaderValue,
     Body,
 }
 
 impl Position {
-    pub const ALL: [Position; 7] = [
+    pub const ALL: [Position; 8] = [
         Position::Method,
         Position::Authority,
         Position::Path,
         Position::Query,
+        Position::QueryName,
         Position::HeaderName,
         Position::HeaderValue,
         Position::Body,
@@ -62,6 +79,7 @@ impl Position {
             Position::Authority => "authority",
             Position::Path => "path",
             Position::Query => "query",
+            Position::QueryName => "query_name",
             Position::HeaderName => "header_name",
             Position::HeaderValue => "header_value",
             Position::Body => "body",
@@ -79,6 +97,7 @@ impl Position {
             Position::Authority => "the host name",
             Position::Path => "the path",
             Position::Query => "the query string",
+            Position::QueryName => "a query parameter's name",
             Position::HeaderName => "a header name",
             Position::HeaderValue => "a header value",
             Position::Body => "the body",
@@ -97,6 +116,10 @@ impl fmt::Display for Position {
 pub struct Sighting {
     pub secret: String,
     pub position: Position,
+    /// For [`Position::HeaderValue`], the header's name (lower case); for [`Position::Query`], the
+    /// parameter's name, percent-decoded (lossily as UTF-8: a name that is not UTF-8 matches no
+    /// position). `None` elsewhere, and for query text no single parameter owns.
+    pub field: Option<String>,
 }
 
 impl Sighting {
@@ -104,6 +127,79 @@ impl Sighting {
         Sighting {
             secret: secret.into(),
             position,
+            field: None,
+        }
+    }
+
+    /// A sighting in a named header or query parameter.
+    pub fn in_field(
+        secret: impl Into<String>,
+        position: Position,
+        field: impl Into<String>,
+    ) -> Sighting {
+        Sighting {
+            secret: secret.into(),
+            position,
+            field: Some(field.into()),
+        }
+    }
+
+    /// True when `positions` names the place of this sighting.
+    pub fn is_in(&self, positions: &[SecretPosition]) -> bool {
+        positions
+            .iter()
+            .any(|p| match (self.position, &self.field) {
+                (Position::HeaderValue, Some(name)) => p.is_header(name),
+                (Position::Query, Some(name)) => p.is_query(name.as_bytes()),
+                (Position::Body, _) => *p == SecretPosition::Body,
+                _ => false,
+            })
+    }
+
+    /// The place for the rule (`header:referer`, `query:q`, `path`); a name that could hide
+    /// anything (long, or outside the name characters) is not repeated.
+    fn place_label(&self) -> String {
+        match (self.position, self.field.as_deref()) {
+            (Position::HeaderValue, Some(n)) if quotable(n) => format!("header:{n}"),
+            (Position::HeaderValue, _) => "header:?".into(),
+            (Position::Query, Some(n)) if quotable(n) => format!("query:{n}"),
+            (Position::Query, Some(_)) => "query:?".into(),
+            (p, _) => p.label().into(),
+        }
+    }
+
+    /// The place in words, for the message.
+    fn place_words(&self) -> String {
+        match (self.position, self.field.as_deref()) {
+            (Position::HeaderValue, Some(n)) if quotable(n) => format!("header `{n}`"),
+            (Position::HeaderValue, _) => "a header whose name is not shown".into(),
+            (Position::Query, Some(n)) if quotable(n) => format!("query parameter `{n}`"),
+            (Position::Query, Some(_)) => "a query parameter whose name is not shown".into(),
+            (Position::Query, None) => {
+                "the query string, in a parameter that holds `;` (which parameter it is depends \
+                 on the server)"
+                    .into()
+            }
+            (p, _) => p.words().into(),
+        }
+    }
+}
+
+/// A header or parameter name short and plain enough to repeat in a message: it cannot hold a
+/// placeholder (at least 32 characters) or a value worth hiding.
+fn quotable(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~[]".contains(&b))
+}
+
+impl fmt::Display for Sighting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "{}@{}:{field}", self.secret, self.position),
+            None => write!(f, "{}@{}", self.secret, self.position),
         }
     }
 }
@@ -122,12 +218,39 @@ pub struct RequestFacts<'a> {
     pub sightings: &'a [Sighting],
 }
 
-/// Permission to replace one secret's placeholder by its value in this request: always in header
-/// values (Basic credentials included) and the query string, and in the body when `body` is true.
+/// Permission to replace one secret's placeholder by its value in this request: without
+/// `positions`, in every header value (Basic credentials included) and the query string, and in the
+/// body when `body` is true; with `positions`, only in those places (`body` is then true exactly
+/// when they include the body).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub secret: String,
     pub body: bool,
+    pub positions: Option<Vec<SecretPosition>>,
+}
+
+impl Grant {
+    /// May the value be written into the header `name`?
+    pub fn in_header(&self, name: &str) -> bool {
+        match &self.positions {
+            None => true,
+            Some(list) => list.iter().any(|p| p.is_header(name)),
+        }
+    }
+
+    /// May the value be written into the value of a query parameter with this decoded name? An
+    /// ambiguous parameter (holding `;`) counts only without positions.
+    pub fn in_query_value(&self, decoded_name: &[u8], ambiguous: bool) -> bool {
+        match &self.positions {
+            None => true,
+            Some(list) => !ambiguous && list.iter().any(|p| p.is_query(decoded_name)),
+        }
+    }
+
+    /// May the value be written into a query parameter's name (only without positions)?
+    pub fn in_query_name(&self) -> bool {
+        self.positions.is_none()
+    }
 }
 
 /// The secret-use decision for one request.
@@ -184,23 +307,41 @@ pub fn decide(bindings: &[SecretBinding], facts: &RequestFacts<'_>) -> SecretUse
         return deny(bindings, &authority, &elsewhere, &clear_text);
     }
 
+    // Bound here, over TLS: a secret with positions may be seen only in them.
+    let outside: Vec<(&SecretBinding, &Sighting)> = sightings
+        .iter()
+        .filter_map(|s| {
+            let b = binding_of(&s.secret)?;
+            let list = b.positions.as_ref()?;
+            (!s.is_in(list)).then_some((b, *s))
+        })
+        .collect();
+    if !outside.is_empty() {
+        return deny_positions(&authority, &outside);
+    }
+
     let mut substitute: Vec<Grant> = vec![];
     let mut left_as_is: Vec<Sighting> = vec![];
     for s in &sightings {
-        // Every sighting here is bound to this host and the request is over TLS.
+        // Every sighting here is bound to this host, the request is over TLS, and a secret with
+        // positions was seen only in them.
         let Some(b) = binding_of(&s.secret) else {
             continue;
         };
-        let substituted = match s.position {
-            Position::HeaderValue | Position::Query => true,
-            Position::Body => b.body,
-            Position::Method | Position::Authority | Position::Path | Position::HeaderName => false,
-        };
+        let substituted = b.positions.is_some()
+            || match s.position {
+                Position::HeaderValue | Position::Query | Position::QueryName => true,
+                Position::Body => b.body,
+                Position::Method | Position::Authority | Position::Path | Position::HeaderName => {
+                    false
+                }
+            };
         if substituted {
             if !substitute.iter().any(|g| g.secret == b.name) {
                 substitute.push(Grant {
                     secret: b.name.clone(),
                     body: b.body,
+                    positions: b.positions.clone(),
                 });
             }
         } else {
@@ -304,6 +445,62 @@ fn deny(
     }
 }
 
+/// The denial of placeholders seen on their own host outside their secret's positions: each place
+/// named in the message and the rule (`secrets.NAME.in query:q`, `mcp.SERVER.token header:referer`).
+fn deny_positions(authority: &str, outside: &[(&SecretBinding, &Sighting)]) -> SecretUse {
+    let mut parts: Vec<String> = vec![];
+    let mut rules: Vec<String> = vec![];
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for (b, _) in outside {
+        if !names.insert(b.name.clone()) {
+            continue;
+        }
+        let places: Vec<&Sighting> = outside
+            .iter()
+            .filter(|(o, _)| o.name == b.name)
+            .map(|(_, s)| *s)
+            .collect();
+        let listed = b.positions.as_deref().unwrap_or_default();
+        let key = match b.sources.iter().find_map(|s| match s {
+            SecretSource::ServerToken { server } => Some(server),
+            _ => None,
+        }) {
+            Some(server) => format!("mcp.{server}.token"),
+            None => format!("secrets.{}.in", b.name),
+        };
+        let origin = if key.starts_with("mcp.") {
+            ", the positions of a `token: true` server's token"
+        } else {
+            ""
+        };
+        let mut words: Vec<String> = places.iter().map(|s| s.place_words()).collect();
+        words.dedup();
+        parts.push(format!(
+            "the placeholder of {} in {}, which its positions do not include ({}{origin})",
+            b.name,
+            words.join(" and "),
+            secret_position::list(listed)
+        ));
+        for s in places {
+            let rule = format!("{key} {}", s.place_label());
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+    }
+    SecretUse {
+        decision: Decision::deny(
+            Reason::CredentialEndpointMismatch,
+            rules.join(", "),
+            format!("request to {authority} refused: {}", parts.join("; ")),
+        ),
+        substitute: vec![],
+        add_bearer: None,
+        left_as_is: vec![],
+        secrets: names.into_iter().collect(),
+    }
+}
+
 /// The secret names of `sightings`, in order, once each (the input is sorted by name).
 fn unique_names<'s>(sightings: &[&'s Sighting]) -> Vec<&'s str> {
     let mut out: Vec<&str> = sightings.iter().map(|s| s.secret.as_str()).collect();
@@ -330,7 +527,6 @@ fn list(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::SecretSource;
     use crate::host::HostPattern;
 
     fn binding(name: &str, hosts: &[&str], body: bool, bearer: bool) -> SecretBinding {
@@ -343,6 +539,7 @@ mod tests {
             body,
             sources: vec![SecretSource::TopLevel],
             default_bearer: bearer,
+            positions: None,
         }
     }
 
@@ -400,10 +597,143 @@ mod tests {
             answer.substitute,
             vec![Grant {
                 secret: "KEY".into(),
-                body: true
+                body: true,
+                positions: None,
             }]
         );
         assert_eq!(answer.secrets, vec!["KEY".to_string()]);
         assert!(answer.changes_request());
+    }
+
+    fn with_positions(name: &str, host: &str, positions: &[&str]) -> SecretBinding {
+        let list: Vec<SecretPosition> = positions
+            .iter()
+            .map(|p| SecretPosition::parse(p).unwrap())
+            .collect();
+        SecretBinding {
+            body: list.contains(&SecretPosition::Body),
+            positions: Some(list),
+            ..binding(name, &[host], false, false)
+        }
+    }
+
+    fn decide_on(bindings: &[SecretBinding], host: &str, sightings: &[Sighting]) -> SecretUse {
+        let host = Host::parse(host).unwrap();
+        decide(
+            bindings,
+            &RequestFacts {
+                host: &host,
+                port: 443,
+                tls: true,
+                has_authorization: true,
+                sightings,
+            },
+        )
+    }
+
+    #[test]
+    fn a_placeholder_outside_its_positions_is_refused_naming_the_place() {
+        let bindings = [with_positions(
+            "GITHUB_TOKEN",
+            "api.github.com",
+            &["header:Authorization"],
+        )];
+        let answer = decide_on(
+            &bindings,
+            "api.github.com",
+            &[
+                Sighting::in_field("GITHUB_TOKEN", Position::Query, "q"),
+                Sighting::in_field("GITHUB_TOKEN", Position::HeaderValue, "authorization"),
+            ],
+        );
+        assert_eq!(
+            answer.decision.reason(),
+            Some(Reason::CredentialEndpointMismatch)
+        );
+        assert_eq!(answer.decision.rule, "secrets.GITHUB_TOKEN.in query:q");
+        assert_eq!(
+            answer.decision.message,
+            "request to api.github.com:443 refused: the placeholder of GITHUB_TOKEN in query \
+             parameter `q`, which its positions do not include (header:Authorization)"
+        );
+        assert!(answer.substitute.is_empty() && !answer.changes_request());
+        assert_eq!(answer.secrets, ["GITHUB_TOKEN"]);
+    }
+
+    #[test]
+    fn a_token_servers_refusal_names_its_server_key() {
+        let mut token =
+            with_positions("MCP_TRACKER", "mcp.tracker.test", &["header:Authorization"]);
+        token.sources = vec![SecretSource::ServerToken {
+            server: "tracker".into(),
+        }];
+        token.default_bearer = true;
+        let answer = decide_on(
+            &[token],
+            "mcp.tracker.test",
+            &[
+                Sighting::in_field("MCP_TRACKER", Position::HeaderValue, "referer"),
+                Sighting::new("MCP_TRACKER", Position::Body),
+            ],
+        );
+        assert_eq!(
+            answer.decision.rule,
+            "mcp.tracker.token header:referer, mcp.tracker.token body"
+        );
+        assert_eq!(
+            answer.decision.message,
+            "request to mcp.tracker.test:443 refused: the placeholder of MCP_TRACKER in header \
+             `referer` and the body, which its positions do not include (header:Authorization, \
+             the positions of a `token: true` server's token)"
+        );
+        assert_eq!(answer.add_bearer, None);
+    }
+
+    #[test]
+    fn a_name_that_could_hold_a_placeholder_is_never_repeated() {
+        let placeholder = "fenzi_ph_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_xyzAB";
+        let bindings = [with_positions("KEY", "api.example.com", &["query:key"])];
+        for position in [Position::Query, Position::HeaderValue] {
+            let answer = decide_on(
+                &bindings,
+                "api.example.com",
+                &[Sighting::in_field("KEY", position, placeholder)],
+            );
+            assert!(!answer.is_allowed());
+            let printed = format!("{} {}", answer.decision.rule, answer.decision.message);
+            assert!(!printed.contains(placeholder), "{printed}");
+            assert!(!printed.contains("fenzi_ph"), "{printed}");
+        }
+    }
+
+    #[test]
+    fn a_grant_with_positions_writes_only_there() {
+        let bindings = [with_positions(
+            "KEY",
+            "api.example.com",
+            &["query:key", "header:X-Api-Key"],
+        )];
+        let answer = decide_on(
+            &bindings,
+            "api.example.com",
+            &[Sighting::in_field("KEY", Position::Query, "key")],
+        );
+        let [grant] = answer.substitute.as_slice() else {
+            panic!("{answer:?}");
+        };
+        assert!(grant.in_header("x-api-key") && grant.in_header("X-API-KEY"));
+        assert!(!grant.in_header("authorization") && !grant.in_header("referer"));
+        assert!(grant.in_query_value(b"key", false));
+        assert!(!grant.in_query_value(b"key", true) && !grant.in_query_value(b"q", false));
+        assert!(!grant.in_query_name() && !grant.body);
+        // Without positions: everywhere a header value or the query can hold it.
+        let open = Grant {
+            secret: "KEY".into(),
+            body: false,
+            positions: None,
+        };
+        assert!(
+            open.in_header("referer") && open.in_query_value(b"q", true) && open.in_query_name()
+        );
     }
 }

@@ -242,8 +242,12 @@ fn summary(c: &Config) -> Vec<String> {
         out.push(format!("server {} {origin}{narrowed} {kind}", s.name));
     }
     for s in &c.secrets {
+        let positions = match &s.positions {
+            Some(p) => format!(" in={}", list(p.iter().map(|p| &p.value))),
+            None => String::new(),
+        };
         out.push(format!(
-            "secret {} hosts={} body={}",
+            "secret {} hosts={} body={}{positions}",
             s.name,
             list(s.hosts.iter().map(|h| &h.value)),
             s.body

@@ -5,6 +5,7 @@
 use fenzi_policy::Reason;
 use fenzi_policy::engine::{SecretBinding, SecretSource};
 use fenzi_policy::host::{HostPattern, split_authority};
+use fenzi_policy::secret_position::SecretPosition;
 use fenzi_policy::secret_use::{Position, RequestFacts, SecretUse, Sighting, decide};
 use std::path::PathBuf;
 
@@ -22,10 +23,29 @@ fn parse_bind(cols: &[&str]) -> Result<SecretBinding, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut body = false;
     let mut bearer = false;
+    let mut positions = None;
+    let mut sources = vec![SecretSource::TopLevel];
     for flag in flags {
         match *flag {
             "body" => body = true,
             "bearer" => bearer = true,
+            f if f.starts_with("in=") => {
+                let list = f["in=".len()..]
+                    .split(',')
+                    .map(|p| SecretPosition::parse(p).map_err(|e| format!("{p}: {e:?}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                // As the engine compiles `in:`: bodies exactly when listed.
+                body = list.contains(&SecretPosition::Body);
+                positions = Some(list);
+            }
+            // A `token: true` server's token, as the engine compiles it.
+            f if f.starts_with("token=") => {
+                sources = vec![SecretSource::ServerToken {
+                    server: f["token=".len()..].to_string(),
+                }];
+                bearer = true;
+                positions = Some(vec![SecretPosition::Header("Authorization".into())]);
+            }
             other => return Err(format!("unknown bind flag {other}")),
         }
     }
@@ -33,8 +53,9 @@ fn parse_bind(cols: &[&str]) -> Result<SecretBinding, String> {
         name: name.to_string(),
         hosts,
         body,
-        sources: vec![SecretSource::TopLevel],
+        sources,
         default_bearer: bearer,
+        positions,
     })
 }
 
@@ -47,8 +68,15 @@ fn parse_sightings(text: &str) -> Result<Vec<Sighting>, String> {
             let (name, pos) = item
                 .split_once('@')
                 .ok_or(format!("sighting {item} is not NAME@POSITION"))?;
+            let (pos, field) = match pos.split_once(':') {
+                Some((p, f)) => (p, Some(f)),
+                None => (pos, None),
+            };
             let position = Position::from_label(pos).ok_or(format!("unknown position {pos}"))?;
-            Ok(Sighting::new(name, position))
+            Ok(match field {
+                Some(f) => Sighting::in_field(name, position, f),
+                None => Sighting::new(name, position),
+            })
         })
         .collect()
 }
@@ -74,12 +102,19 @@ fn render(answer: &SecretUse) -> String {
         out.push(format!("bearer={name}"));
     }
     if !answer.left_as_is.is_empty() {
-        let items: Vec<String> = answer
-            .left_as_is
-            .iter()
-            .map(|s| format!("{}@{}", s.secret, s.position))
-            .collect();
+        let items: Vec<String> = answer.left_as_is.iter().map(|s| s.to_string()).collect();
         out.push(format!("as_is={}", items.join(",")));
+    }
+    // A denial for positions names each place in its rule (`secrets.K.in query:q`).
+    let places: Vec<&str> = answer
+        .decision
+        .rule
+        .split(", ")
+        .filter(|r| r.contains(".in ") || r.contains(".token "))
+        .filter_map(|r| r.rsplit(' ').next())
+        .collect();
+    if !answer.is_allowed() && !places.is_empty() {
+        out.push(format!("at={}", places.join(",")));
     }
     if !answer.secrets.is_empty() {
         out.push(format!("secrets={}", answer.secrets.join(",")));

@@ -21,6 +21,7 @@ fn session() -> SessionSecrets {
         body,
         sources: vec![SecretSource::TopLevel],
         default_bearer: bearer,
+        positions: None,
     };
     let bindings = [
         bind("MCP_LINEAR", "mcp.linear.app", false, true),

@@ -74,6 +74,11 @@ async fn secrets_exfiltration() {
     suite("secrets.cases").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_positions_laundering() {
+    suite("secret_positions.cases").await;
+}
+
 /// Every category file has a test above, and every case file here is a category.
 #[test]
 fn every_case_file_has_a_suite() {
@@ -96,6 +101,7 @@ fn every_case_file_has_a_suite() {
             "jsonrpc_shape.cases",
             "mcp_semantics.cases",
             "paths.cases",
+            "secret_positions.cases",
             "secrets.cases",
         ]
     );

@@ -52,13 +52,17 @@ secrets:
   BODY_KEY:
     hosts: [body.test]
     body: true
+  QUERY_KEY:
+    hosts: [query.test]
+    in: [query:key]
 "#;
 
 /// The real values. `BODY_KEY` needs escaping in JSON and in URLs.
-const VALUES: [(&str, &str); 3] = [
+const VALUES: [(&str, &str); 4] = [
     ("API_KEY", "sk-test-API-0123456789abcdef"),
     ("BODY_KEY", "bk \"quoted\" \\ and/slash 0123456789"),
     ("MCP_TRACKER", "trk_live_0123456789abcdefXYZ"),
+    ("QUERY_KEY", "qk-test-0123456789abcdef"),
 ];
 
 fn value(name: &str) -> &'static str {
@@ -66,12 +70,13 @@ fn value(name: &str) -> &'static str {
 }
 
 /// Upstream names, their host, address and whether they speak TLS.
-const UPSTREAMS: [(&str, &str, &str, bool); 5] = [
+const UPSTREAMS: [(&str, &str, &str, bool); 6] = [
     ("api", "api.test", "93.184.216.41:443", true),
     ("body", "body.test", "93.184.216.42:443", true),
     ("mcp", "mcp.test", "93.184.216.43:443", true),
     ("other", "other-mcp.test", "93.184.216.44:443", true),
     ("plain", "plain.test", "93.184.216.45:80", false),
+    ("query", "query.test", "93.184.216.46:443", true),
 ];
 
 struct World {
@@ -1167,5 +1172,267 @@ async fn a_body_over_the_limit_is_413_when_the_session_has_secrets() {
     assert_eq!(a.status, 413);
     one_record(&w, 0, Outcome::Denied, Some("body_too_large"), &[]);
     w.untouched("body");
+    w.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Positions: a secret with positions (`in:`, a `token: true` server's Authorization) is swapped
+// only there; on its own host anywhere else, the request is refused and nothing is forwarded.
+
+/// Extra request headers of a case.
+type Headers<'a> = Vec<(&'a str, &'a str)>;
+
+/// A `tools/call` to the tracker's `echo`, with `headers`, on `c`.
+async fn tracker_call(c: &mut SendRequest<Body>, target: &str, headers: &[(&str, &str)]) -> Answer {
+    let body = serde_json::json!({"jsonrpc":"2.0","id":3,"method":"tools/call",
+        "params":{"name":"echo","arguments":{"text":"hi"}}});
+    let mut all = vec![
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    all.extend_from_slice(headers);
+    send(
+        c,
+        request(
+            "POST",
+            target,
+            "mcp.test",
+            &all,
+            full_body(body.to_string()),
+        ),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_servers_token_is_swapped_in_authorization_only() {
+    let w = World::start().await;
+    let (ph, val) = (w.ph("MCP_TRACKER").to_string(), value("MCP_TRACKER"));
+    let mut c = tunnel(&w, "mcp.test").await;
+    let bearer = format!("Bearer {ph}");
+    let a = tracker_call(&mut c, "/mcp", &[("authorization", &bearer)]).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let got = w.received("mcp");
+    assert!(
+        got.contains(&format!("authorization: Bearer {val}\r\n")),
+        "{got}"
+    );
+    one_record(&w, 0, Outcome::Allowed, None, &["MCP_TRACKER"]);
+
+    // The same token in a Referer, in the query, or in another header, beside a good
+    // Authorization: refused, with nothing sent on.
+    let referer = format!("https://mcp.test/search?q={ph}");
+    let spelled = format!("%{:02X}{}", ph.as_bytes()[0], &ph[1..]);
+    let cases: [(String, Headers, &str, &str); 4] = [
+        (
+            "/mcp".into(),
+            vec![("authorization", &bearer), ("referer", &referer)],
+            "mcp.tracker.token header:referer",
+            "header `referer`",
+        ),
+        (
+            format!("/mcp?access_token={ph}"),
+            vec![("authorization", &bearer)],
+            "mcp.tracker.token query:access_token",
+            "query parameter `access_token`",
+        ),
+        (
+            format!("/mcp?q={spelled}"),
+            vec![],
+            "mcp.tracker.token query:q",
+            "query parameter `q`",
+        ),
+        (
+            "/mcp".into(),
+            vec![("authorization", &bearer), ("x-forwarded-token", &ph)],
+            "mcp.tracker.token header:x-forwarded-token",
+            "header `x-forwarded-token`",
+        ),
+    ];
+    for (i, (target, headers, rule, words)) in cases.iter().enumerate() {
+        let before = w.received("mcp").len();
+        let a = tracker_call(&mut c, target, headers).await;
+        assert_eq!(a.status, 403, "{target}: {}", a.body);
+        let reply = json(&a.body);
+        assert_eq!(
+            reply["error"]["data"]["reason"],
+            "credential_endpoint_mismatch"
+        );
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{message}");
+        assert!(message.contains("header:Authorization"), "{message}");
+        assert!(!message.contains(&ph[9..]), "{message}");
+        let r = one_record(
+            &w,
+            i + 1,
+            Outcome::Denied,
+            Some("credential_endpoint_mismatch"),
+            &["MCP_TRACKER"],
+        );
+        assert_eq!(r.rule.as_deref(), Some(*rule));
+        assert_eq!(
+            w.received("mcp").len(),
+            before,
+            "{target} reached the upstream"
+        );
+    }
+    // Without Authorization the bearer is still added.
+    let a = tracker_call(&mut c, "/mcp", &[]).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let got = w.received("mcp");
+    let last = got.rsplit("POST /mcp").next().unwrap();
+    assert!(
+        last.contains(&format!("authorization: Bearer {val}\r\n")),
+        "{last}"
+    );
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_query_key_is_swapped_only_in_that_parameter() {
+    let w = World::start().await;
+    let (ph, val) = (w.ph("QUERY_KEY").to_string(), value("QUERY_KEY"));
+    let mut c = tunnel(&w, "query.test").await;
+    // Every `key` parameter, its name percent-encoded or not; nothing else changes.
+    let a = send(
+        &mut c,
+        request(
+            "GET",
+            &format!("/v1/geo?key={ph}&q=paris&k%65y={ph}"),
+            "query.test",
+            &[],
+            full_body(""),
+        ),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let got = w.received("query");
+    assert!(
+        got.contains(&format!(
+            "GET /v1/geo?key={val}&q=paris&k%65y={val} HTTP/1.1"
+        )),
+        "{got}"
+    );
+    assert!(!a.body.contains(val), "the echo is scrubbed");
+    one_record(&w, 0, Outcome::Allowed, None, &["QUERY_KEY"]);
+
+    let refused: [(String, Headers, &str); 6] = [
+        (
+            format!("/v1/geo?key=x&q={ph}"),
+            vec![],
+            "secrets.QUERY_KEY.in query:q",
+        ),
+        (
+            format!("/v1/geo?KEY={ph}"),
+            vec![],
+            "secrets.QUERY_KEY.in query:KEY",
+        ),
+        (
+            format!("/v1/geo?key={ph};q=1"),
+            vec![],
+            "secrets.QUERY_KEY.in query",
+        ),
+        (
+            format!("/v1/geo?{ph}=key"),
+            vec![],
+            "secrets.QUERY_KEY.in query_name",
+        ),
+        (
+            "/v1/geo".into(),
+            vec![("x-api-key", ph.as_str())],
+            "secrets.QUERY_KEY.in header:x-api-key",
+        ),
+        (
+            format!("/v1/{ph}?key={ph}"),
+            vec![],
+            "secrets.QUERY_KEY.in path",
+        ),
+    ];
+    for (i, (target, headers, rule)) in refused.iter().enumerate() {
+        let before = w.received("query").len();
+        let a = send(
+            &mut c,
+            request("GET", target, "query.test", headers, full_body("")),
+        )
+        .await;
+        assert_eq!(a.status, 403, "{target}: {}", a.body);
+        assert!(
+            a.body.contains("credential_endpoint_mismatch"),
+            "{}",
+            a.body
+        );
+        assert!(
+            a.body
+                .contains("which its positions do not include (query:key)"),
+            "{}",
+            a.body
+        );
+        let r = one_record(
+            &w,
+            i + 1,
+            Outcome::Denied,
+            Some("credential_endpoint_mismatch"),
+            &["QUERY_KEY"],
+        );
+        assert_eq!(r.rule.as_deref(), Some(*rule), "{target}");
+        assert_eq!(
+            w.received("query").len(),
+            before,
+            "{target} reached the upstream"
+        );
+    }
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_h2_positions_hold_too() {
+    let w = World::start().await;
+    let (ph, val) = (w.ph("QUERY_KEY").to_string(), value("QUERY_KEY"));
+    let (stream, status, _) = common::connect(w.addr, "query.test:443").await;
+    assert_eq!(status, 200);
+    let tls = common::tls_over(stream, w.proxy.ca().cert_der(), "query.test", &[b"h2"])
+        .await
+        .unwrap();
+    let mut c = common::h2(tls).await;
+    let get = |target: String, referer: Option<&str>| {
+        let mut b = Request::builder().uri(format!("https://query.test{target}"));
+        if let Some(r) = referer {
+            b = b.header("referer", r);
+        }
+        b.body(http_body_util::Full::new(Bytes::new())).unwrap()
+    };
+    let (status, body) = common::text(
+        c.send_request(get(format!("/v1?key={ph}"), None))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        w.received("query")
+            .contains(&format!("GET /v1?key={val} HTTP/1.1"))
+    );
+    let before = w.received("query").len();
+    let referer = format!("https://query.test/?key={ph}");
+    let (status, body) = common::text(
+        c.send_request(get("/v1?key=x".into(), Some(&referer)))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("header `referer`"), "{body}");
+    assert_eq!(w.received("query").len(), before);
+    let r = one_record(
+        &w,
+        1,
+        Outcome::Denied,
+        Some("credential_endpoint_mismatch"),
+        &["QUERY_KEY"],
+    );
+    assert_eq!(
+        r.rule.as_deref(),
+        Some("secrets.QUERY_KEY.in header:referer")
+    );
     w.finish().await;
 }

@@ -26,12 +26,16 @@
 //!   machine's hosts: the project may not send a machine secret (top-level, a local server's, or a
 //!   server token) to a host the machine file does not bind it to, nor turn on `body` for it. A
 //!   cloned repository's `fenzi.yaml` must not be a way to ship the user's stored tokens elsewhere.
+//!   A project's `in` for a machine secret must list a subset of the machine's positions, and then
+//!   replaces them (`positions`); without `in` the machine's stand.
 
 use super::ConfigError;
 use super::model::*;
+use super::positions;
 use super::rules::place;
 use crate::host::HostPattern;
 use crate::secret_name::server_token_name;
+use crate::secret_position::SecretPosition;
 use crate::tool_pattern::ToolPattern;
 use std::collections::HashMap;
 
@@ -74,6 +78,18 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
         }
     }
     for psec in &project.secrets {
+        // `in`: a project may narrow a machine secret's positions, never widen them.
+        if let Some(msec) = out.secrets.iter_mut().find(|m| m.name == psec.name) {
+            let before = errors.len();
+            if let Some(narrowed) = positions::narrow(msec, psec, &mut errors) {
+                msec.body = narrowed.iter().any(|p| p.value == SecretPosition::Body);
+                msec.positions = Some(narrowed);
+                continue;
+            }
+            if errors.len() > before {
+                continue;
+            }
+        }
         match out.secrets.iter().find(|m| m.name == psec.name) {
             Some(msec) if psec.body && !msec.body => errors.push(error(
                 &psec.at,

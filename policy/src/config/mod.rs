@@ -5,7 +5,8 @@
 //! - [`decode`]: bytes to text (UTF-8 only; [`parse`] then drops a leading byte-order mark).
 //! - `yaml`: text to a located tree under tight limits (one document; no anchors, aliases, merge
 //!   keys, tags, directives or duplicate keys; YAML 1.2 booleans).
-//! - `schema` (with `url`): one file's tree to the [`Config`] model, with every per-file rule.
+//! - `schema` (with `url`, and `positions` for a secret's `in`): one file's tree to the [`Config`]
+//!   model, with every per-file rule.
 //! - `merge`: machine + project, where the project may add and narrow but never widen.
 //! - `rules`: the rules that span entries, on the merged set.
 //! - `limits`: a server's `limits` entries, read by `schema` and merged by `merge`.
@@ -29,6 +30,9 @@
 //! - A top-level `hosts` item may be a mapping `{host, private}`, and a `url` entry may have
 //!   `private`: the internal ranges that exact name may resolve to (`private` module). Only the
 //!   machine file names them; a project may narrow them for a name the machine file names.
+//! - A top-level secret's `in` is a non-empty list of distinct `header:NAME`, `query:NAME` and
+//!   `body`; listing `body` turns bodies on, and `body: true` beside an `in` without it is an
+//!   error. A project may narrow a machine secret's `in` to a subset (see `positions`).
 //! - Error messages may quote names (keys, server, secret, tool and host names) but never a url,
 //!   a command argument or any other value that could hold a credential. A `resources.allow`
 //!   pattern is a URI, so merge errors name it by its key (`mcp.x.resources.allow[1]`) only.
@@ -48,6 +52,7 @@
 pub mod limits;
 mod merge;
 pub mod model;
+mod positions;
 mod private;
 mod rules;
 mod schema;

@@ -3,6 +3,7 @@
 
 use crate::args::ArgRule;
 use crate::host::{Host, HostPattern};
+use crate::secret_position::SecretPosition;
 use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
@@ -242,7 +243,10 @@ pub struct ToolRules {
 pub struct SecretConfig {
     pub name: String,
     pub hosts: Vec<Located<HostPattern>>,
-    /// Also substitute in request bodies.
+    /// Also substitute in request bodies (with `in:`: true exactly when it lists `body`).
     pub body: bool,
+    /// `in:`: the only places the placeholder is swapped; `None` when not written (any header
+    /// value and the query, the body when `body`).
+    pub positions: Option<Vec<Located<SecretPosition>>>,
     pub at: Location,
 }

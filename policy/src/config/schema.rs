@@ -8,10 +8,12 @@
 
 use super::ConfigError;
 use super::model::*;
+use super::positions;
 use super::url;
 use super::yaml::{Node, Value, push_key};
 use crate::host::HostPattern;
 use crate::secret_name::{is_valid_secret_name, reserved_reason};
+use crate::secret_position::SecretPosition;
 use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
@@ -42,7 +44,7 @@ const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated", "rules"];
 /// The keys of `resources` and `prompts`.
 const ALLOW_KEYS: &[&str] = &["allow"];
 const LIST_MODES: &[(&str, ListMode)] = &[("filter", ListMode::Filter), ("all", ListMode::All)];
-const SECRET_KEYS: &[&str] = &["hosts", "body"];
+const SECRET_KEYS: &[&str] = &["hosts", "body", "in"];
 const ACCOUNTS: &[&str] = &["claude"];
 
 const LIST_TOOLS_HINT: &str = "list the tools agents may call, e.g. `tools: {allow: [get_issue]}`, \
@@ -1078,7 +1080,7 @@ impl Reader {
                 v,
                 &path,
                 SECRET_KEYS,
-                "a mapping with `hosts` (and optionally `body`)",
+                "a mapping with `hosts` (and optionally `body`, `in`)",
                 "write `NAME: {hosts: [api.example.com]}`",
             ) else {
                 continue;
@@ -1108,15 +1110,36 @@ impl Reader {
                     }
                 }
             };
-            let body = match f.get("body") {
+            let mut body = match f.get("body") {
                 None => Some(false),
                 Some((_, b)) => self.boolean(b, &child(&path, "body")),
             };
-            if let (Some(name), Some(hosts), Some(body)) = (name, hosts, body) {
+            let positions = match f.get("in") {
+                None => Some(None),
+                Some((_, v)) => {
+                    positions::read(&self.file, v, &child(&path, "in"), &mut self.errors).map(Some)
+                }
+            };
+            if let (Some(Some(list)), Some(b)) = (&positions, body) {
+                if let (true, Some((bk, _))) = (b, f.get("body")) {
+                    positions::check_body(
+                        &self.file,
+                        bk,
+                        &child(&path, "body"),
+                        list,
+                        &mut self.errors,
+                    );
+                }
+                body = Some(list.iter().any(|p| p.value == SecretPosition::Body));
+            }
+            if let (Some(name), Some(hosts), Some(body), Some(positions)) =
+                (name, hosts, body, positions)
+            {
                 out.push(SecretConfig {
                     name,
                     hosts,
                     body,
+                    positions,
                     at: self.at(k, &path),
                 });
             }

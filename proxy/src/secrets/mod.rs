@@ -241,6 +241,7 @@ mod tests {
             body,
             sources: vec![SecretSource::TopLevel],
             default_bearer: bearer,
+            positions: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Finding this session's minted placeholders in a request: the method, the target's authority, path
 //! and query, header names and values (including the user:password inside `Basic` credentials), and
 //! the body, fed in chunks as it arrives. The answer is a list of [`Sighting`]s (secret name and
-//! position) for the decision in `fenzi_policy::secret_use`.
+//! position, with the header's or query parameter's name) for the decision in
+//! `fenzi_policy::secret_use`, which compares them against a secret's positions.
 //!
 //! Every part is scanned as it is and after [`spelling::normalize`](super::spelling::normalize), so
 //! percent-encoded and JSON-`\u`-escaped spellings are found too, and so is a literal placeholder
@@ -29,6 +30,7 @@ use super::spelling::{Normalizer, is_plain, normalize};
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use fenzi_policy::secret_position::query_params;
 use fenzi_policy::secret_use::{Position, Sighting};
 use http::{HeaderMap, Method, Uri};
 use std::borrow::Cow;
@@ -168,12 +170,14 @@ impl Scanner {
         }
         scan(uri.path().as_bytes(), Position::Path, &mut out);
         if let Some(query) = uri.query() {
-            scan(query.as_bytes(), Position::Query, &mut out);
+            self.scan_query(query.as_bytes(), &mut out);
         }
         let mut names = BTreeSet::new();
-        let mut values = BTreeSet::new();
         for (name, value) in headers {
             self.find_ids(name.as_str().as_bytes(), &mut names);
+            // Each value on its own, so that the sighting names its header (a secret's positions
+            // may allow one header and not another).
+            let mut values = BTreeSet::new();
             self.find_ids(value.as_bytes(), &mut values);
             if let Some(payload) = basic_payload(value.as_bytes())
                 && let Ok(decoded) = BASIC_B64.decode(payload)
@@ -181,10 +185,51 @@ impl Scanner {
                 let decoded = zeroize::Zeroizing::new(decoded);
                 self.find_ids(&decoded, &mut values);
             }
+            for secret in self.names_of(&values) {
+                out.push(Sighting::in_field(
+                    secret,
+                    Position::HeaderValue,
+                    name.as_str(),
+                ));
+            }
         }
         self.sightings(&names, Position::HeaderName, &mut out);
-        self.sightings(&values, Position::HeaderValue, &mut out);
         out
+    }
+
+    /// Placeholders in a query string, each attributed to the parameter it sits in, split as
+    /// [`query_params`] splits (and the substituter with it): in a parameter's value,
+    /// [`Position::Query`] with the parameter's decoded name; in its name, [`Position::QueryName`];
+    /// in a parameter that holds `;`, or anything the whole-string scan finds that no parameter
+    /// accounts for, [`Position::Query`] with no name, which no position matches.
+    fn scan_query(&self, query: &[u8], out: &mut Vec<Sighting>) {
+        let mut attributed = BTreeSet::new();
+        let mut unattributed = BTreeSet::new();
+        for p in query_params(query) {
+            if p.ambiguous {
+                self.find_ids(&query[p.piece()], &mut unattributed);
+                continue;
+            }
+            let mut names = BTreeSet::new();
+            self.find_ids(&query[p.name.clone()], &mut names);
+            self.sightings(&names, Position::QueryName, out);
+            attributed.extend(names);
+            if let Some(value) = p.value {
+                let mut values = BTreeSet::new();
+                self.find_ids(&query[value], &mut values);
+                let field = String::from_utf8_lossy(&p.decoded_name);
+                for secret in self.names_of(&values) {
+                    out.push(Sighting::in_field(secret, Position::Query, field.as_ref()));
+                }
+                attributed.extend(values);
+            }
+        }
+        // Belt and braces: a placeholder cannot hold `&` or `=`, so every one is inside a piece;
+        // should a spelling ever straddle them, it is still seen, and counts as no parameter's.
+        let mut whole = BTreeSet::new();
+        self.find_ids(query, &mut whole);
+        unattributed.extend(whole.difference(&attributed).copied());
+        self.sightings(&unattributed, Position::Query, out);
     }
 
     /// `text` safe to log or audit: each placeholder (exact, any case) becomes
@@ -365,9 +410,7 @@ mod tests {
     }
 
     fn sighted(list: &[Sighting]) -> Vec<String> {
-        list.iter()
-            .map(|s| format!("{}@{}", s.secret, s.position))
-            .collect()
+        list.iter().map(|s| s.to_string()).collect()
     }
 
     /// Every spelling of `token` the scanner must see through.
@@ -476,9 +519,9 @@ mod tests {
             got,
             [
                 "B_KEY@path",
-                "A_KEY@query",
+                "A_KEY@query:q",
+                "A_KEY@header_value:authorization",
                 "B_KEY@header_name",
-                "A_KEY@header_value"
             ]
         );
 
@@ -493,6 +536,51 @@ mod tests {
             sighted(&s.scan_authority(&format!("{}.evil.example:443", A.to_ascii_lowercase()))),
             ["A_KEY@authority"]
         );
+    }
+
+    #[test]
+    fn query_sightings_name_their_parameter_and_header_sightings_their_header() {
+        let s = scanner();
+        let spelled = format!("%66{}", &A[1..]);
+        let uri: Uri = format!(
+            "/p?key={A}&q={spelled}&k%65y={}&{B}=1&a=x;b={A}&flag&=&%6b%65%79=a={A}",
+            A.to_ascii_lowercase()
+        )
+        .parse()
+        .unwrap();
+        let mut headers = HeaderMap::new();
+        headers.append("x-api-key", HeaderValue::from_static("none"));
+        headers.append("X-Api-Key", HeaderValue::from_str(A).unwrap());
+        headers.append(
+            "referer",
+            HeaderValue::from_str(&format!("https://x.test/?k={spelled}")).unwrap(),
+        );
+        headers.append(
+            "x-creds",
+            HeaderValue::from_str(&format!("basic {}", BASIC_B64.encode(format!("u:{B}"))))
+                .unwrap(),
+        );
+        let got = sighted(&s.scan_head(&Method::GET, &uri, &headers));
+        assert_eq!(
+            got,
+            [
+                "A_KEY@query:key",
+                "A_KEY@query:q",
+                "A_KEY@query:key",
+                "B_KEY@query_name",
+                "A_KEY@query:key",
+                "A_KEY@query",
+                "A_KEY@header_value:x-api-key",
+                "A_KEY@header_value:referer",
+                "B_KEY@header_value:x-creds",
+            ]
+        );
+        // A name that is not UTF-8 once decoded is kept (lossily), never dropped.
+        let uri: Uri = format!("/p?%ff%fe={A}").parse().unwrap();
+        let got = s.scan_head(&Method::GET, &uri, &HeaderMap::new());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].position, Position::Query);
+        assert_eq!(got[0].field.as_deref(), Some("\u{fffd}\u{fffd}"));
     }
 
     #[test]
@@ -514,7 +602,11 @@ mod tests {
                     HeaderValue::from_str(&format!("{scheme} {encoded}")).unwrap(),
                 );
                 let got = sighted(&s.scan_head(&Method::GET, &Uri::from_static("/"), &headers));
-                assert_eq!(got, ["A_KEY@header_value"], "{scheme} {payload}");
+                assert_eq!(
+                    got,
+                    ["A_KEY@header_value:authorization"],
+                    "{scheme} {payload}"
+                );
             }
         }
         // Percent-encoded inside the Basic payload.
@@ -525,7 +617,7 @@ mod tests {
             HeaderValue::from_str(&format!("Basic {}", BASIC_B64.encode(payload))).unwrap(),
         );
         let got = sighted(&s.scan_head(&Method::GET, &Uri::from_static("/"), &headers));
-        assert_eq!(got, ["A_KEY@header_value"]);
+        assert_eq!(got, ["A_KEY@header_value:x-creds"]);
         // Not Basic: base64 elsewhere is not decoded (documented scope).
         let mut headers = HeaderMap::new();
         headers.insert(

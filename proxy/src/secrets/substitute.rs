@@ -1,7 +1,9 @@
 //! Carrying out a granted [`SecretUse`] on a request: each granted secret's literal placeholder is
 //! replaced by its value in header values (inside `Basic` credentials too: decoded, replaced,
 //! re-encoded), in the query string (the value percent-encoded), and in the body when the grant
-//! covers it (the value written in the body's own spelling: JSON-escaped in a JSON body,
+//! covers it. A grant with positions (`in:`, a `token: true` server's `header:Authorization`) is
+//! written only in the headers and query parameters they name, whatever else the request holds:
+//! the decision already refused a placeholder anywhere else, and this keeps that true here too (the value written in the body's own spelling: JSON-escaped in a JSON body,
 //! percent-encoded in a form body, raw otherwise). A `token: true` server's value is added as
 //! `Authorization: Bearer <value>` when the decision says so.
 //!
@@ -24,7 +26,8 @@ use super::scan::{BASIC_B64, basic_payload};
 use super::spelling::{json_escape, percent_encode};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use fenzi_policy::secret_use::SecretUse;
+use fenzi_policy::secret_position::query_params;
+use fenzi_policy::secret_use::{Grant, SecretUse};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Uri};
@@ -129,8 +132,12 @@ impl Substituter {
             return Ok(());
         }
         if !grant.substitute.is_empty() {
-            let raw = self.table(Self::head_granted(grant), |_, v| Ok(v.to_vec()))?;
-            for value in headers.values_mut() {
+            for (header, value) in headers.iter_mut() {
+                // Only the secrets whose positions include this header (all, without positions).
+                let raw = self.raw(|g| g.in_header(header.as_str()), grant);
+                if raw.iter().all(Option::is_none) {
+                    continue;
+                }
                 let Some(new) = self.header_value(value.as_bytes(), &raw) else {
                     continue;
                 };
@@ -146,7 +153,7 @@ impl Substituter {
                 let encoded = self.table(Self::head_granted(grant), |_, v| {
                     Ok(percent_encode(v, true))
                 })?;
-                if let Some(new_query) = self.placeholders.replace_all(query.as_bytes(), &encoded) {
+                if let Some(new_query) = self.query(grant, query.as_bytes(), &encoded) {
                     *uri =
                         with_query(uri, &new_query).ok_or_else(|| SecretsError::Unplaceable {
                             name: self.first_granted(grant),
@@ -172,8 +179,75 @@ impl Substituter {
         Ok(())
     }
 
+    /// The raw values of the secrets granted by `grant` whose grant `admits`.
+    fn raw(&self, admits: impl Fn(&Grant) -> bool, grant: &SecretUse) -> Vec<Option<&[u8]>> {
+        self.names
+            .iter()
+            .zip(&self.values)
+            .map(|(name, value)| {
+                grant
+                    .substitute
+                    .iter()
+                    .any(|g| g.secret == *name && admits(g))
+                    .then_some(value.as_slice())
+            })
+            .collect()
+    }
+
+    /// The query with granted placeholders replaced, parameter by parameter as the scanner split
+    /// it (`query_params`): a secret with positions only in the values of the parameters they
+    /// name, one without anywhere in the query. `None` when nothing changed.
+    fn query(&self, grant: &SecretUse, query: &[u8], encoded: &Table) -> Option<Vec<u8>> {
+        let pick = |admits: &dyn Fn(&Grant) -> bool| -> Vec<Option<&[u8]>> {
+            self.names
+                .iter()
+                .zip(encoded)
+                .map(|(name, e)| match e {
+                    Some(e)
+                        if grant
+                            .substitute
+                            .iter()
+                            .any(|g| g.secret == *name && admits(g)) =>
+                    {
+                        Some(e.as_slice())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut out = Vec::with_capacity(query.len());
+        let mut cursor = 0;
+        let mut changed = false;
+        let mut splice = |range: std::ops::Range<usize>, table: &[Option<&[u8]>]| {
+            out.extend_from_slice(&query[cursor..range.start]);
+            match self.placeholders.replace_all(&query[range.clone()], table) {
+                Some(new) => {
+                    out.extend_from_slice(&new);
+                    changed = true;
+                }
+                None => out.extend_from_slice(&query[range.clone()]),
+            }
+            cursor = range.end;
+        };
+        for p in query_params(query) {
+            if p.ambiguous {
+                splice(
+                    p.piece(),
+                    &pick(&|g| g.in_query_value(&p.decoded_name, true)),
+                );
+                continue;
+            }
+            splice(p.name.clone(), &pick(&|g| g.in_query_name()));
+            if let Some(value) = p.value.clone() {
+                splice(value, &pick(&|g| g.in_query_value(&p.decoded_name, false)));
+            }
+        }
+        out.extend_from_slice(&query[cursor..]);
+        changed.then_some(out)
+    }
+
     /// The new bytes of one header value, or `None` when it holds no granted placeholder.
-    fn header_value(&self, value: &[u8], raw: &Table) -> Option<Vec<u8>> {
+    fn header_value(&self, value: &[u8], raw: &[Option<&[u8]>]) -> Option<Vec<u8>> {
         if let Some(payload) = basic_payload(value)
             && let Ok(decoded) = BASIC_B64.decode(payload)
         {
@@ -318,7 +392,7 @@ mod tests {
     use super::*;
     use fenzi_policy::Decision;
     use fenzi_policy::Reason;
-    use fenzi_policy::secret_use::Grant;
+    use fenzi_policy::secret_position::SecretPosition;
 
     const PA: &str = "fenzi_ph_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
     const PB: &str = "fenzi_ph_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
@@ -343,6 +417,7 @@ mod tests {
                 .map(|(s, body)| Grant {
                     secret: s.to_string(),
                     body: *body,
+                    positions: None,
                 })
                 .collect(),
             add_bearer: bearer.map(str::to_string),
@@ -389,6 +464,114 @@ mod tests {
                 "key={}&b={PB}",
                 String::from_utf8(percent_encode(VA, true)).unwrap()
             )
+        );
+    }
+
+    /// A grant of A_KEY limited to `positions`.
+    fn allow_in(positions: &[&str]) -> SecretUse {
+        let positions: Vec<SecretPosition> = positions
+            .iter()
+            .map(|p| SecretPosition::parse(p).unwrap())
+            .collect();
+        let mut grant = allow(
+            &[("A_KEY", positions.contains(&SecretPosition::Body))],
+            None,
+        );
+        grant.substitute[0].positions = Some(positions);
+        grant
+    }
+
+    #[test]
+    fn a_grant_with_positions_writes_only_in_the_headers_it_names() {
+        let s = Substituter::new(&set()).unwrap();
+        let grant = allow_in(&["header:Authorization", "header:X-Api-Key"]);
+        let mut headers = HeaderMap::new();
+        headers.append("x-api-key", HeaderValue::from_str(PA).unwrap());
+        headers.append(
+            "x-api-key",
+            HeaderValue::from_str(&format!("2 {PA}")).unwrap(),
+        );
+        headers.insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(format!("me:{PA}"))))
+                .unwrap(),
+        );
+        headers.insert("referer", HeaderValue::from_str(PA).unwrap());
+        let mut uri: Uri = format!("/v1?key={PA}").parse().unwrap();
+        s.apply_head(&grant, &mut uri, &mut headers).unwrap();
+        let keys: Vec<&[u8]> = headers
+            .get_all("x-api-key")
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        assert_eq!(keys, [VA, &[b"2 ", VA].concat()[..]]);
+        let basic = headers["authorization"].as_bytes();
+        assert_eq!(
+            STANDARD.decode(&basic[6..]).unwrap(),
+            [&b"me:"[..], VA].concat()
+        );
+        // Not named: left as they were (the decision refuses such a request before this).
+        assert_eq!(headers["referer"], PA);
+        assert_eq!(uri.query(), Some(format!("key={PA}").as_str()));
+    }
+
+    #[test]
+    fn a_grant_with_positions_writes_only_in_the_query_values_it_names() {
+        let s = Substituter::new(&set()).unwrap();
+        let enc = String::from_utf8(percent_encode(VA, true)).unwrap();
+        let grant = allow_in(&["query:key"]);
+        for (query, want) in [
+            // Every repeat of the named parameter, its name decoded.
+            (
+                format!("key={PA}&q=1&k%65y={PA}"),
+                format!("key={enc}&q=1&k%65y={enc}"),
+            ),
+            // Another parameter, the name itself, a `;` piece, case: untouched.
+            (format!("q={PA}&key=x"), format!("q={PA}&key=x")),
+            (format!("{PA}=1"), format!("{PA}=1")),
+            (format!("key={PA};q=1"), format!("key={PA};q=1")),
+            (format!("KEY={PA}"), format!("KEY={PA}")),
+            (format!("q=key={PA}"), format!("q=key={PA}")),
+            // Mixed: only the named one changes, separators and empty pieces kept.
+            (
+                format!("&a={PA}&&key={PA}=x&"),
+                format!("&a={PA}&&key={enc}=x&"),
+            ),
+        ] {
+            let mut uri: Uri = format!("/p?{query}").parse().unwrap();
+            s.apply_head(&grant, &mut uri, &mut HeaderMap::new())
+                .unwrap();
+            assert_eq!(uri.query().unwrap(), want, "{query}");
+        }
+        // Without positions the whole query is swapped, a parameter's name included.
+        let mut uri: Uri = format!("/p?{PA}=1&q={PA};x").parse().unwrap();
+        s.apply_head(
+            &allow(&[("A_KEY", false)], None),
+            &mut uri,
+            &mut HeaderMap::new(),
+        )
+        .unwrap();
+        assert_eq!(uri.query().unwrap(), format!("{enc}=1&q={enc};x"));
+    }
+
+    #[test]
+    fn a_grant_without_body_in_its_positions_leaves_the_body() {
+        let s = Substituter::new(&set()).unwrap();
+        let body = format!("{{\"k\":\"{PA}\"}}");
+        let json = HeaderValue::from_static("application/json");
+        assert_eq!(
+            s.apply_body(
+                &allow_in(&["header:X-Api-Key"]),
+                Some(&json),
+                body.as_bytes()
+            )
+            .unwrap(),
+            None
+        );
+        assert!(
+            s.apply_body(&allow_in(&["body"]), Some(&json), body.as_bytes())
+                .unwrap()
+                .is_some()
         );
     }
 

@@ -1,6 +1,6 @@
 //! The world an adversarial suite runs in, built from `tests/common`: a live `fenzi_proxy::Proxy` on
-//! loopback with one policy (plus a `token: true` server, two bound secrets and their values for
-//! `secrets.cases`), upstream servers that record every byte they receive (before and after TLS), a
+//! loopback with one policy (plus a `token: true` server, three bound secrets and their values for
+//! `secrets.cases` and `secret_positions.cases`), upstream servers that record every byte they receive (before and after TLS), a
 //! fake network that resolves test names (per case, even differently from one lookup to the next) and
 //! routes public test addresses to those servers, sending every other dial to a trap that records it
 //! too, and the real hash-chained audit log on a temp file, its records counted.
@@ -61,8 +61,9 @@ mcp:
       allow: [echo]
 "#;
 
-/// What `secrets.cases` adds to [`POLICY`]: a `token: true` MCP server and two secrets bound to
-/// their own hosts (one allowed in bodies). Only that file's world has secrets.
+/// What the secrets files add to [`POLICY`]: a `token: true` MCP server and three secrets bound to
+/// their own hosts (one allowed in bodies, one only in the query parameter `key`). Only those
+/// files' world has secrets.
 pub const SECRETS_POLICY: &str = r#"  tracker:
     url: https://tracker.test/mcp
     token: true
@@ -74,15 +75,18 @@ secrets:
   BODY_KEY:
     hosts: [body.test]
     body: true
+  QUERY_KEY:
+    hosts: [query.test]
+    in: [query:key]
 "#;
 
-/// The case file whose world has secrets.
-pub const SECRETS_FILE: &str = "secrets.cases";
+/// The case files whose world has secrets.
+pub const SECRETS_FILES: [&str; 2] = ["secrets.cases", "secret_positions.cases"];
 
 /// The secrets of that world: name, placeholder, value. The placeholders are fixed (through
 /// `SecretSet::insert_with_placeholder`) so that case files can spell them every way an attacker
 /// would; case files write `${PH:NAME}` and `${VALUE:NAME}`.
-pub const SECRETS: [(&str, &str, &str); 3] = [
+pub const SECRETS: [(&str, &str, &str); 4] = [
     (
         "API_KEY",
         "fenzi_ph_Adv3rsarialApiKeyPlaceholder-0123456_xyz",
@@ -97,6 +101,11 @@ pub const SECRETS: [(&str, &str, &str); 3] = [
         "MCP_TRACKER",
         "fenzi_ph_Adv3rsarialTrackerPlaceholder-012345_xyz",
         "trk-adv-0123456789abcdef",
+    ),
+    (
+        "QUERY_KEY",
+        "fenzi_ph_Adv3rsarialQueryKeyPlaceholder-01234_xyz",
+        "qk-adv-0123456789abcdef",
     ),
 ];
 
@@ -190,22 +199,24 @@ pub struct World {
     /// Whether this world's proxy has [`SECRETS`].
     pub secrets: bool,
     /// Upstreams by the names case files use: `mcp`, `plainmcp`, `web`, `echo`, `trap`, and the
-    /// echoing `api`, `body` and `tracker` that only `secrets.cases` reaches.
+    /// echoing `api`, `body`, `tracker` and `query` that only the secrets files reach.
     pub upstreams: BTreeMap<&'static str, Upstream>,
 }
 
 impl World {
     /// The world for case file `file`: [`POLICY`] for every file, plus [`SECRETS_POLICY`] and the
-    /// [`SECRETS`] for [`SECRETS_FILE`].
+    /// [`SECRETS`] for [`SECRETS_FILES`].
     pub async fn start(file: &str) -> World {
-        let with_secrets = file == SECRETS_FILE;
+        let with_secrets = SECRETS_FILES.contains(&file);
         let pki = TestPki::new();
         let mcp_tls = pki.server_config(&["mcp.test", "93.184.216.50", "mcp-proxy.anthropic.com"]);
         let mcp = http_upstream(Some(mcp_tls), mcp_answers()).await;
-        let secret_tls = pki.server_config(&["api.test", "body.test", "tracker.test"]);
+        let secret_tls =
+            pki.server_config(&["api.test", "body.test", "tracker.test", "query.test"]);
         let api = http_upstream(Some(secret_tls.clone()), echo_request()).await;
         let body = http_upstream(Some(secret_tls.clone()), echo_request()).await;
-        let tracker = http_upstream(Some(secret_tls), echo_request()).await;
+        let tracker = http_upstream(Some(secret_tls.clone()), echo_request()).await;
+        let query = http_upstream(Some(secret_tls), echo_request()).await;
         let plainmcp = http_upstream(None, mcp_answers()).await;
         let web = http_upstream(None, web_answer()).await;
         let echo = echo_upstream().await;
@@ -224,8 +235,9 @@ impl World {
             ("api.test", "93.184.216.70"),
             ("body.test", "93.184.216.71"),
             ("tracker.test", "93.184.216.72"),
+            ("query.test", "93.184.216.73"),
         ];
-        let routes: [(&str, SocketAddr); 18] = [
+        let routes: [(&str, SocketAddr); 19] = [
             ("93.184.216.10:443", mcp.addr),
             ("93.184.216.11:443", mcp.addr),
             ("93.184.216.50:443", mcp.addr),
@@ -244,6 +256,7 @@ impl World {
             ("93.184.216.70:443", api.addr),
             ("93.184.216.71:443", body.addr),
             ("93.184.216.72:443", tracker.addr),
+            ("93.184.216.73:443", query.addr),
         ];
         let network = FakeNetwork::default().fallback(trap.addr);
         let network = names
@@ -301,6 +314,7 @@ impl World {
             ("api", api),
             ("body", body),
             ("tracker", tracker),
+            ("query", query),
         ]);
         World {
             proxy,

@@ -9,7 +9,7 @@ use super::files::{FileArgs, Files};
 use crate::session::hosts_not_stored_for;
 use anyhow::Result;
 use fenzi_policy::config::{
-    AccountProvider, Config, McpServerConfig, Origin, ServerKind, ToolRules,
+    AccountProvider, Config, McpServerConfig, Origin, SecretConfig, ServerKind, ToolRules,
 };
 use fenzi_policy::engine::Policy;
 use fenzi_policy::secret_name::server_token_name;
@@ -124,14 +124,16 @@ fn tools_text(t: &ToolRules) -> String {
     s
 }
 
-/// The secrets a server needs: (name, hosts it is sent to).
-fn server_secrets(s: &McpServerConfig) -> Vec<(String, Vec<String>)> {
+/// The secrets a server needs: (name, hosts it is sent to, positions it is swapped in when it has
+/// any: a token is swapped in Authorization only).
+fn server_secrets(s: &McpServerConfig) -> Vec<(String, Vec<String>, Option<Vec<String>>)> {
     match &s.kind {
         ServerKind::Remote {
             token: true, url, ..
         } => vec![(
             server_token_name(&s.name),
             vec![url.host.authority(url.port)],
+            Some(vec!["header:Authorization".to_string()]),
         )],
         ServerKind::Local { secrets, hosts, .. } => secrets
             .iter()
@@ -139,10 +141,26 @@ fn server_secrets(s: &McpServerConfig) -> Vec<(String, Vec<String>)> {
                 (
                     sec.value.clone(),
                     hosts.iter().map(|h| h.value.to_string()).collect(),
+                    None,
                 )
             })
             .collect(),
         _ => vec![],
+    }
+}
+
+/// A top-level secret's `in`, as written; `None` without one.
+fn secret_positions(sec: &SecretConfig) -> Option<Vec<String>> {
+    sec.positions
+        .as_ref()
+        .map(|list| list.iter().map(|p| p.value.to_string()).collect())
+}
+
+/// ` (in header:Authorization)` for a secret with positions, nothing without.
+fn positions_text(positions: &Option<Vec<String>>) -> String {
+    match positions {
+        Some(list) => format!(" (in {})", list.join(", ")),
+        None => String::new(),
     }
 }
 
@@ -189,9 +207,9 @@ fn server_json(config: &Config, s: &McpServerConfig, store: &Store) -> Value {
     }
     let secrets = server_secrets(s)
         .into_iter()
-        .map(|(name, hosts)| {
+        .map(|(name, hosts, positions)| {
             let stored = store.check(&name);
-            json!({"name": name, "hosts": hosts, "stored": stored.json(),
+            json!({"name": name, "hosts": hosts, "in": positions, "stored": stored.json(),
                    "withheld": stored.withheld_json(),
                    "store_error": match &stored { Stored::Unknown(w) => json!(w), _ => Value::Null }})
         })
@@ -231,7 +249,7 @@ fn print_text(config: &Config, store: &Store) {
             }
             ServerKind::Local { .. } => {}
         }
-        for (name, hosts) in server_secrets(s) {
+        for (name, hosts, positions) in server_secrets(s) {
             let stored = store.check(&name);
             let hint = if stored.needs_token() {
                 let arg = match &s.kind {
@@ -245,8 +263,9 @@ fn print_text(config: &Config, store: &Store) {
                 String::new()
             };
             println!(
-                "{pad}secret {name} -> {}: {}{hint}",
+                "{pad}secret {name} -> {}{}: {}{hint}",
                 hosts.join(", "),
+                positions_text(&positions),
                 stored.text()
             );
         }
@@ -266,9 +285,10 @@ fn print_text(config: &Config, store: &Store) {
                 String::new()
             };
             println!(
-                "  {} -> {}: {}{hint}",
+                "  {} -> {}{}: {}{hint}",
                 sec.name,
                 hosts.join(", "),
+                positions_text(&secret_positions(sec)),
                 stored.text()
             );
         }
@@ -296,6 +316,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     "name": sec.name,
                     "hosts": sec.hosts.iter().map(|h| h.value.to_string()).collect::<Vec<_>>(),
                     "body": sec.body,
+                    "in": secret_positions(sec),
                     "stored": stored.json(),
                     "withheld": stored.withheld_json(),
                 })
