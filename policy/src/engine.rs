@@ -213,8 +213,17 @@ impl Policy {
                             SecretSource::ServerToken {
                                 server: entry.name.clone(),
                             },
-                            true,
-                            Some(vec![SecretPosition::Header("Authorization".into())]),
+                            // The bearer is added only where the token goes in Authorization.
+                            entry.surface.token_in.as_ref().is_none_or(|list| {
+                                list.iter().any(|p| {
+                                    p.value
+                                        .same_place(&SecretPosition::Header("Authorization".into()))
+                                })
+                            }),
+                            Some(match &entry.surface.token_in {
+                                Some(list) => list.iter().map(|p| p.value.clone()).collect(),
+                                None => vec![SecretPosition::Header("Authorization".into())],
+                            }),
                         );
                     }
                     servers.push(McpServer {

@@ -222,3 +222,53 @@ fn an_https_server_is_never_carried_in_clear_text() {
     assert_eq!(route.check_transport(false), None);
     assert!(route.upstream_tls(true) && !route.upstream_tls(false));
 }
+
+#[test]
+fn a_token_goes_where_token_in_says_and_nowhere_else() {
+    use fenzi_policy::secret_use::{self, Position, RequestFacts, Sighting};
+    let text = "version: 1
+mcp:
+  maps:
+    url: https://maps.example.com/mcp
+    token: true
+    token_in: [header:X-Api-Key]
+    tools: {allow: [search]}
+";
+    let p = Policy::from_config(&config::load(None, Some((text, "fenzi.yaml"))).unwrap());
+    let token = p.secrets().iter().find(|s| s.name == "MCP_MAPS").unwrap();
+    assert!(
+        !token.default_bearer,
+        "no Authorization is added for a token that goes elsewhere"
+    );
+    assert_eq!(
+        token
+            .positions
+            .as_ref()
+            .map(|v| v.iter().map(ToString::to_string).collect::<Vec<_>>()),
+        Some(vec!["header:X-Api-Key".to_string()])
+    );
+    let h = host("maps.example.com");
+    let decide = |field: &str| {
+        let seen = [Sighting {
+            field: Some(field.into()),
+            ..Sighting::new("MCP_MAPS", Position::HeaderValue)
+        }];
+        secret_use::decide(
+            p.secrets(),
+            &RequestFacts {
+                host: &h,
+                port: 443,
+                tls: true,
+                has_authorization: false,
+                sightings: &seen,
+            },
+        )
+    };
+    assert!(decide("x-api-key").is_allowed());
+    let refused = decide("authorization");
+    assert_eq!(
+        refused.decision.reason(),
+        Some(Reason::CredentialEndpointMismatch)
+    );
+    assert_eq!(refused.decision.rule, "mcp.maps.token header:authorization");
+}

@@ -526,6 +526,33 @@ fn narrow_surface(
         }
     };
     let limits = super::limits::narrow(name, &machine.limits, &project.limits, errors);
+    let token_in = match &project.token_in {
+        None => machine.token_in.clone(),
+        Some(wanted) => {
+            let default = [crate::secret_position::SecretPosition::Header(
+                "Authorization".into(),
+            )];
+            let machine_has: Vec<_> = match &machine.token_in {
+                Some(list) => list.iter().map(|m| m.value.clone()).collect(),
+                None => default.to_vec(),
+            };
+            for p in wanted {
+                if !machine_has.iter().any(|m| m.same_place(&p.value)) {
+                    errors.push(error(
+                        &p.at,
+                        format!(
+                            "the project lets machine server `{name}`'s token be swapped in `{}` \
+                             ({where_}), where the machine file does not: its token goes in {}",
+                            p.value,
+                            crate::secret_position::list(&machine_has)
+                        ),
+                        WIDEN_HINT,
+                    ));
+                }
+            }
+            Some(wanted.clone())
+        }
+    };
     if errors.len() > before {
         return None;
     }
@@ -541,6 +568,8 @@ fn narrow_surface(
             pin: pick(&pw.pin, &mw.pin),
             resources: pick(&pw.resources, &mw.resources),
             prompts: pick(&pw.prompts, &mw.prompts),
+            token_in: pick(&pw.token_in, &mw.token_in),
         },
+        token_in,
     })
 }

@@ -80,6 +80,9 @@ pub struct ServerSurface {
     /// keeps the machine's value, one it writes must narrow it. After a merge, the place is the
     /// project's for a key the project wrote, the machine's otherwise.
     pub written: SurfaceKeys,
+    /// `token_in` of a `token: true` url server: where its token's placeholder is swapped; `None`
+    /// for the default, `[header:Authorization]`. The key's place is `written.token_in`.
+    pub token_in: Option<Vec<Located<crate::secret_position::SecretPosition>>>,
 }
 
 /// Where `list`, `pin`, `resources` and `prompts` were written (the key, not its value).
@@ -89,6 +92,7 @@ pub struct SurfaceKeys {
     pub pin: Option<Location>,
     pub resources: Option<Location>,
     pub prompts: Option<Location>,
+    pub token_in: Option<Location>,
 }
 
 /// One `limits:` entry (README, "Limits"). The first entry of each file whose `tool` matches a

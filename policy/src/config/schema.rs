@@ -39,6 +39,7 @@ const ENTRY_KEYS: &[&str] = &[
     "prompts",
     "private",
     "limits",
+    "token_in",
 ];
 const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated", "rules"];
 /// The keys of `resources` and `prompts`.
@@ -448,6 +449,10 @@ impl Reader {
                     "token",
                     "account connectors use Claude's own sign-in; there is no token to store",
                 ),
+                (
+                    "token_in",
+                    "account connectors use Claude's own sign-in; there is no token to place",
+                ),
                 ("secrets", "`secrets` applies to local (`command`) servers"),
                 (
                     "hosts",
@@ -463,6 +468,10 @@ impl Reader {
                 (
                     "token",
                     "`token` applies to `url` servers; a local server's secret goes under `secrets:` with its `hosts:`",
+                ),
+                (
+                    "token_in",
+                    "`token_in` applies to `url` servers with `token: true`",
                 ),
                 (
                     "tools",
@@ -523,17 +532,64 @@ impl Reader {
                     self.account(name_node, &f, path, pin)
                 };
                 let limits = self.limits(&f, path, server.as_ref());
-                server
-                    .zip(surface)
-                    .zip(limits)
-                    .map(|((server, mut surface), limits)| {
+                let token_in = self.token_in(&f, path, server.as_ref());
+                server.zip(surface).zip(limits).zip(token_in).map(
+                    |(((server, mut surface), limits), (token_in, at))| {
                         surface.limits = limits;
+                        surface.token_in = token_in;
+                        surface.written.token_in = at;
                         (server, surface)
-                    })
+                    },
+                )
             }
             _ => self.local(&f, path).map(|k| (k, ServerSurface::default())),
         };
         if ok { result } else { None }
+    }
+
+    /// `token_in` of a `url` entry: the positions of its token (`positions.rs` reads the list, as
+    /// for a secret's `in`), only with `token: true`, headers and query parameters only. `Some((None,
+    /// None))` when the key is absent.
+    #[allow(clippy::type_complexity)]
+    fn token_in(
+        &mut self,
+        f: &Fields<'_>,
+        path: &str,
+        server: Option<&ServerKind>,
+    ) -> Option<(
+        Option<Vec<Located<crate::secret_position::SecretPosition>>>,
+        Option<Location>,
+    )> {
+        let Some((k, node)) = f.get("token_in") else {
+            return Some((None, None));
+        };
+        let key = child(path, "token_in");
+        if let Some(ServerKind::Remote { token: false, .. }) = server {
+            self.error(
+                k,
+                &key,
+                "`token_in` without `token: true`: there is no token to place",
+                "add `token: true`, or remove `token_in`",
+            );
+            return None;
+        }
+        let list = super::positions::read(&self.file, node, &key, &mut self.errors)?;
+        if let Some(body) = list
+            .iter()
+            .find(|p| p.value == crate::secret_position::SecretPosition::Body)
+        {
+            self.errors.push(ConfigError {
+                at: Some(body.at.clone()),
+                message: "a server's token is not swapped in request bodies".into(),
+                hint: Some(
+                    "list headers and query parameters, e.g. `token_in: [header:X-Api-Key]`; a \
+                     key that goes in a JSON body is a top-level secret with `in: [body]`"
+                        .into(),
+                ),
+            });
+            return None;
+        }
+        Some((Some(list), Some(self.at(k, &key))))
     }
 
     /// `limits` of a `url` or `account` entry (`limits.rs`), checked against its tool rules.
@@ -602,6 +658,7 @@ impl Reader {
                 prompts,
                 limits: Vec::new(),
                 written,
+                token_in: None,
             }),
             _ => None,
         };

@@ -130,13 +130,49 @@ fn inline(agent: Agent, r: &SecretRef<'_>) -> String {
 enum Plan<'a> {
     Remote {
         url: &'a str,
-        /// The token secret's name.
-        token: Option<String>,
+        /// The token secret and the header it goes in.
+        token: Option<TokenPlace>,
     },
     Local {
         command: &'a [String],
         secrets: Vec<&'a str>,
     },
+}
+
+/// Where a `token: true` server's token goes: `Authorization: Bearer <token>` by default, or the
+/// first header its `token_in` names, with the token as the whole value.
+struct TokenPlace {
+    secret: String,
+    header: String,
+}
+
+impl TokenPlace {
+    /// The header's value around `reference` (the agent's spelling of the secret).
+    fn value(&self, reference: &str) -> String {
+        if self.header.eq_ignore_ascii_case("authorization") {
+            format!("Bearer {reference}")
+        } else {
+            reference.to_string()
+        }
+    }
+}
+
+/// The place of server `s`'s token, or why it cannot be given in a header.
+fn token_place(s: &McpServerConfig) -> Result<TokenPlace, String> {
+    let secret = server_token_name(&s.name);
+    let header = match &s.surface.token_in {
+        None => Some("Authorization".to_string()),
+        Some(list) => list.iter().find_map(|p| match &p.value {
+            fenzi_policy::secret_position::SecretPosition::Header(h) => Some(h.clone()),
+            _ => None,
+        }),
+    };
+    match header {
+        Some(header) => Ok(TokenPlace { secret, header }),
+        None => Err(format!(
+            "its `token_in` names no header, so the agent's config carries no token; add              {secret}'s placeholder to the url yourself"
+        )),
+    }
 }
 
 /// Which servers the agent gets, in policy order, and which it does not.
@@ -149,13 +185,26 @@ fn plan<'a>(
     let mut account = false;
     for s in servers {
         match &s.kind {
-            ServerKind::Remote { url, token, .. } => out.push((
-                agent_server_name(&s.name),
-                Plan::Remote {
-                    url: &url.text,
-                    token: token.then(|| server_token_name(&s.name)),
-                },
-            )),
+            ServerKind::Remote { url, token, .. } => {
+                let token = match token.then(|| token_place(s)) {
+                    None => None,
+                    Some(Ok(place)) => Some(place),
+                    Some(Err(why)) => {
+                        skipped.push(Skipped {
+                            server: s.name.clone(),
+                            reason: why,
+                        });
+                        None
+                    }
+                };
+                out.push((
+                    agent_server_name(&s.name),
+                    Plan::Remote {
+                        url: &url.text,
+                        token,
+                    },
+                ))
+            }
             ServerKind::Local {
                 command, secrets, ..
             } => {
@@ -240,8 +289,8 @@ fn claude(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
             Plan::Remote { url, token } => {
                 let mut o = json!({"type": "http", "url": url});
                 if let Some(t) = token {
-                    let bearer = format!("Bearer {}", inline(Agent::Claude, &secret_ref(t, ph)));
-                    o["headers"] = json!({"Authorization": bearer});
+                    let value = t.value(&inline(Agent::Claude, &secret_ref(&t.secret, ph)));
+                    o["headers"] = json!({ t.header.as_str(): value });
                 }
                 o
             }
@@ -274,8 +323,8 @@ fn opencode(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
             Plan::Remote { url, token } => {
                 let mut o = json!({"type": "remote", "url": url, "enabled": true});
                 if let Some(t) = token {
-                    let bearer = format!("Bearer {}", inline(Agent::Opencode, &secret_ref(t, ph)));
-                    o["headers"] = json!({"Authorization": bearer});
+                    let value = t.value(&inline(Agent::Opencode, &secret_ref(&t.secret, ph)));
+                    o["headers"] = json!({ t.header.as_str(): value });
                     o["oauth"] = json!(false);
                 }
                 o
@@ -359,11 +408,17 @@ fn codex_fields(p: &Plan<'_>, ph: &Placeholders) -> Vec<(&'static str, String)> 
         Plan::Remote { url, token } => {
             f.push(("url", toml_str(url)));
             if let Some(t) = token {
-                match secret_ref(t, ph) {
-                    SecretRef::Env(n) => f.push(("bearer_token_env_var", toml_str(n))),
+                let bearer = t.header.eq_ignore_ascii_case("authorization");
+                match secret_ref(&t.secret, ph) {
+                    SecretRef::Env(n) if bearer => f.push(("bearer_token_env_var", toml_str(n))),
+                    // Codex reads a header's whole value from a variable.
+                    SecretRef::Env(n) => f.push((
+                        "env_http_headers",
+                        toml_inline(&[(t.header.clone(), n.to_string())]),
+                    )),
                     SecretRef::Value(v) => f.push((
                         "http_headers",
-                        toml_inline(&[("Authorization".into(), format!("Bearer {v}"))]),
+                        toml_inline(&[(t.header.clone(), t.value(v))]),
                     )),
                 }
             }
@@ -413,11 +468,11 @@ fn grok(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
             Plan::Remote { url, token } => {
                 let _ = writeln!(out, "url = {}", toml_str(url));
                 if let Some(t) = token {
-                    let bearer = format!("Bearer {}", inline(Agent::Grok, &secret_ref(t, ph)));
+                    let value = t.value(&inline(Agent::Grok, &secret_ref(&t.secret, ph)));
                     let _ = writeln!(
                         out,
                         "headers = {}",
-                        toml_inline(&[("Authorization".into(), bearer)])
+                        toml_inline(&[(t.header.clone(), value)])
                     );
                 }
             }
@@ -573,6 +628,46 @@ mod tests {
         assert!(
             r.text
                 .contains("env = { DIGITALOCEAN_API_TOKEN = \"fzph_DO_")
+        );
+    }
+
+    #[test]
+    fn a_token_with_token_in_goes_in_that_header_for_every_agent() {
+        let text = "version: 1\nmcp:\n  maps:\n    url: https://maps.example.com/mcp\n    token: true\n    token_in: [header:X-Api-Key]\n    tools: {allow: [search]}\n  q:\n    url: https://q.example.com/mcp\n    token: true\n    token_in: [query:key]\n    tools: {allow: [search]}\n";
+        let servers = fenzi_policy::config::load(None, Some((text, "fenzi.yaml")))
+            .unwrap()
+            .mcp;
+        let none = Placeholders::new();
+        let claude = render(Agent::Claude, &servers, &none);
+        assert!(
+            claude.text.contains(r#""X-Api-Key": "${MCP_MAPS}""#),
+            "{}",
+            claude.text
+        );
+        assert!(!claude.text.contains("Bearer"), "{}", claude.text);
+        assert!(
+            claude
+                .skipped
+                .iter()
+                .any(|s| s.server == "q" && s.reason.contains("names no header")),
+            "a token that goes only in the query is noted"
+        );
+        let codex = codex_override(&servers, &none);
+        assert!(
+            codex.contains(r#"env_http_headers = { X-Api-Key = "MCP_MAPS" }"#),
+            "{codex}"
+        );
+        assert!(
+            !codex.contains("bearer_token_env_var = \"MCP_MAPS\""),
+            "{codex}"
+        );
+        let grok = render(Agent::Grok, &servers, &none);
+        assert!(grok.text.contains("X-Api-Key"), "{}", grok.text);
+        let opencode = render(Agent::Opencode, &servers, &none);
+        assert!(
+            opencode.text.contains(r#""X-Api-Key": "{env:MCP_MAPS}""#),
+            "{}",
+            opencode.text
         );
     }
 
