@@ -1,9 +1,14 @@
 //! How long `mcp::classify` takes on a `tools/call` body of 1 KiB and of 1 MiB, in two shapes: the
-//! arguments padded with one long string, or with many small fields.
+//! arguments padded with one long string, or with many small fields; and the same on a server
+//! with argument rules (the whole arguments kept, a wildcard pointer over every field, regexes),
+//! which every body satisfies.
 //!
 //! `cargo bench -p fenzi-policy --bench classifier -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fenzi_policy::args::matcher::{JsonType, Matcher, Regex};
+use fenzi_policy::args::pointer::Pointer;
+use fenzi_policy::args::{ArgRule, Condition};
 use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::{EndpointPath, JsonLimits, RequestView, ServerRule, classify};
 use fenzi_policy::tool_pattern::ToolPattern;
@@ -20,6 +25,30 @@ fn server() -> ServerRule {
         vec![ToolPattern::parse("get_secret").unwrap()],
         JsonLimits::default(),
     )
+}
+
+/// `server()` with argument rules on the called tool: the arguments are an object, no field's `s`
+/// matches a regex, and no `question` holds another.
+fn server_with_rules() -> ServerRule {
+    let cond = |p: &str, m: Matcher| Condition {
+        pointer: Pointer::parse(p).unwrap(),
+        matchers: vec![m],
+    };
+    let mut s = server();
+    s.rules = vec![ArgRule {
+        path: "mcp.deepwiki.tools.rules[0]".into(),
+        written_at: "bench".into(),
+        tool: ToolPattern::parse("read_wiki_*").unwrap(),
+        args: vec![cond("", Matcher::Type(JsonType::Object))],
+        deny_args: vec![
+            cond("/*/s", Matcher::Regex(Regex::new("drop .*").unwrap())),
+            cond(
+                "/question",
+                Matcher::Regex(Regex::new(".*rm -rf.*").unwrap()),
+            ),
+        ],
+    }];
+    s
 }
 
 const HEAD: &str = r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"read_wiki_contents","arguments":{"#;
@@ -60,13 +89,21 @@ fn many_fields(size: usize) -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion) {
-    let server = server();
+    for (group, server) in [
+        ("classify tools/call", server()),
+        ("classify tools/call, argument rules", server_with_rules()),
+    ] {
+        bench_server(c, group, &server);
+    }
+}
+
+fn bench_server(c: &mut Criterion, group: &str, server: &ServerRule) {
     let headers: [(&str, &[u8]); 3] = [
         ("Content-Type", b"application/json"),
         ("Mcp-Method", b"tools/call"),
         ("Mcp-Name", b"read_wiki_contents"),
     ];
-    let mut group = c.benchmark_group("classify tools/call");
+    let mut group = c.benchmark_group(group);
     for (shape, make) in [
         ("long string", long_string as fn(usize) -> Vec<u8>),
         ("many fields", many_fields),
@@ -80,7 +117,7 @@ fn bench(c: &mut Criterion) {
                 body: &body,
             };
             assert!(
-                classify(&server, &Inventory::unpinned(), &req)
+                classify(server, &Inventory::unpinned(), &req)
                     .overall
                     .is_allowed(),
                 "{shape} {label}"
@@ -88,7 +125,7 @@ fn bench(c: &mut Criterion) {
             let inventory = Inventory::unpinned();
             group.throughput(Throughput::Bytes(body.len() as u64));
             group.bench_with_input(BenchmarkId::new(shape, label), &req, |b, req| {
-                b.iter(|| classify(black_box(&server), &inventory, black_box(req)))
+                b.iter(|| classify(black_box(server), &inventory, black_box(req)))
             });
         }
     }

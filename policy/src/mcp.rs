@@ -261,11 +261,15 @@ impl McpDecision {
         if let Err(e) = http::check_post_headers(req) {
             return Self::request(bad(RULE_STRICT_HTTP, e.to_string()));
         }
-        // Argument rules read anywhere in `arguments`: a server with rules keeps the whole tree.
+        // Argument rules read into `arguments` as deep as their longest pointer (all of it when
+        // one compares whole objects); without rules only the method and name are needed.
         let keep = if server.rules.is_empty() {
             keep_depth(req.body, headers::mirrors_arguments(req.headers))
         } else {
-            usize::MAX
+            match crate::args::depth_below_arguments(&server.rules) {
+                Some(below) => keep_depth(req.body, true) + below,
+                None => usize::MAX,
+            }
         };
         let body = match json::parse_to_depth(req.body, &server.limits, keep) {
             Ok(body) => body,

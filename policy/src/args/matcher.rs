@@ -237,10 +237,14 @@ impl Matcher {
     /// What this matcher says about one branch the pointer took.
     pub fn judge(&self, branch: Branch<'_>) -> Outcome {
         let value = match (self, branch) {
+            (_, Branch::Unknown) => return Outcome::Unknown,
             (Matcher::Absent(absent), b) => {
                 return Outcome::from_bool(*absent == (b == Branch::Missing));
             }
             (_, Branch::Missing) => return Outcome::Fails,
+            // Not kept by the parser (see `super::depth_below_arguments`): never judged as
+            // anything, so never allowed by `args` nor let through by `deny_args`.
+            (_, Branch::Found(Value::Elided)) => return Outcome::Unknown,
             (_, Branch::Found(v)) => v,
         };
         let string = || match value {

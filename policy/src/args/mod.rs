@@ -126,6 +126,28 @@ impl Condition {
     }
 }
 
+/// How many levels below `arguments` the rules read: the longest pointer, or `None` when a rule
+/// compares with a container (`equals` or `one_of` an object or array), which needs the whole
+/// value. The classifier keeps that much of the body and elides the rest; a rule that reaches an
+/// elided value cannot judge it, which denies, so a wrong depth fails closed.
+pub fn depth_below_arguments(rules: &[ArgRule]) -> Option<usize> {
+    let mut deepest = 0;
+    for c in rules.iter().flat_map(|r| r.args.iter().chain(&r.deny_args)) {
+        let whole = c.matchers.iter().any(|m| match m {
+            Matcher::Equals(v) => matches!(v, Value::Array(_) | Value::Object(_)),
+            Matcher::OneOf(vs) => vs
+                .iter()
+                .any(|v| matches!(v, Value::Array(_) | Value::Object(_))),
+            _ => false,
+        });
+        if whole {
+            return None;
+        }
+        deepest = deepest.max(c.pointer.len());
+    }
+    Some(deepest)
+}
+
 /// The first violation of `rules` by a call of `tool` with `arguments` (`None`: the call has no
 /// `arguments` member); `None` when every matching rule holds.
 pub fn check(rules: &[ArgRule], tool: &str, arguments: Option<&Value>) -> Option<Violation> {
@@ -302,6 +324,69 @@ mod tests {
         }];
         assert_eq!(check(&absent_ok, "t", None), None);
         assert!(check(&absent_ok, "t", Some(&v(r#"{"force":false}"#))).is_some());
+    }
+
+    #[test]
+    fn a_value_the_parser_did_not_keep_is_never_judged_allowed() {
+        let elided = Value::Object(vec![("a".into(), Value::Elided)]);
+        let rule = |args: Vec<Condition>, deny_args: Vec<Condition>| ArgRule {
+            path: "r".into(),
+            written_at: "f:1".into(),
+            tool: ToolPattern::parse("t").unwrap(),
+            args,
+            deny_args,
+        };
+        let denies = |r: ArgRule| check(&[r], "t", Some(&elided)).is_some();
+        for m in [
+            Matcher::Type(JsonType::Object),
+            Matcher::Equals(Value::Null),
+            Matcher::Absent(true),
+            Matcher::Absent(false),
+        ] {
+            let below = |p: &str| cond(p, vec![m.clone()]);
+            assert!(denies(rule(vec![], vec![below("/a/*")])), "deny * {m}");
+            assert!(denies(rule(vec![], vec![below("/a/x/y")])), "deny x {m}");
+            assert!(denies(rule(vec![below("/a/x")], vec![])), "args {m}");
+        }
+        // The elided value itself is there: `absent` can say so; nothing else can judge it.
+        let at_a = |m: Matcher| cond("/a", vec![m]);
+        assert!(denies(rule(
+            vec![],
+            vec![at_a(Matcher::Type(JsonType::Object))]
+        )));
+        assert!(denies(rule(
+            vec![at_a(Matcher::Type(JsonType::Object))],
+            vec![]
+        )));
+        assert!(!denies(rule(vec![], vec![at_a(Matcher::Absent(true))])));
+        assert!(!denies(rule(vec![at_a(Matcher::Absent(false))], vec![])));
+    }
+
+    #[test]
+    fn the_depth_read_is_the_longest_pointer_or_everything_for_containers() {
+        let r = |c: Vec<Condition>| ArgRule {
+            path: "r".into(),
+            written_at: "f:1".into(),
+            tool: ToolPattern::parse("t").unwrap(),
+            args: c,
+            deny_args: vec![],
+        };
+        assert_eq!(depth_below_arguments(&[]), Some(0));
+        assert_eq!(
+            depth_below_arguments(&[r(vec![
+                cond("/a/*/b", vec![Matcher::Type(JsonType::Object)]),
+                cond("", vec![Matcher::Type(JsonType::Object)]),
+            ])]),
+            Some(3)
+        );
+        assert_eq!(
+            depth_below_arguments(&[r(vec![cond("/a", vec![Matcher::Equals(v("[1]"))])])]),
+            None
+        );
+        assert_eq!(
+            depth_below_arguments(&[r(vec![cond("/a", vec![Matcher::Equals(v("1"))])])]),
+            Some(1)
+        );
     }
 
     #[test]

@@ -35,6 +35,9 @@ enum Segment {
 pub enum Branch<'v> {
     Found(&'v Value),
     Missing,
+    /// Below a container the parser did not keep ([`Value::Elided`]): whether anything is there
+    /// is not known.
+    Unknown,
 }
 
 /// Why a pointer was refused.
@@ -93,6 +96,15 @@ impl Pointer {
         &self.text
     }
 
+    /// How many segments it has: how many levels below the arguments it reads.
+    pub fn len(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+
     /// Every path from `root` (`None`: the call has no `arguments`).
     pub fn resolve<'v>(&self, root: Option<&'v Value>) -> Vec<Branch<'v>> {
         let mut branches = vec![match root {
@@ -102,10 +114,19 @@ impl Pointer {
         for segment in &self.segments {
             let mut next = Vec::with_capacity(branches.len());
             for branch in branches {
-                let Branch::Found(value) = branch else {
-                    next.push(Branch::Missing);
-                    continue;
+                let value = match branch {
+                    Branch::Found(value) => value,
+                    other => {
+                        next.push(other);
+                        continue;
+                    }
                 };
+                // A container the parser did not keep: what lies below it is unknown (the
+                // matchers cannot judge it, which denies), never `Missing`.
+                if *value == Value::Elided {
+                    next.push(Branch::Unknown);
+                    continue;
+                }
                 match segment {
                     Segment::Every => match value {
                         Value::Array(items) => next.extend(items.iter().map(Branch::Found)),
@@ -171,6 +192,7 @@ mod tests {
                 Branch::Found(Value::Number(n)) => n.clone(),
                 Branch::Found(other) => other.type_name().to_string(),
                 Branch::Missing => "MISSING".into(),
+                Branch::Unknown => "UNKNOWN".into(),
             })
             .collect()
     }
