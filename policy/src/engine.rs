@@ -33,6 +33,8 @@ pub struct McpServer {
     /// `limits`, the machine file's entries first; the proxy counts them
     /// ([`crate::config::limits::applicable`] says which apply to a call).
     pub limits: Vec<ToolLimit>,
+    /// `tools.confirm` and `confirm_timeout`: the allowed calls the proxy holds for a person.
+    pub confirm: crate::config::confirm::Confirm,
 }
 
 impl McpServer {
@@ -224,6 +226,7 @@ impl Policy {
                         ),
                         token_secret,
                         limits: entry.surface.limits.clone(),
+                        confirm: tools.confirm.clone(),
                     });
                 }
                 ServerKind::Account { provider, tools } => {
@@ -241,6 +244,7 @@ impl Policy {
                         ),
                         token_secret: None,
                         limits: entry.surface.limits.clone(),
+                        confirm: tools.confirm.clone(),
                     });
                 }
                 ServerKind::Local {
