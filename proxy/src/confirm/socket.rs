@@ -204,6 +204,10 @@ async fn serve_watcher(confirmations: Arc<Confirmations>, stream: UnixStream, ou
                     Ok(_) => {
                         let reply = answer(&confirmations, &line, peer);
                         line.clear();
+                        // Its own answer is not told back to it as `gone`.
+                        if let ServerLine::Answered { id, .. } = &reply {
+                            shown.remove(id);
+                        }
                         reply
                     }
                 }
