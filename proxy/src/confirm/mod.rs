@@ -60,7 +60,7 @@ pub(crate) enum Ended {
     Confirmed(Vec<Peer>),
     Refused(Peer),
     TimedOut(Duration),
-    SessionEnded,
+    Shutdown,
 }
 
 impl Ended {
@@ -79,7 +79,7 @@ impl Ended {
             },
             Ended::Refused(peer) => format!("no by {peer}"),
             Ended::TimedOut(t) => format!("no answer in {}", show(*t)),
-            Ended::SessionEnded => SESSION_ENDED.to_string(),
+            Ended::Shutdown => SESSION_ENDED.to_string(),
         }
     }
 }
@@ -262,10 +262,10 @@ impl Hold {
                     Some((_, false, peer)) => break Ended::Refused(peer),
                     // Cannot happen while `self` holds a sender's receiver and the pending map
                     // holds the senders; treated as the session ending, never as a yes.
-                    None => break Ended::SessionEnded,
+                    None => break Ended::Shutdown,
                 },
                 _ = tokio::time::sleep_until(self.deadline) => break Ended::TimedOut(self.timeout),
-                _ = &mut stopping => break Ended::SessionEnded,
+                _ = &mut stopping => break Ended::Shutdown,
             }
         };
         self.confirmations.withdraw(&self.ids, &ended.record_text());
@@ -368,7 +368,7 @@ mod tests {
         assert_eq!(ended, Ended::TimedOut(Duration::from_millis(50)));
         assert_eq!(ended.record_text(), "no answer in 50ms");
         let hold = c.hold(vec![call("a")], Duration::from_secs(120), nothing());
-        assert_eq!(hold.wait(async {}).await, Ended::SessionEnded);
+        assert_eq!(hold.wait(async {}).await, Ended::Shutdown);
         assert!(c.offers().is_empty());
     }
 
