@@ -34,6 +34,9 @@ enum Command {
     Log(commands::log::Args),
     /// Manage the MCP servers in the policy and the secrets they need.
     Mcp(commands::mcp::Args),
+    /// Answer the calls `confirm` holds, from another terminal (`fenzi approve --watch`).
+    #[command(hide = true)]
+    ApproveWatch(commands::approve_watch::WatchArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Log(args) => commands::log::run(args),
         Command::Mcp(args) => commands::mcp::run(args),
         Command::Run(args) => commands::run::run(args),
+        Command::ApproveWatch(args) => commands::approve_watch::run(args),
     };
     match result {
         Ok(code) => code,

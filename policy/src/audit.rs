@@ -15,6 +15,8 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// What happened to a request. `Failed` follows an `Allowed` record when the upstream then failed;
 /// `Filtered` follows it when the server's answer reached the client with list entries hidden.
+/// `Held` is not a decision: it says a `tools/call` waits for a person (`tools.confirm`), and the
+/// request's decision (`allowed` or `denied` `not_confirmed`) follows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -22,6 +24,7 @@ pub enum Outcome {
     Denied,
     Failed,
     Filtered,
+    Held,
 }
 
 impl Outcome {
@@ -31,6 +34,7 @@ impl Outcome {
             Outcome::Denied => "denied",
             Outcome::Failed => "failed",
             Outcome::Filtered => "filtered",
+            Outcome::Held => "held",
         }
     }
 }
@@ -72,6 +76,11 @@ pub struct AuditRecord {
     /// For `filtered` records: how many list entries the client did not see.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hidden: Option<u64>,
+    /// For a call held by `tools.confirm`: on its `held` record, how long it may wait; on its
+    /// decision, the answer (`yes by uid U pid P`, `no by ...`, `no answer in 2m`, `client gone`,
+    /// `session ended`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<String>,
     pub prev: String,
 }
 
@@ -407,6 +416,7 @@ mod tests {
             rule: None,
             source: None,
             hidden: None,
+            confirm: None,
             prev: prev.into(),
         }
     }

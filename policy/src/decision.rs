@@ -26,10 +26,12 @@ pub enum Reason {
     Timeout,
     /// A `tools/call` whose answer grew past its `limits` entry's `max_response`.
     ResponseTooLarge,
+    /// A `tools/call` held by `tools.confirm` that a person refused, or nobody answered in time.
+    NotConfirmed,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::HostNotAllowed,
         Reason::PrivateAddress,
         Reason::PolicyDenied,
@@ -42,6 +44,7 @@ impl Reason {
         Reason::RateLimited,
         Reason::Timeout,
         Reason::ResponseTooLarge,
+        Reason::NotConfirmed,
     ];
 
     /// The snake_case code used on the wire and in the log.
@@ -59,6 +62,7 @@ impl Reason {
             Reason::RateLimited => "rate_limited",
             Reason::Timeout => "timeout",
             Reason::ResponseTooLarge => "response_too_large",
+            Reason::NotConfirmed => "not_confirmed",
         }
     }
 
@@ -73,7 +77,8 @@ impl Reason {
             | Reason::PrivateAddress
             | Reason::PolicyDenied
             | Reason::CredentialEndpointMismatch
-            | Reason::ToolChanged => 403,
+            | Reason::ToolChanged
+            | Reason::NotConfirmed => 403,
             Reason::BodyTooLarge => 413,
             Reason::BadRequest => 400,
             Reason::UpstreamError | Reason::ResponseTooLarge => 502,

@@ -34,6 +34,8 @@ pub struct McpServer {
     /// `limits`, the machine file's entries first; the proxy counts them
     /// ([`crate::config::limits::applicable`] says which apply to a call).
     pub limits: Vec<ToolLimit>,
+    /// `tools.confirm` and `confirm_timeout`: the allowed calls the proxy holds for a person.
+    pub confirm: crate::config::confirm::Confirm,
 }
 
 impl McpServer {
@@ -239,6 +241,7 @@ impl Policy {
                         ),
                         token_secret,
                         limits: entry.surface.limits.clone(),
+                        confirm: tools.confirm.clone(),
                     });
                 }
                 ServerKind::Account { provider, tools } => {
@@ -256,6 +259,7 @@ impl Policy {
                         ),
                         token_secret: None,
                         limits: entry.surface.limits.clone(),
+                        confirm: tools.confirm.clone(),
                     });
                 }
                 ServerKind::Local {

@@ -184,6 +184,18 @@ fn surface(s: &ServerSurface, tools: &ToolRules) -> String {
     if !tools.rules.is_empty() {
         out.push_str(&format!(" rules={}", tools.rules.len()));
     }
+    if !tools.confirm.is_empty() {
+        out.push_str(&format!(
+            " confirm={}",
+            list(tools.confirm.tools.iter().map(|p| &p.value))
+        ));
+    }
+    if tools.confirm.timeout != fenzi_policy::config::confirm::DEFAULT_CONFIRM_TIMEOUT {
+        out.push_str(&format!(
+            " confirm_timeout={}",
+            fenzi_policy::config::limits::show_duration(tools.confirm.timeout)
+        ));
+    }
     for l in &s.limits {
         let origin = match (l.origin, l.project_on_machine) {
             (Origin::Machine, _) => "machine",

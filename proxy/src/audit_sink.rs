@@ -81,6 +81,7 @@ impl Subject {
             rule,
             source: None,
             hidden: None,
+            confirm: None,
         }
     }
 

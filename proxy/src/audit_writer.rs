@@ -83,6 +83,7 @@ pub struct AuditEntry {
     pub rule: Option<String>,
     pub source: Option<String>,
     pub hidden: Option<u64>,
+    pub confirm: Option<String>,
 }
 
 impl AuditEntry {
@@ -109,6 +110,7 @@ impl AuditEntry {
             rule: None,
             source: None,
             hidden: None,
+            confirm: None,
         }
     }
 
@@ -131,6 +133,7 @@ impl AuditEntry {
             rule: self.rule,
             source: self.source,
             hidden: self.hidden,
+            confirm: self.confirm,
             prev,
         }
     }

@@ -12,6 +12,7 @@
 use crate::audit_sink::AuditSink;
 use crate::audit_writer::AuditEntry;
 use crate::capacity::{Admitted, InFlight};
+use crate::confirm::Confirmations;
 use crate::inventories::Inventories;
 use crate::limits::Limits;
 use crate::net::Network;
@@ -44,6 +45,8 @@ pub(crate) struct SessionContext {
     pub inventories: Inventories,
     /// The counters of each MCP server's `limits`.
     pub limits: Limits,
+    /// The calls held by `tools.confirm`, and the control socket a person answers them on.
+    pub confirm: Arc<Confirmations>,
 }
 
 /// An audit record could not be written: nothing may be forwarded, and the client gets 503.

@@ -11,12 +11,15 @@
 //!    what the classifier allowed, so such a body is classified again.
 //! 4. The `tools/call`s' `limits` ([`crate::limits`]): over a rate or a concurrency, the request
 //!    is refused `rate_limited` (429 with `Retry-After`, a JSON-RPC error per call), nothing sent.
-//! 5. The records are written, naming the secrets used.
+//! 5. The `tools.confirm` calls are held until a person answers ([`crate::held`]): `held`
+//!    records, then `not_confirmed` (403, a JSON-RPC error per call) unless every one is confirmed.
+//! 6. The records are written, naming the secrets used.
 //!
 //! A new request rule belongs in `fenzi-policy` (the classifier or the secret-use decision); this
 //! phase only orders the decisions and records them. See docs/architecture.md.
 
 use crate::admit::Handling;
+use crate::held;
 use crate::mcp_enforce;
 use crate::mcp_response::Reading;
 use crate::refusal::Refusal;
@@ -45,7 +48,7 @@ pub(crate) async fn decide(
     if !use_.is_allowed() {
         return Err(refused(cx, &use_.decision, &use_.secrets, parts, &body));
     }
-    let (entries, mut reading, mcp) = match &dest.handling {
+    let (mut entries, mut reading, mcp) = match &dest.handling {
         Handling::Mcp(server) => {
             let decision = session.inventories.read(&server.name, |inventory| {
                 mcp_enforce::classify(&session.policy, inventory, server, parts, &body)
@@ -100,6 +103,19 @@ pub(crate) async fn decide(
                 return Err(refusal.naming_secrets(&use_.secrets));
             }
         }
+    }
+    // Last of all: a person is asked only about a call that would otherwise go.
+    if let Some((server, decision)) = &mcp {
+        held::hold_confirm_calls(
+            cx,
+            server,
+            decision,
+            parts,
+            &unsubstituted,
+            &use_.secrets,
+            &mut entries,
+        )
+        .await?;
     }
     for mut entry in entries {
         entry.secrets = use_.secrets.clone();

@@ -23,6 +23,7 @@
 pub mod audit_sink;
 pub mod audit_writer;
 pub mod capacity;
+pub mod confirm;
 pub mod error;
 pub mod lock_file;
 pub mod net;
@@ -44,6 +45,7 @@ mod exchange;
 mod failure_body;
 mod h2_streams;
 mod head;
+mod held;
 mod intercept;
 mod inventories;
 mod io;

@@ -105,6 +105,44 @@ pub(crate) fn limited(
     )
 }
 
+/// The records of a request whose held calls were not confirmed ([`crate::held`]): every message
+/// shares `refused_by` (`not_confirmed`), and each record says why in its `confirm` field.
+pub(crate) fn not_confirmed_entries(
+    subject: &Subject,
+    decision: &McpDecision,
+    refused_by: Decision,
+    confirm: &str,
+) -> Vec<AuditEntry> {
+    let mut refused = decision.clone();
+    refused.overall = refused_by;
+    let mut records = entries(subject, &refused);
+    for r in &mut records {
+        r.confirm = Some(confirm.to_string());
+    }
+    records
+}
+
+/// The refusal of a request whose held calls were not confirmed: its records (above), 403, and a
+/// JSON-RPC error for each request in it.
+pub(crate) fn not_confirmed(
+    subject: &Subject,
+    decision: &McpDecision,
+    refused_by: Decision,
+    confirm: &str,
+    parts: &Parts,
+    body: &[u8],
+) -> Refusal {
+    let mut refused = decision.clone();
+    refused.overall = refused_by.clone();
+    let message = refused_by.message.clone();
+    Refusal::records(
+        not_confirmed_entries(subject, decision, refused_by, confirm),
+        answer(&refused, parts, body),
+        Reason::NotConfirmed,
+        message,
+    )
+}
+
 fn answer(decision: &McpDecision, parts: &Parts, body: &[u8]) -> Response<Body> {
     let status = answered(decision)
         .reason()

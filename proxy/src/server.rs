@@ -8,6 +8,7 @@
 use crate::audit_sink::AuditSink;
 use crate::capacity::Capacity;
 use crate::client::serve_client;
+use crate::confirm::{Confirmations, ControlSocket};
 use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
 use crate::inventories::{Inventories, LockFiles};
@@ -49,9 +50,17 @@ pub struct ProxyBuilder {
     network: Arc<dyn Network>,
     secrets: SecretSet,
     lock_files: LockFiles,
+    control: Option<ControlSocket>,
 }
 
 impl ProxyBuilder {
+    /// The control socket on which a person answers the calls `tools.confirm` holds (see
+    /// [`crate::confirm`]). Without one, a held call can only time out: it is never forwarded.
+    pub fn control_socket(mut self, socket: ControlSocket) -> ProxyBuilder {
+        self.control = Some(socket);
+        self
+    }
+
     /// Where pinned servers' lock files are (default: none, pins held in memory only).
     pub fn lock_files(mut self, lock_files: LockFiles) -> ProxyBuilder {
         self.lock_files = lock_files;
@@ -87,6 +96,7 @@ impl ProxyBuilder {
             network,
             secrets,
             lock_files,
+            control,
         } = self;
         let secrets = SessionSecrets::new(policy.secrets(), secrets)?;
         let inventories = Inventories::load(&policy, &lock_files)?;
@@ -95,6 +105,11 @@ impl ProxyBuilder {
         let upstream_tls = upstream::client_config(&options.upstream_roots)
             .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
         let limits = Limits::new(&policy);
+        let session = control
+            .as_ref()
+            .map(|c| c.session().to_string())
+            .unwrap_or_default();
+        let confirm = Arc::new(Confirmations::new(session, control));
         Ok(Proxy {
             session: Arc::new(SessionContext {
                 policy,
@@ -108,6 +123,7 @@ impl ProxyBuilder {
                 synthetic: Arc::default(),
                 inventories,
                 limits,
+                confirm,
             }),
         })
     }
@@ -123,6 +139,7 @@ impl Proxy {
             network: Arc::new(SystemNetwork),
             secrets: SecretSet::new(),
             lock_files: LockFiles::default(),
+            control: None,
         }
     }
 
@@ -227,6 +244,26 @@ impl Proxy {
         let capacity = Capacity::new(options.max_connections, options.eviction_grace);
         tracing::debug!(max_connections = capacity.max(), "serving");
         let (stop_tx, stop_rx) = watch::channel(false);
+        // The control socket is served as long as the proxy is, and closed with it.
+        let control = self
+            .session
+            .confirm
+            .socket
+            .lock()
+            .map(|mut s| s.take())
+            .ok()
+            .flatten();
+        // Should it fail, held calls still time out: nothing held is ever forwarded unanswered.
+        let control_task =
+            control
+                .as_ref()
+                .and_then(|socket| match socket.serve(self.session.confirm.clone()) {
+                    Ok(serving) => Some(tokio::spawn(serving)),
+                    Err(e) => {
+                        tracing::error!("cannot serve the control socket: {e}");
+                        None
+                    }
+                });
         tokio::pin!(shutdown);
         loop {
             let (stream, peer, transparent) = tokio::select! {
@@ -264,7 +301,13 @@ impl Proxy {
         }
         let _ = stop_tx.send(true);
         let drain = self.session.options.drain_timeout;
+        // Held calls are denied now (their connections see `stop`), and are withdrawn from
+        // watchers before the socket goes.
         let open = capacity.drain(drain).await;
+        if let Some(task) = control_task {
+            task.abort();
+        }
+        drop(control);
         if open > 0 {
             tracing::warn!("{open} connections still open after {drain:?}; cutting them");
         }

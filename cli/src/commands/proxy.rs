@@ -66,6 +66,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         None => std::env::temp_dir().join(format!("fenzi-{session}")),
     };
 
+    let control = session::control_socket(&policy, &session)?;
+    let control_note = control.as_ref().map(session::control_note);
     let runtime = args.tuning.runtime(None)?;
     let placeholders = secrets.write_placeholders(&ca_dir)?;
     let status = secrets.summary();
@@ -74,12 +76,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let audit = writer.clone();
     let proxy = {
         let _runtime = runtime.enter();
-        Proxy::builder(policy, Arc::new(writer))
+        let builder = Proxy::builder(policy, Arc::new(writer))
             .options(options)
             .secrets(secrets.set)
-            .lock_files(args.policy.lock_files())
-            .build()
-            .context("cannot start the proxy")?
+            .lock_files(args.policy.lock_files());
+        match control {
+            Some(socket) => builder.control_socket(socket),
+            None => builder,
+        }
+        .build()
+        .context("cannot start the proxy")?
     };
     session::write_ca(&ca_dir, proxy.ca_pem())?;
     // Printed once listening (stdout's first line comes first).
@@ -96,6 +102,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     ]
     .into_iter()
     .chain(missing)
+    .chain(control_note)
     .collect();
     let result = runtime.block_on(serve(&args.listen, proxy, &audit, &notes));
     // Connections cut after the drain time may leave a resolver thread behind; do not wait on it.

@@ -3,10 +3,12 @@
 //! gathered, placeholders minted, `placeholders.env`), and `serving` (the proxy options derived from
 //! flags, serving until stopped, and what the exit reports).
 
+mod confirm;
 mod files;
 mod secrets;
 mod serving;
 
+pub use confirm::{control_note, control_socket};
 pub use files::{create_private_dir, open_audit, write_ca, write_file};
 pub use secrets::{hosts_not_stored_for, load_secrets};
 pub use serving::{ProxyFlags, parse_duration, serve_until, upstream_roots};

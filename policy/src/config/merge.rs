@@ -15,6 +15,7 @@
 //!   with `pin: true`. `tools.rules` are both files' (the machine's first): every matching rule
 //!   must hold, so a project's rules and `deny_args` only add conditions, and it cannot remove
 //!   the machine's.
+//! - `tools.confirm` patterns add up and `confirm_timeout` may only get shorter (`confirm.rs`).
 //! - `limits` add up: the machine's entries stay and the project's follow, both applied
 //!   (`limits.rs`); a project entry looser than the machine's for the same tools is an error.
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
@@ -123,6 +124,7 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
         }
     }
 
+    super::confirm::check_unused(&out, &mut errors);
     if errors.is_empty() {
         Ok(out)
     } else {
@@ -371,6 +373,7 @@ fn narrow_tools(
             ));
         }
     }
+    let confirm = super::confirm::narrow(name, &machine.confirm, &project.confirm, errors);
     let (allow_annotated, allow_annotated_at) = match &project.allow_annotated_at {
         None => (
             machine.allow_annotated.clone(),
@@ -416,6 +419,7 @@ fn narrow_tools(
         allow_annotated,
         allow_annotated_at,
         rules,
+        confirm,
     })
 }
 

@@ -49,6 +49,7 @@
 //!   `prompts.allow` that are textually equal to machine ones (a narrower glob counts as new),
 //!   and keep or drop `allow_annotated` values.
 
+pub mod confirm;
 pub mod limits;
 mod merge;
 pub mod model;

@@ -240,6 +240,9 @@ pub struct ToolRules {
     /// `rules`: argument rules, every matching one of which an allowed call must satisfy. After a
     /// merge, the machine file's followed by the project's.
     pub rules: Vec<Located<ArgRule>>,
+    /// `confirm` and `confirm_timeout`: the allowed calls held until a person answers
+    /// (`confirm.rs`).
+    pub confirm: super::confirm::Confirm,
 }
 
 /// A top-level `secrets:` entry.

@@ -19,6 +19,7 @@ use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
 
 mod arg_rules;
+mod confirm;
 mod private;
 
 /// Longest server name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`).
@@ -41,7 +42,14 @@ const ENTRY_KEYS: &[&str] = &[
     "limits",
     "token_in",
 ];
-const TOOLS_KEYS: &[&str] = &["allow", "deny", "allow_annotated", "rules"];
+const TOOLS_KEYS: &[&str] = &[
+    "allow",
+    "deny",
+    "allow_annotated",
+    "rules",
+    "confirm",
+    "confirm_timeout",
+];
 /// The keys of `resources` and `prompts`.
 const ALLOW_KEYS: &[&str] = &["allow"];
 const LIST_MODES: &[(&str, ListMode)] = &[("filter", ListMode::Filter), ("all", ListMode::All)];
@@ -940,10 +948,13 @@ impl Reader {
             allow_annotated,
             allow_annotated_at,
             rules: vec![],
+            confirm: Default::default(),
         };
+        let confirm = self.confirm(&tf, &tpath, &rules);
         if let Some((_, r)) = tf.get("rules") {
             rules.rules = self.arg_rules(r, &child(&tpath, "rules"), &rules)?;
         }
+        rules.confirm = confirm?;
         Some(rules)
     }
 

@@ -13,7 +13,7 @@ use crate::decision::Reason;
 use crate::json::write_string;
 
 /// The JSON-RPC `error.code` for each reason.
-pub const ERROR_CODES: [(Reason, i64); 12] = [
+pub const ERROR_CODES: [(Reason, i64); 13] = [
     (Reason::PolicyDenied, -31001),
     (Reason::BadRequest, -31002),
     (Reason::BodyTooLarge, -31003),
@@ -26,6 +26,7 @@ pub const ERROR_CODES: [(Reason, i64); 12] = [
     (Reason::RateLimited, -31010),
     (Reason::Timeout, -31011),
     (Reason::ResponseTooLarge, -31012),
+    (Reason::NotConfirmed, -31013),
 ];
 
 /// The JSON-RPC error code fenzi answers `reason` with.

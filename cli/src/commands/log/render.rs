@@ -56,6 +56,7 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
         Outcome::Denied => ("denied", RED),
         Outcome::Failed => ("failed", YELLOW),
         Outcome::Filtered => ("filtered", YELLOW),
+        Outcome::Held => ("held", YELLOW),
     };
     if colour {
         line.push_str(tint);
@@ -83,6 +84,11 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
     }
     if let Some(hidden) = r.hidden {
         line.push_str(&format!(" hidden:{hidden}"));
+    }
+    // A held call's wait, or who answered it.
+    if let Some(confirm) = &r.confirm {
+        line.push_str(" confirm: ");
+        line.push_str(&field(confirm));
     }
     // A filtered answer that hid nothing pinned has no reason to show (`-` would read as one).
     if matches!(r.decision, Outcome::Denied | Outcome::Failed) || r.reason.is_some() {

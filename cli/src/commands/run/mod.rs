@@ -92,6 +92,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // The CA certificate and agent configs are for this session only, whichever way it ends.
     let _remove_session_dir = RemoveOnDrop(session_dir.clone());
 
+    let control = session::control_socket(&policy, &session)?;
+    let control_dir = control
+        .as_ref()
+        .and_then(|c| c.path().parent().map(Path::to_path_buf));
+    if let Some(socket) = &control {
+        eprintln!("fenzi run: {}", session::control_note(socket));
+    }
     let runtime = args.tuning.runtime(Some(1))?;
     let secrets_status = secrets.summary();
     if let Some(missing) = secrets.missing_line() {
@@ -99,12 +106,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let proxy = {
         let _enter = runtime.enter();
-        Proxy::builder(policy.clone(), Arc::new(writer.clone()))
+        let builder = Proxy::builder(policy.clone(), Arc::new(writer.clone()))
             .options(options)
             .secrets(secrets.set)
-            .lock_files(args.policy.lock_files())
-            .build()
-            .context("cannot start the proxy")?
+            .lock_files(args.policy.lock_files());
+        match control {
+            Some(socket) => builder.control_socket(socket),
+            None => builder,
+        }
+        .build()
+        .context("cannot start the proxy")?
     };
     let ca_path = session::write_ca(&session_dir, proxy.ca_pem())?;
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
@@ -182,7 +193,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         };
         (listener, Vec::new(), None, Child::Plain(child))
     } else {
-        let read_only = protect::read_only_paths(&protect::Governing {
+        let mut read_only = protect::read_only_paths(&protect::Governing {
             project_policy: &args.policy.config,
             machine_file: args.policy.machine.as_deref(),
             audit_log: &audit_path,
@@ -191,6 +202,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             project_pins: pinned_in(&policy, Origin::Project),
             machine_pins: pinned_in(&policy, Origin::Machine),
         })?;
+        // The control sockets' directory: the sandbox cannot reach a socket (seccomp), nor
+        // change what lies beside it.
+        read_only.extend(control_dir);
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
         let transparent = transparent::spec(&policy, &session_dir)?;
         let mut spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());

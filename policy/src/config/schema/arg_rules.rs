@@ -381,7 +381,7 @@ impl Reader {
 
 /// Why a rule for `pattern` could never apply on a server with these tool rules, if it could not.
 /// A server that allows tools by annotation may allow any name, so every rule may apply there.
-fn unreachable_reason(pattern: &ToolPattern, tools: &ToolRules) -> Option<String> {
+pub(super) fn unreachable_reason(pattern: &ToolPattern, tools: &ToolRules) -> Option<String> {
     if !tools.allow_annotated.is_empty() {
         return None;
     }
