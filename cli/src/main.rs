@@ -34,6 +34,8 @@ enum Command {
     Log(commands::log::Args),
     /// Manage the MCP servers in the policy and the secrets they need.
     Mcp(commands::mcp::Args),
+    /// Allow a tool a session was denied: exactly that tool, on exactly that server.
+    Approve(commands::approve::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Log(args) => commands::log::run(args),
         Command::Mcp(args) => commands::mcp::run(args),
         Command::Run(args) => commands::run::run(args),
+        Command::Approve(args) => commands::approve::run(args),
     };
     match result {
         Ok(code) => code,
