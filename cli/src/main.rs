@@ -34,9 +34,8 @@ enum Command {
     Log(commands::log::Args),
     /// Manage the MCP servers in the policy and the secrets they need.
     Mcp(commands::mcp::Args),
-    /// Answer the calls `confirm` holds, from another terminal (`fenzi approve --watch`).
-    #[command(hide = true)]
-    ApproveWatch(commands::approve_watch::WatchArgs),
+    /// Allow a tool a session was denied: exactly that tool, on exactly that server.
+    Approve(commands::approve::Args),
 }
 
 fn main() -> ExitCode {
@@ -64,7 +63,7 @@ fn main() -> ExitCode {
         Command::Log(args) => commands::log::run(args),
         Command::Mcp(args) => commands::mcp::run(args),
         Command::Run(args) => commands::run::run(args),
-        Command::ApproveWatch(args) => commands::approve_watch::run(args),
+        Command::Approve(args) => commands::approve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,5 @@
 //! `tools.confirm` end to end with the real binary: `fenzi proxy` holds calls, `fenzi approve
-//! --watch` (here `fenzi approve-watch`) answers them from a piped standard input, `y` then `n`;
+//! --watch` answers them from a piped standard input, `y` then `n`;
 //! and from inside `fenzi run`'s sandbox the session's control socket can be seen but neither
 //! reached nor replaced.
 
@@ -163,7 +163,7 @@ fn the_watcher_answers_yes_then_no_from_a_pipe() {
     let mut watcher = fenzi();
     dir.env(&mut watcher);
     let mut watcher = watcher
-        .arg("approve-watch")
+        .args(["approve", "--watch"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

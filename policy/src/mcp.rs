@@ -31,6 +31,7 @@ mod headers;
 mod http;
 pub(crate) mod methods;
 mod shape;
+pub mod teach;
 pub(crate) mod text;
 
 pub use crate::json::JsonLimits;

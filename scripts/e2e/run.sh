@@ -317,6 +317,8 @@ expect_line "the MCP tunnel" "allowed CONNECT $M$"
 expect_line "echo allowed in each mode" "allowed POST $M/mcp tools/call echo$" 3
 expect_line "delete_everything denied in each mode" \
     "denied  POST $M/mcp tools/call delete_everything  policy_denied$" 3
+check "fenzi log says under each that the deny list refused it (approve would not help)" \
+    test "$(grep -cxF '  denied by the policy'"'"'s deny list (mcp.e2e.tools.deny "delete_everything"); fenzi approve does not undo a deny' "$WORK/log.txt")" -eq 3
 expect_line "add allowed in each mode" "allowed POST $M/mcp tools/call add$" 3
 expect_line "the legacy handshake" "allowed POST $M/mcp initialize$"
 expect_line "each list with whoami and delete_everything hidden" \
@@ -351,8 +353,9 @@ expect_line "the token server's denied calls (no secret used)" \
     "denied  POST $S/mcp tools/call delete_everything  policy_denied$" 2
 
 "$FENZI" log --file "$AUDIT" --denied >"$WORK/log-denied.txt"
+# Record lines start with the time; the indented lines under tool denials are their hints.
 check "fenzi log --denied shows only denials (8, and 13 on the kinds server)" \
-    bash -c "[ \$(wc -l <'$WORK/log-denied.txt') -eq 21 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
+    bash -c "[ \$(grep -cE '^[0-9]{2}:' '$WORK/log-denied.txt') -eq 21 ] && ! grep -q ' allowed ' '$WORK/log-denied.txt'"
 "$FENZI" log --file "$AUDIT" --json >"$WORK/log-all-json.txt"
 check "every allowed request (not CONNECT) to the token server names MCP_SECURED in the audit log" \
     "$PY" -c '

@@ -164,8 +164,20 @@ async def run_mode(
                     and "tools/call delete_everything" in e.message,
                     f"denied call error lacks fenzi's message: code {e.code} {e.message!r}",
                 )
-                reason = e.data.get("reason") if isinstance(e.data, dict) else None
+                data = e.data if isinstance(e.data, dict) else {}
+                reason = data.get("reason")
                 check(reason == "policy_denied", f"denied call error data.reason = {reason!r}")
+                # The policy lists it under deny: the rule says so, and the hint does not suggest
+                # `fenzi approve` (it would refuse).
+                rule, hint = data.get("rule") or "", data.get("hint") or ""
+                check(
+                    rule.endswith('.tools.deny "delete_everything"'),
+                    f"denied call error data.rule = {rule!r}",
+                )
+                check(
+                    hint.startswith("denied by the policy's deny list") and "does not undo" in hint,
+                    f"denied call error data.hint = {hint!r}",
+                )
                 check(elapsed < 5, f"the denial took {elapsed:.1f}s")
                 done.append(f"denied call: delete_everything -> {e.code} {e.message!r}")
             else:

@@ -1,5 +1,4 @@
-//! `fenzi approve --watch` (registered as the hidden `fenzi approve-watch` until `fenzi approve`
-//! takes it): the person's side of `tools.confirm`. It connects to the control socket of every
+//! `fenzi approve --watch`: the person's side of `tools.confirm`. It connects to the control socket of every
 //! session in the control directory (`$XDG_RUNTIME_DIR/fenzi/`, see `fenzi_proxy::confirm`), or
 //! of the one `--session` names, picks up sessions that start while it watches, shows each held
 //! call (session, server, tool, arguments cut at 2 KiB, the rule, the seconds left) and sends the
@@ -32,16 +31,10 @@ use std::time::{Duration, Instant};
 /// How often the control directory is looked at for new sessions.
 const SCAN_EVERY: Duration = Duration::from_millis(250);
 
-#[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Examples:
-  fenzi approve --watch                   # every session of yours, answered on this terminal
-  fenzi approve --watch --session a1b2c3
-  printf 'y\\nn\\n' | fenzi approve --watch  # scripts: one y or n line per held call, in order")]
+/// What `fenzi approve --watch` was given.
 pub struct WatchArgs {
     /// Watch only this session (its id, as `fenzi run` and `fenzi proxy` print it).
-    #[arg(long, value_name = "ID")]
-    session: Option<String>,
+    pub session: Option<String>,
 }
 
 enum Msg {

@@ -1,5 +1,6 @@
 //! One module per subcommand. Each exposes `Args` (clap) and `run(Args) -> anyhow::Result<ExitCode>`.
 
+pub mod approve;
 pub mod approve_watch;
 pub mod check;
 pub mod log;

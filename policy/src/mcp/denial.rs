@@ -5,8 +5,11 @@
 //! Error codes sit outside JSON-RPC's reserved −32768…−32000 range, one per reason
 //! ([`ERROR_CODES`]). Messages name only the HTTP method, the path without its query string, the
 //! JSON-RPC method and the tool: never other body content, never the query (where tokens travel).
+//! A JSON-RPC error's `data` has the `reason`, the `rpc` method, the `tool`, the `rule` that refused
+//! the message (policy text), and for a tool the tool rules refused, a `hint` ([`super::teach`]).
 
 use super::http::path_of;
+use super::teach;
 use super::text::{clip, shown};
 use super::{McpDecision, MessageDecision, MessageKind, RequestView, RpcId};
 use crate::decision::Reason;
@@ -65,10 +68,16 @@ pub fn denial_body(decision: &McpDecision, req: &RequestView<'_>) -> Vec<u8> {
                 ),
                 None => (overall, decision.overall.message.clone()),
             };
+            // The rule that refused this message, or the whole request when this one was fine.
+            let rule = match m.decision.reason() {
+                Some(_) => &m.decision.rule,
+                None => &decision.overall.rule,
+            };
             Some(rpc_error(
                 id,
                 reason,
                 &describe(&prefix, reason, &detail),
+                rule,
                 m,
             ))
         })
@@ -134,7 +143,7 @@ fn describe(prefix: &str, reason: Reason, detail: &str) -> String {
     }
 }
 
-fn rpc_error(id: &RpcId, reason: Reason, message: &str, m: &MessageDecision) -> String {
+fn rpc_error(id: &RpcId, reason: Reason, message: &str, rule: &str, m: &MessageDecision) -> String {
     let mut out = String::from("{\"jsonrpc\":\"2.0\",\"id\":");
     match id {
         RpcId::Number(text) => out.push_str(text),
@@ -155,6 +164,18 @@ fn rpc_error(id: &RpcId, reason: Reason, message: &str, m: &MessageDecision) -> 
     if let Some(tool) = &m.tool {
         out.push_str(",\"tool\":");
         write_string(&mut out, clip(tool, DATA_NAME_CHARS));
+    }
+    // Rules are policy text (names and patterns), never request content.
+    out.push_str(",\"rule\":");
+    write_string(&mut out, rule);
+    // Only for the message's own tool-rule denial: the approve line, or why approve cannot help.
+    let hint = match (&m.tool, m.decision.reason()) {
+        (Some(tool), Some(Reason::PolicyDenied)) => teach::tool_hint(&m.decision.rule, tool),
+        _ => None,
+    };
+    if let Some(hint) = hint {
+        out.push_str(",\"hint\":");
+        write_string(&mut out, &hint);
     }
     out.push_str("}}}");
     out

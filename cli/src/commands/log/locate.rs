@@ -1,6 +1,6 @@
 //! Finding the log `fenzi log` reads: `--file`, `--session ID` (`<state dir>/fenzi/audit/<ID>.jsonl`),
 //! or the newest log in the state directory. `fenzi proxy` and `fenzi run` use [`audit_dir`] to choose
-//! where a new session's log goes.
+//! where a new session's log goes; `fenzi approve` finds its log with [`find_log`].
 
 use super::Args;
 use anyhow::{Context, bail};
@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub(super) fn parse_session_id(s: &str) -> Result<String, String> {
+pub(crate) fn parse_session_id(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 128
         && !s.starts_with('.')
@@ -33,13 +33,18 @@ pub fn audit_dir(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Op
 }
 
 pub(super) fn locate(args: &Args) -> anyhow::Result<PathBuf> {
-    if let Some(file) = &args.file {
-        return Ok(file.clone());
+    find_log(args.file.as_deref(), args.session.as_deref())
+}
+
+/// The log `file` names, else session `session`'s, else the newest (also `fenzi approve`'s).
+pub(crate) fn find_log(file: Option<&Path>, session: Option<&str>) -> anyhow::Result<PathBuf> {
+    if let Some(file) = file {
+        return Ok(file.to_path_buf());
     }
     let dir = audit_dir(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME")).context(
         "cannot find the audit log directory: neither XDG_STATE_HOME nor HOME is set; pass --file",
     )?;
-    if let Some(id) = &args.session {
+    if let Some(id) = session {
         let path = dir.join(format!("{id}.jsonl"));
         if !path.is_file() {
             bail!(

@@ -19,10 +19,11 @@ mod test_records;
 mod verify;
 
 pub use locate::audit_dir;
+pub(crate) use locate::{find_log, parse_session_id};
 
 use fenzi_policy::tool_pattern::ToolPattern;
 use filter::{Filter, Since, now_ms, parse_since, parse_tool};
-use locate::{locate, parse_session_id, session_logs_since};
+use locate::{locate, session_logs_since};
 use show::show;
 use std::io;
 use std::path::PathBuf;
@@ -41,9 +42,11 @@ Examples:
 Output:
   13:33:38 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure
   13:33:50 denied  POST mcp.deepwiki.com/mcp tools/call read_wiki_contents  policy_denied
+    fenzi approve --yes deepwiki/read_wiki_contents
   13:34:02 allowed CONNECT github.com:443
   Times are UTC; the date is shown when the records span days. Text that is not plain ASCII is
-  quoted, with control and invisible characters escaped.
+  quoted, with control and invisible characters escaped. Under a tool call the policy refused, an
+  indented line says what to do: the `fenzi approve` line that allows it, or the deny rule.
 
 Logs live in $XDG_STATE_HOME/fenzi/audit/<session>.jsonl (default ~/.local/state/fenzi/audit).
 --verify exits 0 when every record's hash chain is intact and the head file (<log>.head) matches,

@@ -1,6 +1,7 @@
 //! A record as one line for a person: `[date ]HH:MM:SS decision METHOD target [rpc [tool]]  [reason]`,
 //! the decision coloured on a terminal, and every field taken from the record quoted and escaped
-//! when it is not plain ASCII, so a hostile host, path or tool name cannot forge or hide text.
+//! when it is not plain ASCII, so a hostile host, path or tool name cannot forge or hide text. A
+//! tool call the tool rules denied gets a second, indented line: its [`hint`].
 
 use fenzi_policy::audit::{self, AuditRecord, Outcome};
 
@@ -110,6 +111,37 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
     line
 }
 
+/// What a person can do about a `tools/call` the tool rules denied: the `fenzi approve` line (or
+/// why approve will not help), shown indented under the record's line; the same text as the
+/// denial's JSON-RPC `data.hint` ([`fenzi_policy::mcp::teach`]). `None` for every other record,
+/// and for a rule that names another server than the record.
+pub fn hint(r: &AuditRecord) -> Option<String> {
+    use fenzi_policy::mcp::teach::{ToolDenial, tool_hint};
+    if r.decision != Outcome::Denied
+        || r.reason.as_deref() != Some("policy_denied")
+        || r.rpc.as_deref() != Some(fenzi_policy::mcp::TOOLS_CALL)
+    {
+        return None;
+    }
+    let (rule, tool, server) = (r.rule.as_deref()?, r.tool.as_deref()?, r.server.as_deref()?);
+    if ToolDenial::from_rule(rule)?.server() != server {
+        return None;
+    }
+    // The hint holds only policy names and a plain tool name; escape anyway, as for every field.
+    let text = tool_hint(rule, tool)?;
+    Some(
+        text.chars()
+            .map(|c| {
+                if audit::needs_escape(c) {
+                    format!("\\u{{{:x}}}", c as u32)
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// `host:port` for a CONNECT; otherwise host, `:port` unless 443, and the path.
 fn target(r: &AuditRecord) -> String {
     let host = if r.host.contains(':') && !r.host.starts_with('[') {
@@ -204,6 +236,42 @@ mod tests {
             ..mcp(Outcome::Allowed, "list_issues", None)
         };
         assert!(render(&with_secret, false, false).ends_with("list_issues secrets:MCP_LINEAR"));
+    }
+
+    #[test]
+    fn a_tool_denial_teaches_on_a_second_line() {
+        let denied = |tool: &str, rule: &str| AuditRecord {
+            rule: Some(rule.into()),
+            ..mcp(Outcome::Denied, tool, Some("policy_denied"))
+        };
+        assert_eq!(
+            hint(&denied("read_wiki_contents", "mcp.deepwiki default deny")).as_deref(),
+            Some("fenzi approve --yes deepwiki/read_wiki_contents")
+        );
+        assert_eq!(
+            hint(&denied("drop", "mcp.deepwiki.tools.deny \"dr*\"")).as_deref(),
+            Some(
+                "denied by the policy's deny list (mcp.deepwiki.tools.deny \"dr*\"); fenzi \
+                 approve does not undo a deny"
+            )
+        );
+        // Not a plain name, another server's rule, an argument rule, not denied: no hint.
+        assert_eq!(hint(&denied("a b", "mcp.deepwiki default deny")), None);
+        assert_eq!(hint(&denied("x", "mcp.other default deny")), None);
+        assert_eq!(
+            hint(&denied("x", "mcp.deepwiki.tools.rules[0].args./q")),
+            None
+        );
+        let allowed = AuditRecord {
+            rule: Some("mcp.deepwiki default deny".into()),
+            ..mcp(Outcome::Allowed, "x", None)
+        };
+        assert_eq!(hint(&allowed), None);
+        let limited = AuditRecord {
+            rule: Some("mcp.deepwiki default deny".into()),
+            ..mcp(Outcome::Denied, "x", Some("rate_limited"))
+        };
+        assert_eq!(hint(&limited), None);
     }
 
     #[test]

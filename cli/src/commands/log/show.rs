@@ -3,7 +3,7 @@
 //! Dates are shown when the records span more than one UTC day.
 
 use super::filter::Filter;
-use super::render::render;
+use super::render::{hint, render};
 use anyhow::{Context, bail};
 use fenzi_policy::audit::AuditRecord;
 use std::fs::File;
@@ -155,7 +155,11 @@ impl<W: Write> Printer<'_, W> {
             self.out.write_all(line)?;
             self.out.write_all(b"\n")
         } else {
-            writeln!(self.out, "{}", render(&record, self.show_date, self.colour))
+            writeln!(self.out, "{}", render(&record, self.show_date, self.colour))?;
+            match hint(&record) {
+                Some(h) => writeln!(self.out, "  {h}"),
+                None => Ok(()),
+            }
         }
     }
 }

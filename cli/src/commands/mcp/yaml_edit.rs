@@ -110,7 +110,7 @@ fn strip_terminator(full: &str) -> &str {
 }
 
 /// A mapping key at the start of `s` (already without indentation) and what follows its colon.
-fn key_of(s: &str) -> Option<(String, &str)> {
+pub(crate) fn key_of(s: &str) -> Option<(String, &str)> {
     let (name, rest) = if let Some(q) = s.strip_prefix('"') {
         let close = q.find('"')?;
         let name = &q[..close];
@@ -319,6 +319,22 @@ pub fn find(text: &str, file: &str, name: &str) -> Result<Option<usize>, EditErr
             .iter()
             .find(|e| e.name.as_deref() == Some(name))
             .map(|e| e.key + 1)
+    }))
+}
+
+/// The lines (0-based, first and last inclusive) of server `name`'s entry: its key line and every
+/// line of its body; `None` when the file has no such server. `fenzi approve` edits inside them.
+pub(crate) fn entry_span(
+    text: &str,
+    file: &str,
+    name: &str,
+) -> Result<Option<(usize, usize)>, EditError> {
+    let doc = Doc::new(text, file);
+    Ok(doc.section()?.and_then(|s| {
+        s.entries
+            .iter()
+            .find(|e| e.name.as_deref() == Some(name))
+            .map(|e| (e.key, e.end))
     }))
 }
 

@@ -1,8 +1,9 @@
 //! What `fenzi run` prints when the session ends: its denials (how many, by reason, the first few
-//! as `fenzi log` shows them, and the command that shows them all), and where the session's
+//! as `fenzi log` shows them, the command that shows them all, and `fenzi approve` when a denied
+//! tool could be approved), and where the session's
 //! warnings went, since nothing is written onto the agent's terminal while it runs.
 
-use crate::commands::log::render::render;
+use crate::commands::log::render::{hint, render};
 use fenzi_policy::audit::{AuditRecord, Outcome};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,6 +19,8 @@ pub struct Denials {
     /// The first few, rendered as `fenzi log` renders them.
     pub first: Vec<String>,
     pub total: usize,
+    /// Tool calls denied only because no `allow` pattern names the tool (`fenzi approve` can).
+    pub approvable: usize,
 }
 
 impl Denials {
@@ -38,6 +41,9 @@ impl Denials {
                 continue;
             }
             out.total += 1;
+            if hint(&record).is_some_and(|h| h.starts_with("fenzi approve ")) {
+                out.approvable += 1;
+            }
             let reason = record.reason.clone().unwrap_or_else(|| "-".into());
             *out.by_reason.entry(reason).or_default() += 1;
             if out.first.len() < SHOWN {
@@ -74,6 +80,11 @@ impl Denials {
         out.push(format!(
             "  all of them: fenzi log --session {session} --denied"
         ));
+        if self.approvable > 0 {
+            out.push(format!(
+                "  to allow a denied tool (one tool, one server): fenzi approve --session {session}"
+            ));
+        }
         out
     }
 }
@@ -114,6 +125,14 @@ mod tests {
         assert!(out[3].contains("delete_b"), "{out:?}");
         assert_eq!(out[4], "  … and 1 more");
         assert_eq!(out[5], "  all of them: fenzi log --session abc --denied");
+        assert_eq!(out.len(), 6, "no approve line: no rule says `default deny`");
         assert!(Denials::default().lines("abc").is_empty());
+        let approvable = line("denied", Some("policy_denied"), "delete_a")
+            .replace("\"rule\":\"r\"", "\"rule\":\"mcp.m default deny\"");
+        let out = Denials::from_lines([approvable.as_str()].into_iter()).lines("abc");
+        assert_eq!(
+            out.last().unwrap(),
+            "  to allow a denied tool (one tool, one server): fenzi approve --session abc"
+        );
     }
 }
