@@ -15,6 +15,8 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// What happened to a request. `Failed` follows an `Allowed` record when the upstream then failed;
 /// `Filtered` follows it when the server's answer reached the client with list entries hidden.
+/// `Reloaded` and `ReloadRefused` are about the session's policy, not a request: a policy file
+/// changed and the new policy was swapped in (its hash in `policy`), or was not (why in `rule`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -22,6 +24,8 @@ pub enum Outcome {
     Denied,
     Failed,
     Filtered,
+    Reloaded,
+    ReloadRefused,
 }
 
 impl Outcome {
@@ -31,6 +35,8 @@ impl Outcome {
             Outcome::Denied => "denied",
             Outcome::Failed => "failed",
             Outcome::Filtered => "filtered",
+            Outcome::Reloaded => "reloaded",
+            Outcome::ReloadRefused => "reload_refused",
         }
     }
 }
@@ -72,6 +78,10 @@ pub struct AuditRecord {
     /// For `filtered` records: how many list entries the client did not see.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hidden: Option<u64>,
+    /// The SHA-256 of the policy the decision was made under (`Policy::sha256`); on a `reloaded`
+    /// record the policy now in force, on `reload_refused` the one that stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
     pub prev: String,
 }
 
@@ -407,6 +417,7 @@ mod tests {
             rule: None,
             source: None,
             hidden: None,
+            policy: None,
             prev: prev.into(),
         }
     }

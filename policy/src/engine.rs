@@ -18,6 +18,8 @@ use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, Serve
 use crate::secret_name::server_token_name;
 use std::net::IpAddr;
 
+pub mod reload;
+
 /// A remote MCP server (or the account-connector host) as the proxy enforces it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServer {

@@ -83,6 +83,9 @@ pub struct AuditEntry {
     pub rule: Option<String>,
     pub source: Option<String>,
     pub hidden: Option<u64>,
+    /// The hash of the policy the decision was made under ([`fenzi_policy::engine::Policy::sha256`]).
+    /// Left `None`, [`crate::context::SessionContext::record`] fills in the policy in force.
+    pub policy: Option<std::sync::Arc<str>>,
 }
 
 impl AuditEntry {
@@ -109,6 +112,7 @@ impl AuditEntry {
             rule: None,
             source: None,
             hidden: None,
+            policy: None,
         }
     }
 
@@ -131,6 +135,7 @@ impl AuditEntry {
             rule: self.rule,
             source: self.source,
             hidden: self.hidden,
+            policy: self.policy.map(|p| p.to_string()),
             prev,
         }
     }

@@ -17,7 +17,7 @@
 //! `pool`, `response` with `failure_body`), `tunnel` (pass-through copy), and on every exit `refusal` (records, then
 //! answers with `respond`). Around them: `context` (what a session and a connection share),
 //! `request_context`, `malformed` and `h2_streams` (requests hyper or h2 refuse themselves), `io`,
-//! `body`, [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
+//! `body`, `live` (the policy in force and its reload), [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
 //! [`error`], [`options`], [`net`].
 
 pub mod audit_sink;
@@ -48,6 +48,7 @@ mod intercept;
 mod inventories;
 mod io;
 mod limits;
+mod live;
 mod malformed;
 mod mcp_enforce;
 mod mcp_response;
@@ -65,6 +66,7 @@ pub use audit_sink::AuditSink;
 pub use body::{Body, BoxError};
 pub use error::{ErrorSource, ProxyError};
 pub use inventories::LockFiles;
+pub use live::Reload;
 pub use net::{Network, SystemNetwork};
 pub use options::ProxyOptions;
 pub use server::{Proxy, ProxyBuilder, listener_from_std};

@@ -25,6 +25,7 @@ pub(super) fn rec(decision: Outcome, method: &str, host: &str, port: u16) -> Aud
         rule: None,
         source: None,
         hidden: None,
+        policy: None,
         prev: GENESIS.into(),
     }
 }
