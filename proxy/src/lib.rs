@@ -17,7 +17,7 @@
 //! `pool`, `response` with `failure_body`), `tunnel` (pass-through copy), and on every exit `refusal` (records, then
 //! answers with `respond`). Around them: `context` (what a session and a connection share),
 //! `request_context`, `malformed` and `h2_streams` (requests hyper or h2 refuse themselves), `io`,
-//! `body`, `live` (the policy in force and its reload), [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
+//! `body`, `live` (the policy in force) and `reload` (changing it), [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
 //! [`error`], [`options`], [`net`].
 
 pub mod audit_sink;
@@ -55,6 +55,7 @@ mod mcp_response;
 mod plain_http;
 mod pool;
 mod refusal;
+mod reload;
 mod request_body;
 mod request_context;
 mod respond;
@@ -66,7 +67,7 @@ pub use audit_sink::AuditSink;
 pub use body::{Body, BoxError};
 pub use error::{ErrorSource, ProxyError};
 pub use inventories::LockFiles;
-pub use live::Reload;
+pub use reload::Reload;
 pub use net::{Network, SystemNetwork};
 pub use options::ProxyOptions;
 pub use server::{Proxy, ProxyBuilder, listener_from_std};

@@ -11,7 +11,8 @@ use crate::client::serve_client;
 use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
 use crate::inventories::{Inventories, LockFiles};
-use crate::live::{self, LivePolicy, Reload};
+use crate::live::LivePolicy;
+use crate::reload::{self, Reload};
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::secrets::{SecretSet, SessionSecrets};
@@ -154,16 +155,16 @@ impl Proxy {
 
     /// Offers `policy`, loaded and validated from the changed `files` (their names, for the
     /// record), to the running session: swapped in whole for the next request when only MCP tool
-    /// rules changed, otherwise left for the next session (see [`crate::live`]). Both write a
+    /// rules changed, otherwise left for the next session (see [`crate::reload`]). Both write a
     /// `policy` record first; `Err` means it could not be written, and nothing changed.
     pub async fn reload(&self, policy: Policy, files: &str) -> Result<Reload, ProxyError> {
-        live::reload(&self.session, policy, files).await
+        reload::reload(&self.session, policy, files).await
     }
 
     /// Records that a change to `files` was refused because it did not load (`why`); the policy
     /// in force stays.
     pub async fn refuse_reload(&self, files: &str, why: &str) -> Result<(), ProxyError> {
-        live::refuse(&self.session, files, why).await
+        reload::refuse(&self.session, files, why).await
     }
 
     /// The names of the secrets this session substitutes (never values or placeholders).
