@@ -8,10 +8,10 @@
 //! device, inode, size, modification and change times) is compared with the last one seen. That
 //! cannot miss an atomic rename (a new inode) or an edit in place (times, size), works the same
 //! for a file behind a symbolic link and on any file system, and needs no thread of the kernel's
-//! to be kept in step. Two polls a second cost nothing beside the proxy's work. A change is acted
-//! on once the signature has held still for one more poll, so a file being written is read when
-//! its writer pauses, not mid-write; one that is still half-written then does not load and is
-//! refused, and its completion is the next change.
+//! to be kept in step. Four looks a second cost nothing beside the proxy's work. A change is
+//! acted on once the signature has held still for [`SETTLE`] more, so a file being written is read
+//! when its writer pauses, not mid-write; one that is still half-written then does not load and
+//! is refused, and its completion is the next change.
 //!
 //! Refused, with the last good policy kept: a file that cannot be read (gone, no permission, a
 //! directory or device or FIFO, larger than the bound), one replaced by a symbolic link, text that
@@ -29,9 +29,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// How often the files are looked at. A change takes effect two or three polls after the last
-/// write: well within 2 s.
+/// How often the files are looked at. A change takes effect within a poll and a settle of the
+/// last write (about 350 ms): well within 2 s.
 pub const POLL: Duration = Duration::from_millis(250);
+
+/// How long a changed signature must hold still before the files are read.
+pub const SETTLE: Duration = Duration::from_millis(100);
 
 /// What `lstat` says of a path: a change in any of these is a change of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +106,18 @@ pub struct Watch {
     last: Option<Attempt>,
 }
 
-/// What one look at the files led to, for the person (`None`: nothing to say).
+/// What one look at the files found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Look {
+    /// Nothing to say: no change, or nothing that changes what is enforced.
+    Quiet,
+    /// A change, to be read once it holds still for [`SETTLE`].
+    Settling,
+    /// The files (their names) were read and offered: what came of it.
+    Offered(String, Outcome),
+}
+
+/// What offering the files led to, for the person.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Reloaded {
@@ -179,21 +193,24 @@ impl Watch {
     }
 
     /// Looks at the files once; when they changed and have held still since the last look, reads
-    /// and offers them to `proxy`. Returns what happened, with the names of the files that changed.
-    pub async fn poll(&mut self, proxy: &Proxy) -> Option<(String, Outcome)> {
+    /// and offers them to `proxy`.
+    pub async fn poll(&mut self, proxy: &Proxy) -> Look {
         let now: Vec<Signature> = self.files.iter().map(|f| signature(&f.path)).collect();
         if now == self.seen {
             self.pending = None;
-            return None;
+            return Look::Quiet;
         }
         if self.pending.as_ref() != Some(&now) {
             self.pending = Some(now);
-            return None;
+            return Look::Settling;
         }
         let changed = self.names_changed(&now);
         self.seen = now;
         self.pending = None;
-        self.offer(proxy, &changed).await.map(|o| (changed, o))
+        match self.offer(proxy, &changed).await {
+            Some(outcome) => Look::Offered(changed, outcome),
+            None => Look::Quiet,
+        }
     }
 
     /// Reads, loads and offers the files as they are now (also at the start of the watch, for a
@@ -351,10 +368,14 @@ impl Watcher {
                 if let Some(outcome) = runtime.block_on(watch.offer(&proxy, &all)) {
                     say(&outcome.line(&all));
                 }
+                let mut wait = POLL;
                 while !stopped.load(Ordering::Relaxed) {
-                    std::thread::sleep(POLL);
-                    if let Some((files, outcome)) = runtime.block_on(watch.poll(&proxy)) {
-                        say(&outcome.line(&files));
+                    std::thread::sleep(wait);
+                    wait = POLL;
+                    match runtime.block_on(watch.poll(&proxy)) {
+                        Look::Quiet => {}
+                        Look::Settling => wait = SETTLE,
+                        Look::Offered(files, outcome) => say(&outcome.line(&files)),
                     }
                 }
             })?;

@@ -202,11 +202,9 @@ impl Session {
     /// The hash `fenzi` gives the policy of these files.
     fn hash_of(&self, project: &str) -> String {
         let machine = MACHINE.replace("PORT", &self.upstream.to_string());
-        let config = fenzi_policy::config::load(
-            Some((&machine, "mcp.yaml")),
-            Some((project, "fenzi.yaml")),
-        )
-        .unwrap();
+        let config =
+            fenzi_policy::config::load(Some((&machine, "mcp.yaml")), Some((project, "fenzi.yaml")))
+                .unwrap();
         Policy::from_config(&config).sha256()
     }
 
@@ -326,8 +324,16 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
     s.expect_refused(&mut seen, "which the machine file denies", &hash_c);
     // A host: valid, but for the next session.
     s.replace(&project(port, "read, echo", "github.com, gitlab.com"));
-    s.expect_refused(&mut seen, "takes effect in the next session: hosts", &hash_c);
-    assert_eq!(s.call("add"), 200, "the tool part of that change was not applied");
+    s.expect_refused(
+        &mut seen,
+        "takes effect in the next session: hosts",
+        &hash_c,
+    );
+    assert_eq!(
+        s.call("add"),
+        200,
+        "the tool part of that change was not applied"
+    );
     // Replaced by a symbolic link to a file that would allow less.
     let elsewhere = s.dir.join("elsewhere.yaml");
     std::fs::write(&elsewhere, &a).unwrap();
@@ -368,11 +374,13 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
 
     let stderr = s.stderr();
     assert!(
-        stderr.contains("fenzi proxy: policy reloaded from fenzi.yaml: new tool rules for mcp.local"),
+        stderr
+            .contains("fenzi proxy: policy reloaded from fenzi.yaml: new tool rules for mcp.local"),
         "{stderr}"
     );
     assert!(
-        stderr.contains("fenzi proxy: policy reload refused, the policy in force stays: fenzi.yaml"),
+        stderr
+            .contains("fenzi proxy: policy reload refused, the policy in force stays: fenzi.yaml"),
         "{stderr}"
     );
     assert!(

@@ -67,9 +67,9 @@ pub use audit_sink::AuditSink;
 pub use body::{Body, BoxError};
 pub use error::{ErrorSource, ProxyError};
 pub use inventories::LockFiles;
-pub use reload::Reload;
 pub use net::{Network, SystemNetwork};
 pub use options::ProxyOptions;
+pub use reload::Reload;
 pub use server::{Proxy, ProxyBuilder, listener_from_std};
 pub use tls::SessionCa;
 
