@@ -398,3 +398,53 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
     assert!(shown.contains("reload_refused policy"), "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn fenzi_run_reports_a_reload_in_the_session_log_not_on_the_agents_terminal() {
+    let dir = std::env::temp_dir().join(format!("fenzi-reload-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = |allow: &str| {
+        format!(
+            "version: 1\nmcp:\n  s:\n    url: https://s.example/mcp\n    tools:\n      allow: [{allow}]\n"
+        )
+    };
+    std::fs::write(dir.join("fenzi.yaml"), policy("a")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(["run", "--no-isolation", "--audit", "audit.jsonl", "--"])
+        .args(["sh", "-c", "sleep 3; echo command-done"])
+        .current_dir(&dir)
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("FENZI_CREDSTORE", "memory")
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let temp = dir.join(".fenzi.yaml.new");
+    std::fs::write(&temp, policy("a, b")).unwrap();
+    std::fs::rename(&temp, dir.join("fenzi.yaml")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "command-done\n");
+    assert!(!stderr.contains("policy reloaded"), "{stderr}");
+    assert!(
+        stderr.contains("fenzi's warnings during the session are in"),
+        "{stderr}"
+    );
+    let log = std::fs::read_to_string(dir.join("audit.log")).unwrap();
+    assert!(
+        log.contains("fenzi run: policy reloaded from fenzi.yaml: new tool rules for mcp.s"),
+        "{log}"
+    );
+    let records = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
+    assert!(records.contains("\"decision\":\"reloaded\""), "{records}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
