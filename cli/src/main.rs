@@ -5,6 +5,7 @@
 mod commands;
 mod config_files;
 mod output;
+mod reload;
 mod session;
 
 use clap::{Parser, Subcommand};

@@ -49,6 +49,20 @@ pub fn tracing_to_file(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// A line for the person: in the session log while a session has the terminal (as tracing), else
+/// on stderr.
+pub fn note(line: &str) {
+    let mut log = SESSION_LOG.lock().unwrap_or_else(|e| e.into_inner());
+    match log.as_mut() {
+        Some((file, _, written)) => {
+            if writeln!(file, "{line}").is_ok() {
+                *written += line.len() as u64 + 1;
+            }
+        }
+        None => eprintln!("{line}"),
+    }
+}
+
 /// Tracing goes to stderr again; returns the session log and how many bytes went there.
 pub fn tracing_back_to_stderr() -> Option<(PathBuf, u64)> {
     SESSION_LOG

@@ -17,6 +17,8 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// `Filtered` follows it when the server's answer reached the client with list entries hidden.
 /// `Held` is not a decision: it says a `tools/call` waits for a person (`tools.confirm`), and the
 /// request's decision (`allowed` or `denied` `not_confirmed`) follows it.
+/// `Reloaded` and `ReloadRefused` are about the session's policy, not a request: a policy file
+/// changed and the new policy was swapped in (its hash in `policy`), or was not (why in `rule`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -25,6 +27,8 @@ pub enum Outcome {
     Failed,
     Filtered,
     Held,
+    Reloaded,
+    ReloadRefused,
 }
 
 impl Outcome {
@@ -35,6 +39,8 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Filtered => "filtered",
             Outcome::Held => "held",
+            Outcome::Reloaded => "reloaded",
+            Outcome::ReloadRefused => "reload_refused",
         }
     }
 }
@@ -81,6 +87,10 @@ pub struct AuditRecord {
     /// `session ended`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm: Option<String>,
+    /// The SHA-256 of the policy the decision was made under (`Policy::sha256`); on a `reloaded`
+    /// record the policy now in force, on `reload_refused` the one that stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
     pub prev: String,
 }
 
@@ -417,6 +427,7 @@ mod tests {
             source: None,
             hidden: None,
             confirm: None,
+            policy: None,
             prev: prev.into(),
         }
     }

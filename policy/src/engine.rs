@@ -19,6 +19,8 @@ use crate::secret_name::server_token_name;
 use crate::secret_position::SecretPosition;
 use std::net::IpAddr;
 
+pub mod reload;
+
 /// A remote MCP server (or the account-connector host) as the proxy enforces it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServer {

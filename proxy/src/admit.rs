@@ -14,6 +14,7 @@ use fenzi_policy::Decision;
 use fenzi_policy::engine::{McpServer, Route};
 use fenzi_policy::host::Host;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// How requests to an admitted destination are handled.
 #[derive(Debug, Clone)]
@@ -36,6 +37,10 @@ pub(crate) struct Destination {
     pub inspect: bool,
     /// Every address the name resolved to; each one passed `check_address`.
     pub addrs: Vec<SocketAddr>,
+    /// The hash of the policy that admitted it. A connection stays what it was admitted as under
+    /// later policies too (a reload never changes routes); its requests are decided under the
+    /// policy in force when each begins.
+    pub policy: Arc<str>,
 }
 
 impl Destination {
@@ -68,7 +73,7 @@ impl Destination {
     pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
         let mut subject = Subject::new(method, self.host.to_string(), self.port, path);
         subject.server = self.server_name().map(str::to_string);
-        subject
+        subject.under(&self.policy)
     }
 }
 
@@ -79,7 +84,9 @@ pub(crate) async fn admit(
     port: u16,
     subject: &Subject,
 ) -> Result<Destination, Refusal> {
-    let route = session
+    let live = session.live.current();
+    let subject = &subject.under(&live.hash);
+    let route = live
         .policy
         .route(host, port)
         .map_err(|denied| Refusal::denied(subject, &denied))?;
@@ -97,7 +104,7 @@ pub(crate) async fn admit(
         .map_err(|error| Refusal::failed(subject, error))?;
     // One refused address refuses the lot. A name allowed into its `private:` ranges is recorded
     // by them (`hosts[2].private "10.20.0.0/16"`): the record says which entry opened the door.
-    match session.policy.check_addresses(host, port, &ips) {
+    match live.policy.check_addresses(host, port, &ips) {
         Err(refused) => return Err(Refusal::denied(subject, &refused)),
         Ok(Some(rule)) => {
             decision.rule = rule;
@@ -118,6 +125,7 @@ pub(crate) async fn admit(
             .into_iter()
             .map(|ip| SocketAddr::new(ip, port))
             .collect(),
+        policy: live.hash.clone(),
     })
 }
 

@@ -12,6 +12,7 @@ use fenzi_policy::mcp::{MessageDecision, RpcId};
 use fenzi_policy::response::Filtered;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -46,6 +47,8 @@ pub(crate) struct Subject {
     pub port: u16,
     pub path: Option<String>,
     pub server: Option<String>,
+    /// The hash of the policy deciding about it (`None`: the one in force when recorded).
+    pub policy: Option<Arc<str>>,
 }
 
 impl Subject {
@@ -57,6 +60,15 @@ impl Subject {
             port,
             path: path.map(str::to_string),
             server: None,
+            policy: None,
+        }
+    }
+
+    /// This subject, decided under the policy whose hash is `policy`.
+    pub fn under(&self, policy: &Arc<str>) -> Subject {
+        Subject {
+            policy: Some(policy.clone()),
+            ..self.clone()
         }
     }
 
@@ -82,6 +94,7 @@ impl Subject {
             source: None,
             hidden: None,
             confirm: None,
+            policy: self.policy.clone(),
         }
     }
 

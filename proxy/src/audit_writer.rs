@@ -84,6 +84,9 @@ pub struct AuditEntry {
     pub source: Option<String>,
     pub hidden: Option<u64>,
     pub confirm: Option<String>,
+    /// The hash of the policy the decision was made under ([`fenzi_policy::engine::Policy::sha256`]).
+    /// Left `None`, [`crate::context::SessionContext::record`] fills in the policy in force.
+    pub policy: Option<std::sync::Arc<str>>,
 }
 
 impl AuditEntry {
@@ -111,6 +114,7 @@ impl AuditEntry {
             source: None,
             hidden: None,
             confirm: None,
+            policy: None,
         }
     }
 
@@ -134,6 +138,7 @@ impl AuditEntry {
             source: self.source,
             hidden: self.hidden,
             confirm: self.confirm,
+            policy: self.policy.map(|p| p.to_string()),
             prev,
         }
     }

@@ -1,5 +1,5 @@
 //! The context every request runs in. [`SessionContext`] is what all connections of one proxy
-//! session share: the compiled policy, the audit sink, the session CA, the upstream TLS trust, the
+//! session share: the policy in force ([`crate::live`]), the audit sink, the session CA, the upstream TLS trust, the
 //! options, the network seam, the session's secrets and the upstream connection pool. [`ConnGuard`]
 //! is what one client connection (and every tunnel it spawns) holds: its slot under the connection
 //! cap, its activity as the eviction rule sees it, and the shutdown signal.
@@ -8,20 +8,20 @@
 //! session's placeholders (or values) in the record's text fields by `[placeholder:NAME]`: whatever
 //! path, host or tool name a client sends, the log names secrets only. A record that cannot be
 //! written is [`AuditUnavailable`], which the refusal funnel ([`crate::refusal`]) turns into a 503.
+//! A record that does not name the policy it was decided under gets the hash of the one in force.
 
 use crate::audit_sink::AuditSink;
 use crate::audit_writer::AuditEntry;
 use crate::capacity::{Admitted, InFlight};
 use crate::confirm::Confirmations;
 use crate::inventories::Inventories;
-use crate::limits::Limits;
+use crate::live::LivePolicy;
 use crate::net::Network;
 use crate::options::ProxyOptions;
 use crate::pool::Pool;
 use crate::secrets::SessionSecrets;
 use crate::synthetic::SyntheticNames;
 use crate::tls::SessionCa;
-use fenzi_policy::engine::Policy;
 use http::Request;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -29,7 +29,8 @@ use tokio::sync::watch;
 
 /// What every connection of one session shares.
 pub(crate) struct SessionContext {
-    pub policy: Policy,
+    /// The policy in force, with its `limits` counters; swapped whole by a reload.
+    pub live: LivePolicy,
     pub audit: Arc<dyn AuditSink>,
     pub ca: SessionCa,
     pub upstream_tls: Arc<rustls::ClientConfig>,
@@ -41,10 +42,9 @@ pub(crate) struct SessionContext {
     pub upstreams: Arc<Pool>,
     /// The names the sandbox's DNS stub handed out, by synthetic address (the transparent path).
     pub synthetic: Arc<SyntheticNames>,
-    /// What the session knows of each MCP server's tools (pins, listed schemas).
+    /// What the session knows of each MCP server's tools (pins, listed schemas); kept across
+    /// reloads.
     pub inventories: Inventories,
-    /// The counters of each MCP server's `limits`.
-    pub limits: Limits,
     /// The calls held by `tools.confirm`, and the control socket a person answers them on.
     pub confirm: Arc<Confirmations>,
 }
@@ -56,7 +56,10 @@ pub(crate) struct AuditUnavailable;
 impl SessionContext {
     /// Writes one record. The write failure is logged here; the caller answers 503 (through
     /// [`crate::refusal::Refusal`]) and forwards nothing.
-    pub async fn record(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
+    pub async fn record(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
+        if entry.policy.is_none() {
+            entry.policy = Some(self.live.current().hash.clone());
+        }
         let entry = self.redacted(entry);
         match self.audit.record(entry).await {
             Ok(_) => Ok(()),

@@ -25,6 +25,7 @@ use crate::mcp_response::Reading;
 use crate::refusal::Refusal;
 use crate::request_context::RequestContext;
 use bytes::Bytes;
+use fenzi_policy::engine::McpServer;
 use fenzi_policy::{Decision, Reason};
 use http::request::Parts;
 use std::time::Instant;
@@ -48,20 +49,23 @@ pub(crate) async fn decide(
     if !use_.is_allowed() {
         return Err(refused(cx, &use_.decision, &use_.secrets, parts, &body));
     }
-    let (mut entries, mut reading, mcp) = match &dest.handling {
-        Handling::Mcp(server) => {
+    // Tool decisions follow the policy in force when the request began, not the one that
+    // admitted the connection: a reload applies to the next request on an open tunnel too.
+    let current = current_server(cx)?;
+    let (mut entries, mut reading, mcp) = match current {
+        Some(server) => {
             let decision = session.inventories.read(&server.name, |inventory| {
-                mcp_enforce::classify(&session.policy, inventory, server, parts, &body)
+                mcp_enforce::classify(&cx.live.policy, inventory, server, parts, &body)
             });
             if !decision.overall.is_allowed() {
                 // Refused: nothing was substituted, so the records name no secret.
                 return Err(mcp_enforce::refused(&cx.subject, &decision, parts, &body));
             }
-            let reading = Reading::of(session, server, &decision);
+            let reading = Reading::of(&cx.live, server, &decision);
             let entries = mcp_enforce::entries(&cx.subject, &decision);
             (entries, reading, Some((server, decision)))
         }
-        Handling::Plain => (vec![cx.subject.decided(&dest.decision)], None, None),
+        None => (vec![cx.subject.decided(&dest.decision)], None, None),
     };
     let unsubstituted = body.clone();
 
@@ -72,12 +76,12 @@ pub(crate) async fn decide(
             return Err(refused(cx, &refused_by, &use_.secrets, parts, &body));
         }
     };
-    if let Handling::Mcp(server) = &dest.handling
+    if let Some(server) = current
         && use_.substitute.iter().any(|g| g.body)
         && !session
             .inventories
             .read(&server.name, |inventory| {
-                mcp_enforce::classify(&session.policy, inventory, server, parts, &body)
+                mcp_enforce::classify(&cx.live.policy, inventory, server, parts, &body)
             })
             .overall
             .is_allowed()
@@ -91,7 +95,7 @@ pub(crate) async fn decide(
     }
     // Last, so that a call refused for any other reason takes no token.
     if let Some((server, decision)) = &mcp {
-        match session.limits.admit(&server.name, decision, Instant::now()) {
+        match cx.live.limits.admit(&server.name, decision, Instant::now()) {
             Ok(permit) => {
                 if let Some(reading) = reading.as_mut() {
                     reading.permit = permit;
@@ -134,11 +138,15 @@ fn refused(
     body: &[u8],
 ) -> Refusal {
     let refusal = Refusal::denied(&cx.subject, decision).naming_secrets(secrets);
-    match &cx.dest().handling {
-        Handling::Mcp(server) => {
+    let server = match &cx.dest().handling {
+        Handling::Mcp(admitted) => cx.live.server(&admitted.name).or(Some(admitted)),
+        Handling::Plain => None,
+    };
+    match server {
+        Some(server) => {
             let answer = cx.session.inventories.read(&server.name, |inventory| {
                 mcp_enforce::answer_as_rpc_errors(
-                    &cx.session.policy,
+                    &cx.live.policy,
                     inventory,
                     server,
                     decision,
@@ -148,6 +156,26 @@ fn refused(
             });
             refusal.answered_with(answer)
         }
-        Handling::Plain => refusal,
+        None => refusal,
+    }
+}
+
+/// The MCP server a request is for, as the request's policy has it; `None` for a plain host.
+/// Every policy of a session has the servers it started with ([`crate::live`]); were one ever
+/// missing, the request is refused, not let through.
+fn current_server<'c>(cx: &'c RequestContext<'_>) -> Result<Option<&'c McpServer>, Refusal> {
+    let Handling::Mcp(admitted) = &cx.dest().handling else {
+        return Ok(None);
+    };
+    match cx.live.server(&admitted.name) {
+        Some(server) => Ok(Some(server)),
+        None => {
+            let gone = Decision::deny(
+                Reason::PolicyDenied,
+                format!("mcp.{}", admitted.name),
+                format!("{} is not in the policy in force", admitted.name),
+            );
+            Err(Refusal::denied(&cx.subject, &gone))
+        }
     }
 }

@@ -17,7 +17,7 @@
 //! `pool`, `response` with `failure_body`), `tunnel` (pass-through copy), and on every exit `refusal` (records, then
 //! answers with `respond`). Around them: `context` (what a session and a connection share),
 //! `request_context`, `malformed` and `h2_streams` (requests hyper or h2 refuse themselves), `io`,
-//! `body`, [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
+//! `body`, `live` (the policy in force) and `reload` (changing it), [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`credstore`], [`sandbox`],
 //! [`error`], [`options`], [`net`].
 
 pub mod audit_sink;
@@ -50,12 +50,14 @@ mod intercept;
 mod inventories;
 mod io;
 mod limits;
+mod live;
 mod malformed;
 mod mcp_enforce;
 mod mcp_response;
 mod plain_http;
 mod pool;
 mod refusal;
+mod reload;
 mod request_body;
 mod request_context;
 mod respond;
@@ -69,6 +71,7 @@ pub use error::{ErrorSource, ProxyError};
 pub use inventories::LockFiles;
 pub use net::{Network, SystemNetwork};
 pub use options::ProxyOptions;
+pub use reload::Reload;
 pub use server::{Proxy, ProxyBuilder, listener_from_std};
 pub use tls::SessionCa;
 

@@ -86,12 +86,24 @@ struct Counter {
 struct ServerCounters {
     name: String,
     limits: Vec<ToolLimit>,
-    counters: Mutex<Vec<Counter>>,
+    /// Shared with the counters a reload makes for the same entries ([`Limits::carried`]).
+    counters: Arc<Mutex<Vec<Counter>>>,
 }
 
 /// The counters of every server of the session.
 pub(crate) struct Limits {
     servers: Vec<Arc<ServerCounters>>,
+}
+
+/// Whether two entries count the same calls the same way, wherever each is written.
+fn same_entry(a: &ToolLimit, b: &ToolLimit) -> bool {
+    a.tool == b.tool
+        && a.rate == b.rate
+        && a.concurrency == b.concurrency
+        && a.timeout == b.timeout
+        && a.max_response == b.max_response
+        && a.origin == b.origin
+        && a.project_on_machine == b.project_on_machine
 }
 
 /// A request over a limit: the decision its records carry, and the `Retry-After` seconds.
@@ -153,8 +165,51 @@ impl Limits {
                 Arc::new(ServerCounters {
                     name: s.name.clone(),
                     limits: s.limits.clone(),
-                    counters: Mutex::new(counters),
+                    counters: Arc::new(Mutex::new(counters)),
                 })
+            })
+            .collect();
+        Limits { servers }
+    }
+
+    /// The counters for `policy`, a reload of the policy these counters were made for. A server
+    /// whose entries say the same as before (where they are written aside) keeps its counters
+    /// whole: tokens taken and calls in flight. A server whose entries changed gets new counters,
+    /// each entry that says the same as one before keeping that one's tokens; calls in flight
+    /// under the old entries give their slots back to the old counters, so the new ones start with
+    /// none in flight.
+    pub fn carried(&self, policy: &Policy) -> Limits {
+        let fresh = Limits::new(policy);
+        let servers = fresh
+            .servers
+            .into_iter()
+            .map(|new| {
+                let Some(old) = self.servers.iter().find(|s| s.name == new.name) else {
+                    return new;
+                };
+                let same = old.limits.len() == new.limits.len()
+                    && old
+                        .limits
+                        .iter()
+                        .zip(&new.limits)
+                        .all(|(a, b)| same_entry(a, b));
+                if same {
+                    return Arc::new(ServerCounters {
+                        name: new.name.clone(),
+                        limits: new.limits.clone(),
+                        counters: old.counters.clone(),
+                    });
+                }
+                {
+                    let old_state = old.counters.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut state = new.counters.lock().unwrap_or_else(|p| p.into_inner());
+                    for (i, limit) in new.limits.iter().enumerate() {
+                        if let Some(j) = old.limits.iter().position(|l| same_entry(l, limit)) {
+                            state[i].bucket = old_state[j].bucket.clone();
+                        }
+                    }
+                }
+                new
             })
             .collect();
         Limits { servers }
@@ -462,6 +517,33 @@ mod tests {
             batch: tools.len() > 1,
             oauth_metadata: false,
         }
+    }
+
+    #[test]
+    fn a_reload_keeps_the_counters_of_entries_that_did_not_change() {
+        let (before, _) = limits("      - {tool: \"*\", rate: 2/h, concurrency: 1}\n");
+        let now = Instant::now();
+        let held = before.admit("s", &calls(&["x"]), now).unwrap().unwrap();
+        // The same entry, written one line lower: tokens and the slot in flight carry over.
+        let (_, moved) = limits("\n      - {tool: \"*\", rate: 2/h, concurrency: 1}\n");
+        let same = before.carried(&moved);
+        assert!(same.admit("s", &calls(&["x"]), now).is_err(), "slot held");
+        drop(held);
+        assert!(same.admit("s", &calls(&["x"]), now).is_ok());
+        assert!(
+            same.admit("s", &calls(&["x"]), now).is_err(),
+            "2/h: both tokens taken, one before the reload"
+        );
+        // A changed entry beside it: the unchanged one keeps its tokens, the new one starts full.
+        let (_, changed) = limits(
+            "      - {tool: save, rate: 1/h}\n      - {tool: \"*\", rate: 2/h, concurrency: 1}\n",
+        );
+        let next = same.carried(&changed);
+        assert!(next.admit("s", &calls(&["x"]), now).is_err());
+        assert!(next.admit("s", &calls(&["save"]), now).is_ok());
+        // An entry that changed starts afresh.
+        let (_, wider) = limits("      - {tool: \"*\", rate: 3/h, concurrency: 1}\n");
+        assert!(next.carried(&wider).admit("s", &calls(&["x"]), now).is_ok());
     }
 
     #[test]

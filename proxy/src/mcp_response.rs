@@ -30,6 +30,7 @@ use crate::body::{self, Body, BoxError};
 use crate::context::{AuditUnavailable, SessionContext};
 use crate::error::ProxyError;
 use crate::limits::{self, Permit};
+use crate::live::Live;
 use crate::refusal::Refusal;
 use crate::respond;
 use bytes::Bytes;
@@ -51,7 +52,9 @@ use std::task::{Context, Poll};
 
 /// What the response phase needs to read the answer to one request on an MCP server.
 pub(crate) struct Reading {
-    /// The server's position in the session policy's servers.
+    /// The policy the request was decided under; its answer is read under it too.
+    live: Arc<Live>,
+    /// The server's position in that policy's servers.
     server: usize,
     /// The ids of the requests forwarded, each waiting for its answer.
     pending: Vec<RpcId>,
@@ -61,15 +64,11 @@ pub(crate) struct Reading {
 
 impl Reading {
     /// The reading of the answer to a request `decision` allowed; `None` for OAuth metadata.
-    pub fn of(
-        session: &SessionContext,
-        server: &McpServer,
-        decision: &McpDecision,
-    ) -> Option<Self> {
+    pub fn of(live: &Arc<Live>, server: &McpServer, decision: &McpDecision) -> Option<Self> {
         if decision.oauth_metadata {
             return None;
         }
-        let index = session
+        let index = live
             .policy
             .servers()
             .iter()
@@ -81,10 +80,16 @@ impl Reading {
             .filter_map(|m| m.rpc_id.clone())
             .collect();
         Some(Reading {
+            live: live.clone(),
             server: index,
             pending,
             permit: None,
         })
+    }
+
+    /// The server, as the request's policy has it.
+    fn server(&self) -> &McpServer {
+        &self.live.policy.servers()[self.server]
     }
 
     /// The request is being forwarded: starts its `timeout`, returning the deadline if it has one.
@@ -132,7 +137,7 @@ pub(crate) async fn read(
     {
         return Ok(body.map_err(BoxError::from).boxed_unsync());
     }
-    let server = &session.policy.servers()[reading.server];
+    let server = reading.server();
     let media = media_type(head.headers.get(CONTENT_TYPE));
     let encoding = head
         .headers
@@ -335,7 +340,7 @@ impl SseRead {
         subject: Subject,
         reading: Reading,
     ) -> Self {
-        let limit = response_limits(session.policy.servers()[reading.server].rule.limits).max_bytes;
+        let limit = response_limits(reading.server().rule.limits).max_bytes;
         let permit = reading.permit.as_ref();
         let deadline = permit
             .and_then(Permit::deadline)
@@ -384,7 +389,8 @@ impl SseRead {
             }
             (EventKind::Message, Some(data)) => data,
         };
-        let server = &self.session.policy.servers()[self.reading.server];
+        let live = self.reading.live.clone();
+        let server = &live.policy.servers()[self.reading.server];
         let read = read_one(&self.session, &server.rule, data.as_bytes())?;
         self.reading
             .pending

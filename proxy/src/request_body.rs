@@ -20,8 +20,8 @@ pub(crate) async fn read(
     body: Incoming,
 ) -> Result<Bytes, Refusal> {
     let session = cx.session;
-    let limit = session.policy.limits().max_bytes;
-    let too_large = || Refusal::denied(&cx.subject, &session.policy.body_too_large());
+    let limit = cx.live.policy.limits().max_bytes;
+    let too_large = || Refusal::denied(&cx.subject, &cx.live.policy.body_too_large());
     let declared = parts
         .headers
         .get(CONTENT_LENGTH)

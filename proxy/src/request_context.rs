@@ -1,11 +1,13 @@
 //! [`RequestContext`]: what every phase of one request to an admitted destination shares, so that a
 //! phase takes one parameter for its surroundings instead of six: the session, the client
-//! connection's guard, the way upstream (which carries the admitted [`Destination`]), and the audit
-//! subject every record of this request is about.
+//! connection's guard, the way upstream (which carries the admitted [`Destination`]), the policy
+//! in force when the request began (it decides the whole request, whatever a reload does
+//! meanwhile), and the audit subject every record of this request is about, which names it.
 
 use crate::admit::Destination;
 use crate::audit_sink::Subject;
 use crate::context::{ConnGuard, SessionContext};
+use crate::live::Live;
 use crate::upstream::Upstream;
 use http::Request;
 use std::sync::Arc;
@@ -14,6 +16,8 @@ pub(crate) struct RequestContext<'a> {
     pub session: &'a Arc<SessionContext>,
     pub guard: &'a ConnGuard,
     pub upstream: &'a Upstream,
+    /// The policy this request is decided under.
+    pub live: Arc<Live>,
     /// The request's method and path (no query) on its destination.
     pub subject: Subject,
 }
@@ -25,13 +29,16 @@ impl<'a> RequestContext<'a> {
         upstream: &'a Upstream,
         req: &Request<B>,
     ) -> RequestContext<'a> {
+        let live = session.live.current();
         let subject = upstream
             .destination()
-            .subject(req.method().as_str(), Some(req.uri().path()));
+            .subject(req.method().as_str(), Some(req.uri().path()))
+            .under(&live.hash);
         RequestContext {
             session,
             guard,
             upstream,
+            live,
             subject,
         }
     }

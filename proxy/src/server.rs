@@ -12,9 +12,10 @@ use crate::confirm::{Confirmations, ControlSocket};
 use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
 use crate::inventories::{Inventories, LockFiles};
-use crate::limits::Limits;
+use crate::live::LivePolicy;
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
+use crate::reload::{self, Reload};
 use crate::secrets::{SecretSet, SessionSecrets};
 use crate::tls::{SessionCa, upstream};
 use crate::transparent;
@@ -104,7 +105,6 @@ impl ProxyBuilder {
             .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
         let upstream_tls = upstream::client_config(&options.upstream_roots)
             .map_err(|e| ProxyError::TlsSetup(e.to_string()))?;
-        let limits = Limits::new(&policy);
         let session = control
             .as_ref()
             .map(|c| c.session().to_string())
@@ -112,7 +112,7 @@ impl ProxyBuilder {
         let confirm = Arc::new(Confirmations::new(session, control));
         Ok(Proxy {
             session: Arc::new(SessionContext {
-                policy,
+                live: LivePolicy::new(policy),
                 audit,
                 ca,
                 upstream_tls,
@@ -122,7 +122,6 @@ impl ProxyBuilder {
                 upstreams: Arc::default(),
                 synthetic: Arc::default(),
                 inventories,
-                limits,
                 confirm,
             }),
         })
@@ -164,6 +163,25 @@ impl Proxy {
             .options(options)
             .network(network)
             .build()
+    }
+
+    /// The SHA-256 of the policy in force (`Policy::sha256`), as its records carry it.
+    pub fn policy_hash(&self) -> String {
+        self.session.live.current().hash.to_string()
+    }
+
+    /// Offers `policy`, loaded and validated from the changed `files` (their names, for the
+    /// record), to the running session: swapped in whole for the next request when only MCP tool
+    /// rules changed, otherwise left for the next session (see [`crate::reload`]). Both write a
+    /// `policy` record first; `Err` means it could not be written, and nothing changed.
+    pub async fn reload(&self, policy: Policy, files: &str) -> Result<Reload, ProxyError> {
+        reload::reload(&self.session, policy, files).await
+    }
+
+    /// Records that a change to `files` was refused because it did not load (`why`); the policy
+    /// in force stays.
+    pub async fn refuse_reload(&self, files: &str, why: &str) -> Result<(), ProxyError> {
+        reload::refuse(&self.session, files, why).await
     }
 
     /// The names of the secrets this session substitutes (never values or placeholders).

@@ -9,7 +9,9 @@
 //! log and exits 0; 2 when the log is not whole (its writer stopped for good, or its head file could
 //! not be brought up to date), saying what that cost. Records refused earlier and written again since
 //! (a disk full for a while) do not fail the exit: their requests were denied, nothing was lost.
-//! Values and placeholders are never printed: names only.
+//! Values and placeholders are never printed: names only. While it serves, a change to the policy
+//! files is reloaded (`crate::reload`): new MCP tool rules apply from the next request, anything
+//! else waits for the next session; each outcome is a line on stderr and a `policy` record.
 
 use crate::config_files::PolicyArgs;
 use crate::session::{self, ProxyFlags};
@@ -104,7 +106,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     .chain(missing)
     .chain(control_note)
     .collect();
+    // Changes to the policy files, from now on (see `reload`).
+    let watcher = crate::reload::Watcher::start(
+        &args.policy,
+        proxy.clone(),
+        runtime.handle().clone(),
+        |line| eprintln!("fenzi proxy: {line}"),
+    )
+    .context("cannot watch the policy files")?;
     let result = runtime.block_on(serve(&args.listen, proxy, &audit, &notes));
+    drop(watcher);
     // Connections cut after the drain time may leave a resolver thread behind; do not wait on it.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result

@@ -107,6 +107,9 @@ pub(crate) struct Confirmations {
     events: broadcast::Sender<Event>,
     /// The control socket, until the proxy starts serving it.
     pub(crate) socket: Mutex<Option<ControlSocket>>,
+    /// Whether the session has a control socket at all: without one, no held call can ever be
+    /// answered (a reload that adds `confirm` waits for the next session).
+    answerable: bool,
 }
 
 /// One call of a request to hold: what watchers are shown.
@@ -125,8 +128,14 @@ impl Confirmations {
             next: AtomicU64::new(1),
             pending: Mutex::new(BTreeMap::new()),
             events: broadcast::channel(256).0,
+            answerable: socket.is_some(),
             socket: Mutex::new(socket),
         }
+    }
+
+    /// Whether a person can answer this session's held calls (it has a control socket).
+    pub fn answerable(&self) -> bool {
+        self.answerable
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Pending>> {

@@ -109,6 +109,7 @@ mod tests {
             source: None,
             hidden: None,
             confirm: None,
+            policy: None,
             prev: GENESIS.into(),
         })
     }

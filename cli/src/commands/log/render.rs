@@ -58,6 +58,8 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
         Outcome::Failed => ("failed", YELLOW),
         Outcome::Filtered => ("filtered", YELLOW),
         Outcome::Held => ("held", YELLOW),
+        Outcome::Reloaded => ("reloaded", GREEN),
+        Outcome::ReloadRefused => ("reload_refused", RED),
     };
     if colour {
         line.push_str(tint);
@@ -67,6 +69,10 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
         line.push_str(label);
     }
     line.push_str(&" ".repeat(8usize.saturating_sub(label.len()).max(1)));
+    if matches!(r.decision, Outcome::Reloaded | Outcome::ReloadRefused) {
+        policy_change(&mut line, r);
+        return line;
+    }
     line.push_str(&field(&r.method));
     line.push(' ');
     line.push_str(&target(r));
@@ -142,6 +148,30 @@ pub fn hint(r: &AuditRecord) -> Option<String> {
     )
 }
 
+/// The rest of a `policy` record's line: `policy HASH12 FILES: what changed, or why not`.
+fn policy_change(line: &mut String, r: &AuditRecord) {
+    line.push_str("policy");
+    if let Some(hash) = &r.policy {
+        line.push(' ');
+        line.push_str(&field(hash.get(..12).unwrap_or(hash)));
+    }
+    if let Some(files) = &r.path {
+        line.push(' ');
+        line.push_str(&field(files));
+    }
+    if let Some(rule) = &r.rule {
+        // fenzi's own sentence (it may quote the policy file): shown unquoted, anything invisible
+        // escaped.
+        line.push_str(": ");
+        for c in rule.chars() {
+            match c {
+                c if audit::needs_escape(c) => line.push_str(&format!("\\u{{{:x}}}", c as u32)),
+                c => line.push(c),
+            }
+        }
+    }
+}
+
 /// `host:port` for a CONNECT; otherwise host, `:port` unless 443, and the path.
 fn target(r: &AuditRecord) -> String {
     let host = if r.host.contains(':') && !r.host.starts_with('[') {
@@ -165,6 +195,37 @@ fn target(r: &AuditRecord) -> String {
 mod tests {
     use super::*;
     use crate::commands::log::test_records::{mcp, rec};
+
+    #[test]
+    fn renders_policy_records() {
+        let hash = "ab".repeat(32);
+        let reloaded = AuditRecord {
+            path: Some("fenzi.yaml".into()),
+            rule: Some("mcp.echo tool rules".into()),
+            policy: Some(hash.clone()),
+            ..rec(Outcome::Reloaded, "POLICY", "", 0)
+        };
+        assert_eq!(
+            render(&reloaded, false, false),
+            "13:33:50 reloaded policy abababababab fenzi.yaml: mcp.echo tool rules"
+        );
+        let refused = AuditRecord {
+            rule: Some("fenzi.yaml:3:1: bad indentation".into()),
+            ..AuditRecord {
+                decision: Outcome::ReloadRefused,
+                ..reloaded
+            }
+        };
+        let hidden = AuditRecord {
+            rule: Some("bad\u{202e}txt\n".into()),
+            ..refused.clone()
+        };
+        assert!(render(&hidden, false, false).ends_with(": bad\\u{202e}txt\\u{a}"));
+        assert_eq!(
+            render(&refused, false, false),
+            "13:33:50 reload_refused policy abababababab fenzi.yaml: fenzi.yaml:3:1: bad indentation"
+        );
+    }
 
     #[test]
     fn renders_the_design_examples() {

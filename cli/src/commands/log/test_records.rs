@@ -26,6 +26,7 @@ pub(super) fn rec(decision: Outcome, method: &str, host: &str, port: u16) -> Aud
         source: None,
         hidden: None,
         confirm: None,
+        policy: None,
         prev: GENESIS.into(),
     }
 }

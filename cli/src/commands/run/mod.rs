@@ -265,6 +265,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         (listener, transparent, dns, Child::Sandboxed(child))
     };
 
+    // Changes to the policy files while the command runs (see `reload`): only the person can make
+    // them, the sandbox has the files read-only. What happened goes to the session log.
+    let watcher = crate::reload::Watcher::start(
+        &args.policy,
+        proxy.clone(),
+        runtime.handle().clone(),
+        |line| output::note(&format!("fenzi run: {line}")),
+    )
+    .context("cannot watch the policy files")?;
     let result = runtime.block_on(async move {
         listener.set_nonblocking(true)?;
         let listener = fenzi_proxy::listener_from_std(listener)?;
@@ -295,6 +304,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         served.flushed?;
         anyhow::Ok(status)
     });
+    drop(watcher);
     runtime.shutdown_timeout(Duration::from_secs(1));
     let warnings = quiet.finish();
     for line in summary::Denials::read(&audit_path).lines(&session) {

@@ -1,0 +1,231 @@
+//! A running session's policy reload (README, "Reloading the policy") over loopback with real TLS
+//! on both hops: a call denied, the policy reloaded to allow it, the next call on the same tunnel
+//! and on a new one allowed; every record names the hash of the policy it was decided under; a
+//! change outside the tool rules and a policy that did not load both keep the policy in force; a
+//! request whose head came before the swap is decided under the policy it began with.
+
+mod common;
+
+use common::*;
+use fenzi_policy::audit::Outcome;
+use fenzi_proxy::Reload;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn yaml(target: &str, allow: &str, extra_hosts: &str) -> String {
+    format!(
+        "version: 1\nhosts: [github.com{extra_hosts}]\nmcp:\n  local:\n    url: https://{target}/mcp\n    tools:\n      allow: [{allow}]\n"
+    )
+}
+
+struct Setup {
+    proxy: TestProxy,
+    target: String,
+    _upstream: Upstream,
+}
+
+async fn setup(allow: &str) -> Setup {
+    let pki = TestPki::new();
+    let upstream = http_upstream(Some(pki.server_config(&["127.0.0.1"])), mcp_handler()).await;
+    let target = format!("127.0.0.1:{}", upstream.port());
+    let proxy = start_proxy(
+        policy(&yaml(&target, allow, ""), None),
+        options(&pki),
+        Arc::new(FakeNetwork::default()),
+        Arc::new(MemorySink::default()),
+    )
+    .await;
+    Setup {
+        proxy,
+        target,
+        _upstream: upstream,
+    }
+}
+
+impl Setup {
+    async fn tunnel(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        let (stream, status, head) = connect(self.proxy.addr, &self.target).await;
+        assert_eq!(status, 200, "{head}");
+        let ca = self.proxy.proxy.ca().cert_der().clone();
+        tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
+            .await
+            .unwrap()
+    }
+
+    async fn client(&self) -> Sender {
+        h1(self.tunnel().await).await
+    }
+
+    async fn call(&self, client: &mut Sender, id: u64, tool: &str) -> u16 {
+        let response = client
+            .send_request(tools_call(&self.target, "/mcp", id, tool))
+            .await
+            .unwrap();
+        text(response).await.0
+    }
+
+    fn policy(&self, allow: &str, extra_hosts: &str) -> fenzi_policy::engine::Policy {
+        policy(&yaml(&self.target, allow, extra_hosts), None)
+    }
+
+    /// `outcome tool policy-hash` for each record, CONNECTs as `CONNECT`.
+    fn decisions(&self) -> Vec<(String, String)> {
+        self.proxy
+            .entries()
+            .iter()
+            .map(|e| {
+                let what = match (&e.tool, e.method.as_str()) {
+                    (Some(tool), _) => format!("{} {tool}", e.outcome.label()),
+                    (None, m) => format!("{} {m}", e.outcome.label()),
+                };
+                (what, e.policy.as_deref().unwrap_or("none").to_string())
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_reload_allows_the_next_call_on_an_open_tunnel_and_its_records_name_the_new_policy() {
+    let s = setup("read").await;
+    let old = s.proxy.proxy.policy_hash();
+    assert_eq!(old, s.policy("read", "").sha256());
+    let mut client = s.client().await;
+    assert_eq!(s.call(&mut client, 1, "echo").await, 403);
+
+    let new = s.policy("read, echo", "");
+    let new_hash = new.sha256();
+    assert_ne!(new_hash, old);
+    let outcome = s.proxy.proxy.reload(new, "fenzi.yaml").await.unwrap();
+    assert_eq!(
+        outcome,
+        Reload::Reloaded {
+            policy: new_hash.clone(),
+            servers: vec!["local".into()]
+        }
+    );
+    assert_eq!(s.proxy.proxy.policy_hash(), new_hash);
+    // The same tunnel, admitted under the old policy: its next request follows the new one.
+    assert_eq!(s.call(&mut client, 2, "echo").await, 200);
+    let mut fresh = s.client().await;
+    assert_eq!(s.call(&mut fresh, 3, "echo").await, 200);
+    // The same policy again: nothing changes and nothing is recorded.
+    let before = s.proxy.entries().len();
+    let again = s.policy("read, echo", "");
+    assert_eq!(
+        s.proxy.proxy.reload(again, "fenzi.yaml").await.unwrap(),
+        Reload::Unchanged
+    );
+    assert_eq!(s.proxy.entries().len(), before);
+
+    let d = |what: &str, hash: &str| (what.to_string(), hash.to_string());
+    assert_eq!(
+        s.decisions(),
+        vec![
+            d("allowed CONNECT", &old),
+            d("denied echo", &old),
+            d("reloaded POLICY", &new_hash),
+            d("allowed echo", &new_hash),
+            d("allowed CONNECT", &new_hash),
+            d("allowed echo", &new_hash),
+        ]
+    );
+    let reloaded = &s.proxy.entries()[2];
+    assert_eq!(reloaded.outcome, Outcome::Reloaded);
+    assert_eq!(reloaded.path.as_deref(), Some("fenzi.yaml"));
+    assert_eq!(reloaded.rule.as_deref(), Some("tool rules of mcp.local"));
+}
+
+#[tokio::test]
+async fn changes_outside_the_tool_rules_and_policies_that_did_not_load_keep_the_policy_in_force() {
+    let s = setup("read").await;
+    let old = s.proxy.proxy.policy_hash();
+    // A new host together with the tool: refused whole, for the next session.
+    let wider = s.policy("read, echo", ", gitlab.com");
+    assert_eq!(
+        s.proxy.proxy.reload(wider, "fenzi.yaml").await.unwrap(),
+        Reload::NextSession {
+            what: vec!["hosts".into()]
+        }
+    );
+    s.proxy
+        .proxy
+        .refuse_reload(
+            "fenzi.yaml",
+            "fenzi.yaml:7:5: mcp.local.tools: bad indentation\n  hint: indent by two",
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.proxy.proxy.policy_hash(), old);
+    let mut client = s.client().await;
+    assert_eq!(s.call(&mut client, 1, "echo").await, 403);
+    let entries = s.proxy.entries();
+    assert_eq!(entries[0].outcome, Outcome::ReloadRefused);
+    assert_eq!(
+        entries[0].rule.as_deref(),
+        Some("takes effect in the next session: hosts")
+    );
+    assert_eq!(entries[1].outcome, Outcome::ReloadRefused);
+    assert_eq!(
+        entries[1].rule.as_deref(),
+        Some("fenzi.yaml:7:5: mcp.local.tools: bad indentation")
+    );
+    assert!(
+        entries.iter().all(|e| e.policy.as_deref() == Some(&old)),
+        "{entries:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_begun_before_the_swap_is_decided_under_the_policy_it_began_with() {
+    let s = setup("read").await;
+    let old = s.proxy.proxy.policy_hash();
+    let mut tunnel = s.tunnel().await;
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {}}
+    })
+    .to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        s.target,
+        body.len()
+    );
+    tunnel.write_all(head.as_bytes()).await.unwrap();
+    tunnel.flush().await.unwrap();
+    // The head is in; the body is not. The policy changes to allow echo meanwhile.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let new = s.policy("read, echo", "");
+    let new_hash = new.sha256();
+    s.proxy.proxy.reload(new, "fenzi.yaml").await.unwrap();
+    tunnel.write_all(body.as_bytes()).await.unwrap();
+    tunnel.flush().await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tunnel.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let decisions = s.decisions();
+    assert_eq!(decisions[1], ("reloaded POLICY".to_string(), new_hash));
+    assert_eq!(decisions[2], ("denied echo".to_string(), old));
+}
+
+#[tokio::test]
+async fn confirm_added_to_a_session_without_a_control_socket_waits_for_the_next_session() {
+    let s = setup("read, echo").await;
+    let old = s.proxy.proxy.policy_hash();
+    let held = policy(
+        &format!("{}      confirm: [echo]\n", yaml(&s.target, "read, echo", "")),
+        None,
+    );
+    assert_eq!(
+        s.proxy.proxy.reload(held, "fenzi.yaml").await.unwrap(),
+        Reload::NextSession {
+            what: vec!["confirm (this session has no control socket)".into()]
+        }
+    );
+    assert_eq!(s.proxy.proxy.policy_hash(), old);
+    // echo still goes straight through: nothing is held that no one could answer.
+    let mut client = s.client().await;
+    assert_eq!(s.call(&mut client, 1, "echo").await, 200);
+}
