@@ -215,7 +215,10 @@ async fn confirm_added_to_a_session_without_a_control_socket_waits_for_the_next_
     let s = setup("read, echo").await;
     let old = s.proxy.proxy.policy_hash();
     let held = policy(
-        &format!("{}      confirm: [echo]\n", yaml(&s.target, "read, echo", "")),
+        &format!(
+            "{}      confirm: [echo]\n",
+            yaml(&s.target, "read, echo", "")
+        ),
         None,
     );
     assert_eq!(
