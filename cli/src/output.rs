@@ -102,3 +102,14 @@ pub fn colour_enabled_for_stdout() -> bool {
 pub fn colour_enabled_for_stderr() -> bool {
     !no_color() && std::io::stderr().is_terminal()
 }
+
+/// Asks `question` on stderr and reads one line of stdin: true for `y` or `yes` (any case).
+pub fn ask_yes(question: &str) -> io::Result<bool> {
+    use std::io::BufRead;
+    let mut err = io::stderr().lock();
+    write!(err, "{question}")?;
+    err.flush()?;
+    let mut line = String::new();
+    io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}

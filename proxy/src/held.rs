@@ -165,26 +165,7 @@ fn masked(session: &SessionContext, text: &str) -> String {
         }
         text = session.secrets.scanner().redact(&text).into_owned();
     }
-    mask_placeholder_like(&text)
-}
-
-/// Every `fenzi_ph_` followed by base64url characters, as `[placeholder]`.
-pub(crate) fn mask_placeholder_like(text: &str) -> String {
-    const PREFIX: &str = "fenzi_ph_";
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(PREFIX) {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + PREFIX.len()..];
-        let len = after
-            .bytes()
-            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
-            .count();
-        out.push_str("[placeholder]");
-        rest = &after[len..];
-    }
-    out.push_str(rest);
-    out
+    crate::secrets::placeholders::mask_placeholder_like(&text)
 }
 
 #[cfg(test)]
@@ -207,9 +188,14 @@ mod tests {
     fn anything_shaped_like_a_placeholder_is_masked() {
         let ph = format!("fenzi_ph_{}", "A".repeat(43));
         assert_eq!(
-            mask_placeholder_like(&format!("{{\"t\":\"Bearer {ph}\",\"u\":\"{ph}x\"}}")),
+            crate::secrets::placeholders::mask_placeholder_like(&format!(
+                "{{\"t\":\"Bearer {ph}\",\"u\":\"{ph}x\"}}"
+            )),
             "{\"t\":\"Bearer [placeholder]\",\"u\":\"[placeholder]\"}"
         );
-        assert_eq!(mask_placeholder_like("plain fenzi_"), "plain fenzi_");
+        assert_eq!(
+            crate::secrets::placeholders::mask_placeholder_like("plain fenzi_"),
+            "plain fenzi_"
+        );
     }
 }

@@ -268,7 +268,9 @@ fn show_offer(out: &mut impl Write, s: &Shown, tty: bool) -> std::io::Result<()>
     writeln!(
         out,
         "  arguments  {}",
-        shown(&mask_placeholders(&o.arguments))
+        shown(&fenzi_proxy::secrets::placeholders::mask_placeholder_like(
+            &o.arguments
+        ))
     )?;
     if tty {
         write!(out, "allow? [y/n] ")?;
@@ -288,25 +290,6 @@ fn shown(text: &str) -> String {
             }
         })
         .collect()
-}
-
-/// Every `fenzi_ph_...` as `[placeholder]` (fenzi masks the session's own already).
-fn mask_placeholders(text: &str) -> String {
-    const PREFIX: &str = "fenzi_ph_";
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(PREFIX) {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + PREFIX.len()..];
-        let len = after
-            .bytes()
-            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
-            .count();
-        out.push_str("[placeholder]");
-        rest = &after[len..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Connects to each session socket that appears in `dir` (only `only`'s when given), forever.
@@ -419,7 +402,9 @@ mod tests {
         assert_eq!(shown("a\u{1b}[2Jb\u{202e}"), "a\\u{1b}[2Jb\\u{202e}");
         let ph = format!("fenzi_ph_{}", "x".repeat(43));
         assert_eq!(
-            mask_placeholders(&format!("{{\"k\":\"{ph}\"}}")),
+            fenzi_proxy::secrets::placeholders::mask_placeholder_like(&format!(
+                "{{\"k\":\"{ph}\"}}"
+            )),
             "{\"k\":\"[placeholder]\"}"
         );
     }

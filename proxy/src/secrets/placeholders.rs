@@ -306,6 +306,26 @@ fn os_bytes(value: OsString) -> Vec<u8> {
     value.to_string_lossy().into_owned().into_bytes()
 }
 
+/// Every `fenzi_ph_` followed by base64url characters, as `[placeholder]`: for showing text that
+/// may hold any session's placeholders (a held call's arguments) to a person.
+pub fn mask_placeholder_like(text: &str) -> String {
+    const PREFIX: &str = "fenzi_ph_";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(PREFIX) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + PREFIX.len()..];
+        let len = after
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+            .count();
+        out.push_str("[placeholder]");
+        rest = &after[len..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

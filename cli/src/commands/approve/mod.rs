@@ -19,7 +19,7 @@ use crate::config_files::PolicyArgs;
 use anyhow::{Result, bail};
 use fenzi_policy::config::{Origin, is_valid_server_name};
 use plan::Plan;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -109,12 +109,7 @@ fn read_files(p: &PolicyArgs) -> Result<Files> {
 }
 
 fn ask(question: &str) -> Result<bool> {
-    let mut err = std::io::stderr().lock();
-    write!(err, "{question}")?;
-    err.flush()?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    Ok(crate::output::ask_yes(question)?)
 }
 
 fn times(n: u64) -> String {

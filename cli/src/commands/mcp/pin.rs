@@ -20,7 +20,7 @@ use fenzi_policy::secret_name::server_token_name;
 use fenzi_proxy::lock_file::{read_lock, write_lock};
 use fenzi_proxy::tool_listing::{self, ListingTarget};
 use std::collections::BTreeMap;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -209,12 +209,7 @@ fn token_value(
 }
 
 fn ask(question: &str) -> Result<bool> {
-    let mut err = std::io::stderr().lock();
-    write!(err, "{question}")?;
-    err.flush()?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    Ok(crate::output::ask_yes(question)?)
 }
 
 /// A field's text as shown: long texts are cut (the lock holds them whole), control characters
