@@ -42,6 +42,8 @@ export NO_COLOR=1
 
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
+# shellcheck source=agents_lib.sh
+source "$ROOT/scripts/e2e/agents_lib.sh"
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "FAIL setup: node and npm are needed (Codex is installed from npm)"; exit 1
@@ -340,40 +342,10 @@ check "[list-all] Codex reported the call as failed" test -n "$(codex_item list-
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"
-LEAKS=$(grep -rlF -- "$TOKEN" "$WORK" 2>/dev/null)
-if [ -z "$LEAKS" ]; then
-    pass "the real token is nowhere: Codex's output and state (\$CODEX_HOME), the model logs, audit and session logs"
-else
-    fail "the real token appears in: $LEAKS"
-fi
-if [ -n "$PLACEHOLDER" ] && ! grep -qF -- "$PLACEHOLDER" "$WORK"/*.audit.jsonl "$WORK"/*.log.txt \
-    "$WORK"/*.audit.log 2>/dev/null; then
-    pass "the placeholder is not in the audit logs, fenzi log or the session logs"
-else
-    fail "the placeholder appears in an audit or session log (or there is none)"
-fi
-for name in filtered whoami list-all; do
-    check "[$name] fenzi log --verify" bash -c "'$FENZI' log --file '$WORK/$name.audit.jsonl' --verify >/dev/null"
-    # Every record fenzi let through: the MCP server or this session's fake model, both on 127.0.0.1.
-    if "$PY" - "$WORK/$name.audit.jsonl" "$MCP_PORT" <<'EOF'
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
-out = [r for r in recs if r["decision"] != "denied" and r.get("host") != "127.0.0.1"]
-for r in out:
-    print(f"    let through: {r['method']} {r.get('host')}:{r.get('port')}")
-sys.exit(1 if out else 0)
-EOF
-    then
-        pass "[$name] everything fenzi let through went to 127.0.0.1"
-    else
-        fail "[$name] fenzi let something through to another host"
-    fi
-done
-OTHERS=$(cat "$WORK"/*.log.txt | sed -n 's/.* denied  CONNECT \([^ ]*\) .*/\1/p' | sort -u | tr '\n' ' ')
-[ -z "$OTHERS" ] || info "Codex also tried (denied, host_not_allowed): $OTHERS"
-# Trust is never switched off: nothing here assigns a variable that disables TLS verification.
-check "no trust-disabling variable in this script or its environment" bash -c "
-    ! grep -qE '(NODE_TLS_REJECT_UNAUTHORIZED|PYTHONHTTPSVERIFY|GIT_SSL_NO_VERIFY|CURL_INSECURE)=' '$0' &&
-    ! env | grep -qE '^(NODE_TLS_REJECT_UNAUTHORIZED|PYTHONHTTPSVERIFY|GIT_SSL_NO_VERIFY|CURL_INSECURE)='"
+no_token_anywhere "Codex's output and state (\$CODEX_HOME), the model logs, audit and session logs"
+placeholder_not_in_logs
+session_logs_hold filtered whoami list-all
+other_hosts_tried Codex
+trust_never_off "$0" "$FIX"/*
 
 [ "$FAILS" -eq 0 ]

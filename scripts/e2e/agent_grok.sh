@@ -56,6 +56,8 @@ export NO_COLOR=1
 
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
+# shellcheck source=agents_lib.sh
+source "$ROOT/scripts/e2e/agents_lib.sh"
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "FAIL setup: node and npm are needed (Grok is installed from npm)"; exit 1
@@ -425,43 +427,10 @@ fi
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"
-LEAKS=$(grep -rlF -- "$TOKEN" "$WORK" 2>/dev/null)
-if [ -z "$LEAKS" ]; then
-    pass "the real token is nowhere: Grok's output and state (\$HOME/.grok), the model logs, audit and session logs"
-else
-    fail "the real token appears in: $LEAKS"
-fi
-if [ -n "$PLACEHOLDER" ] && ! grep -qF -- "$PLACEHOLDER" "$WORK"/*.audit.jsonl "$WORK"/*.log.txt \
-    "$WORK"/*.audit.log 2>/dev/null; then
-    pass "the placeholder is not in the audit logs, fenzi log or the session logs"
-else
-    fail "the placeholder appears in an audit or session log (or there is none)"
-fi
-for name in filtered whoami list-all; do
-    check "[$name] fenzi log --verify" bash -c "'$FENZI' log --file '$WORK/$name.audit.jsonl' --verify >/dev/null"
-    # Every record fenzi let through: the MCP server or this session's fake model, both on 127.0.0.1.
-    if "$PY" - "$WORK/$name.audit.jsonl" <<'EOF'
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
-out = [r for r in recs if r["decision"] != "denied" and r.get("host") != "127.0.0.1"]
-for r in out:
-    print(f"    let through: {r['method']} {r.get('host')}:{r.get('port')}")
-sys.exit(1 if out else 0)
-EOF
-    then
-        pass "[$name] everything fenzi let through went to 127.0.0.1"
-    else
-        fail "[$name] fenzi let something through to another host"
-    fi
-done
-OTHERS=$(cat "$WORK"/*.log.txt | sed -n 's/.* denied  CONNECT \([^ ]*\) .*/\1/p' | sort -u | tr '\n' ' ')
-[ -z "$OTHERS" ] || info "Grok also tried (denied, host_not_allowed): $OTHERS"
-# Nothing here turns TLS verification off (the names are split so this check does not find itself).
-TRUST_OFF='NODE_TLS_''REJECT_UNAUTHORIZED|GIT_SSL_''NO_VERIFY|PYTHONHTTPS''VERIFY|CURL_IN''SECURE|--in''secure|verify''=False|rejectUn''authorized'
-if grep -qE -- "$TRUST_OFF" "$0" || env | grep -qE "^($TRUST_OFF)="; then
-    fail "this script or its environment turns verification off: $(grep -nE -- "$TRUST_OFF" "$0" | head -n 3)"
-else
-    pass "no trust-disabling variable or flag in this script or its environment (fenzi runs with env -i)"
-fi
+no_token_anywhere "Grok's output and state (\$HOME/.grok), the model logs, audit and session logs"
+placeholder_not_in_logs
+session_logs_hold filtered whoami list-all
+other_hosts_tried Grok
+trust_never_off "$0" "$FIX"/*
 
 [ "$FAILS" -eq 0 ]

@@ -50,6 +50,8 @@ export NO_COLOR=1
 
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
+# shellcheck source=agents_lib.sh
+source "$ROOT/scripts/e2e/agents_lib.sh"
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "FAIL setup: node and npm are needed (OpenCode is installed from npm)"; exit 1
@@ -395,35 +397,10 @@ check "[list-all] OpenCode reported the call as failed (tool part status error)"
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"
-LEAKS=$(grep -rlaF -- "$TOKEN" "$WORK" 2>/dev/null)
-if [ -z "$LEAKS" ]; then
-    pass "the real token is nowhere: OpenCode's output and state (HOME, XDG dirs, its database), the model logs, audit and session logs"
-else
-    fail "the real token appears in: $LEAKS"
-fi
-if [ -n "$PLACEHOLDER" ] && ! grep -qF -- "$PLACEHOLDER" "$WORK"/*.audit.jsonl "$WORK"/*.log.txt \
-    "$WORK"/*.audit.log 2>/dev/null; then
-    pass "the placeholder is not in the audit logs, fenzi log or the session logs"
-else
-    fail "the placeholder appears in an audit or session log (or there is none)"
-fi
+no_token_anywhere "OpenCode's output and state (HOME, XDG dirs, its database), the model logs, audit and session logs"
+placeholder_not_in_logs
+session_logs_hold filtered whoami list-all
 for name in filtered whoami list-all; do
-    check "[$name] fenzi log --verify" bash -c "'$FENZI' log --file '$WORK/$name.audit.jsonl' --verify >/dev/null"
-    # Every record fenzi let through: the MCP server or this session's fake model, both on 127.0.0.1;
-    # and every denial was of one of them (the refusals checked above), never another host.
-    if "$PY" - "$WORK/$name.audit.jsonl" <<'EOF'
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
-out = [r for r in recs if r["decision"] != "denied" and r.get("host") != "127.0.0.1"]
-for r in out:
-    print(f"    let through: {r['method']} {r.get('host')}:{r.get('port')}")
-sys.exit(1 if out else 0)
-EOF
-    then
-        pass "[$name] everything fenzi let through went to 127.0.0.1"
-    else
-        fail "[$name] fenzi let something through to another host"
-    fi
     OTHERS=$(grep -E '^[0-9:]{8} denied ' "$WORK/$name.log.txt" | grep -vE " 127\.0\.0\.1:($MCP_PORT|${MODEL_PORTS[$name]:-none})/")
     if [ -z "$OTHERS" ]; then
         pass "[$name] OpenCode tried no host outside the policy (no models.dev, npm, update or share traffic)"
@@ -436,12 +413,7 @@ EOF
         pass "[$name] no client TLS failure (OpenCode trusted the session CA for 127.0.0.1)"
     fi
 done
-# Nothing here turns TLS verification off (the names are split so this check does not find itself).
-TRUST_OFF='NODE_TLS_''REJECT_UNAUTHORIZED|GIT_SSL_''NO_VERIFY|PYTHONHTTPS''VERIFY|CURL_IN''SECURE|--in''secure|verify''=False|rejectUn''authorized'
-if grep -qE -- "$TRUST_OFF" "$0" "$FIX"/*; then
-    fail "verification is turned off somewhere: $(grep -nE -- "$TRUST_OFF" "$0" "$FIX"/* | head -n 3)"
-else
-    pass "no trust-disabling variable or flag in this script or its fixtures, and fenzi runs with exactly the environment set here (env -i)"
-fi
+other_hosts_tried OpenCode
+trust_never_off "$0" "$FIX"/*
 
 [ "$FAILS" -eq 0 ]
