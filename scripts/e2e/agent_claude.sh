@@ -44,6 +44,8 @@ CLAUDE_VERSION=2.1.197
 
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
+# shellcheck source=agents_lib.sh
+source "$ROOT/scripts/e2e/agents_lib.sh"
 CLAUDE_DIR="$(agent_cache_dir)/claude"
 
 elapsed() { # seconds since the start, to the millisecond
@@ -396,12 +398,6 @@ common_checks token
 
 # ---------------------------------------------------------------------------------------------------
 
-# Nothing here turns TLS verification off (the names are split so this check does not find itself).
-TRUST_OFF='NODE_TLS_''REJECT_UNAUTHORIZED|GIT_SSL_''NO_VERIFY|PYTHONHTTPS''VERIFY|--in''secure|verify''=False|rejectUn''authorized|--dangerously''-skip'
-if grep -qE -- "$TRUST_OFF" "$0"; then
-    fail "this script turns verification off somewhere: $(grep -nE -- "$TRUST_OFF" "$0" | head -n 3)"
-else
-    pass "no trust-disabling variable or flag in this script, and fenzi runs with exactly the environment it sets (env -i)"
-fi
+trust_never_off "$0"
 
 [ "$FAILS" -eq 0 ]
