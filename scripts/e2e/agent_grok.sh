@@ -59,23 +59,13 @@ source "$ROOT/scripts/lib.sh"
 # shellcheck source=agents_lib.sh
 source "$ROOT/scripts/e2e/agents_lib.sh"
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "FAIL setup: node and npm are needed (Grok is installed from npm)"; exit 1
-fi
-bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
-PY="$ROOT/.venv/bin/python"
-E2E="$ROOT/testdata/e2e"
-FIX="$ROOT/testdata/agents/grok"
-if [ -z "${FENZI:-}" ]; then
-    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-    FENZI="$(cargo_target_dir)/debug/fenzi"
-fi
+agent_prelude Grok grok
 
 # Grok, pinned, from npm (the only traffic that leaves this machine, and it is npm's own). The
 # package's postinstall unpacks the native binary from @xai-official/grok-<platform> beside its
 # launcher and also copies it to $GROK_HOME/bin (default ~/.grok): GROK_HOME points into the cache
 # so the install leaves the user's ~/.grok alone.
-GROK_DIR="${FENZI_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fenzi/agents}/grok"
+GROK_DIR="$(agent_cache_dir)/grok"
 grok_installed() {
     node -e 'process.stdout.write(require(process.argv[1]).version)' \
         "$GROK_DIR/node_modules/@xai-official/grok/package.json" 2>/dev/null
@@ -135,33 +125,7 @@ fi
 # ---------------------------------------------------------------------------------------------------
 # The MCP server: a token server over TLS, with a random real token known to it and to fenzi only.
 
-"$PY" "$E2E/gen_certs.py" "$WORK/certs" >/dev/null || { fail "test CA: gen_certs.py"; exit 1; }
-CERTS="$WORK/certs"
-TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))')
-start mcp-server env E2E_REQUIRED_TOKEN="$TOKEN" "$PY" "$E2E/mcp_server.py" \
-    --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$WORK/calls" \
-    --require-bearer-env E2E_REQUIRED_TOKEN || { fail "MCP server start"; exit 1; }
-MCP_PORT=$PORT
-M="127\.0\.0\.1:$MCP_PORT"
-pass "MCP SDK token server on https://127.0.0.1:$MCP_PORT/mcp"
-
-# policy FILE MODEL_PORT [EXTRA]: the server e2e (token: true, echo and whoami allowed,
-# delete_everything denied; EXTRA is one more key such as `list: all`) and the fake model's host.
-policy() {
-    cat >"$1" <<EOF
-version: 1
-hosts:
-  - "127.0.0.1:$2"              # the fake model (plain HTTP)
-mcp:
-  e2e:
-    url: https://127.0.0.1:$MCP_PORT/mcp
-    token: true
-${3:+    $3
-}    tools:
-      allow: [echo, whoami]
-      deny: [delete_everything]
-EOF
-}
+start_token_server
 
 # grok_config MODEL_PORT [OWN_SERVER]: the user's $HOME/.grok/config.toml: the fake model as the
 # default model, nothing that would go online (updates, telemetry, model-catalog fetches), and with

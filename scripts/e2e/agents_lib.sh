@@ -1,7 +1,56 @@
 # shellcheck shell=bash
-# Checks every real-agent script (scripts/e2e/agent_*.sh) ends with, the same for each agent.
-# Sourced after scripts/lib.sh; uses its pass/fail/check and the script's WORK, TOKEN, PLACEHOLDER,
-# FENZI and PY.
+# What the real-agent scripts (scripts/e2e/agent_*.sh) share: the set-up before the agent is
+# installed, the token MCP server and its policy, and the checks every script ends with. Sourced
+# after scripts/lib.sh; uses its pass/fail/check/start and the script's WORK, TOKEN, PLACEHOLDER.
+
+# agent_prelude AGENT FIXTURES: node and npm present (AGENT comes from npm), the e2e venv set up,
+# fenzi built unless FENZI names it. Sets PY, E2E, FIX (testdata/agents/FIXTURES) and FENZI.
+agent_prelude() {
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        echo "FAIL setup: node and npm are needed ($1 is installed from npm)"; exit 1
+    fi
+    bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
+    PY="$ROOT/.venv/bin/python"
+    E2E="$ROOT/testdata/e2e"
+    FIX="$ROOT/testdata/agents/$2"
+    if [ -z "${FENZI:-}" ]; then
+        cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
+        FENZI="$(cargo_target_dir)/debug/fenzi"
+    fi
+}
+
+# start_token_server: the official MCP SDK server over TLS (a test CA made here), requiring a random
+# real token known to it and to fenzi only. Sets CERTS, TOKEN, MCP_PORT and M (its host:port as a
+# regex, for log checks).
+start_token_server() {
+    "$PY" "$E2E/gen_certs.py" "$WORK/certs" >/dev/null || { fail "test CA: gen_certs.py"; exit 1; }
+    CERTS="$WORK/certs"
+    TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))')
+    start mcp-server env E2E_REQUIRED_TOKEN="$TOKEN" "$PY" "$E2E/mcp_server.py" \
+        --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$WORK/calls" \
+        --require-bearer-env E2E_REQUIRED_TOKEN || { fail "MCP server start"; exit 1; }
+    MCP_PORT=$PORT
+    M="127\.0\.0\.1:$MCP_PORT"
+    pass "MCP SDK token server on https://127.0.0.1:$MCP_PORT/mcp"
+}
+
+# policy FILE MODEL_PORT [EXTRA]: the server e2e (token: true, echo and whoami allowed,
+# delete_everything denied; EXTRA is one more key such as `list: all`) and the fake model's host.
+policy() {
+    cat >"$1" <<EOF
+version: 1
+hosts:
+  - "127.0.0.1:$2"              # the fake model (plain HTTP)
+mcp:
+  e2e:
+    url: https://127.0.0.1:$MCP_PORT/mcp
+    token: true
+${3:+    $3
+}    tools:
+      allow: [echo, whoami]
+      deny: [delete_everything]
+EOF
+}
 
 # no_token_anywhere WHAT: the real token is in no file under $WORK (WHAT says what that covers).
 no_token_anywhere() {
