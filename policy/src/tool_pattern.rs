@@ -246,6 +246,12 @@ mod tests {
             ("*ab", "*b", true),
             ("x", "x", true),
             ("x", "y", false),
+            ("get_issue", "get_issues", false),
+            ("get_*", "list_*", false),
+            ("a*b", "ab*", true),
+            ("a*z", "ab*yz", true),
+            ("a*z", "b*z", false),
+            ("x y", "*", false),
         ] {
             assert_eq!(p(a).overlaps(&p(b)), want, "{a} vs {b}");
             assert_eq!(p(b).overlaps(&p(a)), want, "{b} vs {a}");
