@@ -49,8 +49,20 @@ pub struct Args {
     /// (placeholders.env) [default: a new temporary directory].
     #[arg(long, value_name = "DIR")]
     ca_dir: Option<PathBuf>,
+    /// Make DIR/placeholders.env readable by the proxy's group (mode 0640 instead of 0600), for a
+    /// sidecar whose agent runs as another user in that group (deploy/k8s).
+    #[arg(long)]
+    group_readable: bool,
     #[command(flatten)]
     tuning: ProxyFlags,
+}
+
+/// `--group-readable`: the placeholders file 0640, so an agent under another uid in the proxy's
+/// group can read it. The placeholders are useless outside this proxy; the values stay in memory.
+fn share_with_group(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o640))
+        .with_context(|| format!("--group-readable: cannot make {} 0640", path.display()))
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -72,6 +84,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let control_note = control.as_ref().map(session::control_note);
     let runtime = args.tuning.runtime(None)?;
     let placeholders = secrets.write_placeholders(&ca_dir)?;
+    if args.group_readable {
+        // Before ca.pem is written: a sidecar's agent waits for ca.pem, then reads this file.
+        share_with_group(&placeholders)?;
+    }
     let status = secrets.summary();
     let missing = secrets.missing_line();
     // Kept for the flush at exit, whose error says more than the proxy's audit-sink error would.

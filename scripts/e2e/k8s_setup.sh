@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Prepares what the Kubernetes tests (k8s_manifests.sh, k8s_fence.sh) need, idempotently:
+#   - .venv-k8s at the repository root with scripts/e2e/k8s-requirements.txt, reinstalled only
+#     when that file changes (so a CI run after the first installs nothing);
+#   - with --fence, the Debian tools the fence test runs (nft, ip, setpriv, curl), when missing.
+# Usage: scripts/e2e/k8s_setup.sh [--fence]
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+REQ="$ROOT/scripts/e2e/k8s-requirements.txt"
+VENV="$ROOT/.venv-k8s"
+STAMP="$VENV/.fenzi-k8s-requirements"
+PYTHON=${PYTHON:-python3}
+
+apt_install() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "k8s setup: $* missing and not root: install it with your package manager" >&2
+        exit 1
+    fi
+    echo "k8s setup: installing $* from Debian" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+if [ "${1:-}" = "--fence" ]; then
+    missing=()
+    command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
+    command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+    command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+fi
+
+command -v "$PYTHON" >/dev/null 2>&1 || apt_install python3 python3-venv
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+        rm -rf "$VENV"
+        apt_install python3-venv
+        "$PYTHON" -m venv "$VENV"
+    fi
+fi
+if ! cmp -s "$REQ" "$STAMP"; then
+    echo "k8s setup: installing $(grep -c '^[a-zA-Z]' "$REQ") pinned packages into $VENV" >&2
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
+    cp "$REQ" "$STAMP"
+fi
+"$VENV/bin/python" -c 'import kubernetes_validate, yaml, dockerfile' || {
+    echo "k8s setup: the venv at $VENV is broken; remove it and run again" >&2
+    exit 1
+}
