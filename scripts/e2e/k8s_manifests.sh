@@ -87,6 +87,8 @@ broken "fence with more than NET_ADMIN" "exactly NET_ADMIN" \
 broken "pod on the host network" "not on the host's network" 'pod["spec"]["hostNetwork"] = True'
 broken "fenzi listening on every address" "loopback only" \
     'a = inits[1]["args"]; a[a.index("--listen") + 1] = "0.0.0.0:3128"'
+broken "agent outside fenzi's group" "supplementalGroups holds fenzi's group" \
+    'pod["spec"]["securityContext"]["supplementalGroups"] = []'
 broken "an unknown field" "schema 1.29.0 (strict)" 'ctns[0]["securityContxt"] = {}'
 
 section "the image"

@@ -30,6 +30,8 @@ use std::time::Duration;
 Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:0
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
+  fenzi proxy --config /etc/fenzi/fenzi.yaml --listen 127.0.0.1:3128 --ca-dir /var/run/fenzi --group-readable
+      (a Kubernetes sidecar whose agent runs as another user in its group: deploy/k8s)
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
