@@ -91,6 +91,11 @@ pub struct AuditRecord {
     /// record the policy now in force, on `reload_refused` the one that stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The peer address (`IP:port`) of the TCP connection the request came on, as the proxy saw
+    /// it. Absent on records about the session rather than a connection (`reloaded`,
+    /// `reload_refused`) and on records written before fenzi recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
     pub prev: String,
 }
 
@@ -428,6 +433,7 @@ mod tests {
             hidden: None,
             confirm: None,
             policy: None,
+            client: Some("127.0.0.1:40312".into()),
             prev: prev.into(),
         }
     }
@@ -572,6 +578,38 @@ mod tests {
             verify_strs(&lines, Some(&wrong)),
             Err(ChainError::HeadHashMismatch { line: 3, seq: 3 })
         ));
+    }
+
+    #[test]
+    fn client_is_part_of_the_hashed_line_and_old_logs_without_it_verify() {
+        let lines = chain(3);
+        assert!(
+            lines[0].contains(r#""client":"127.0.0.1:40312""#),
+            "{}",
+            lines[0]
+        );
+        // Changing the peer breaks the chain like any other field.
+        let mut edited = lines.clone();
+        edited[0] = edited[0].replace("127.0.0.1:40312", "127.0.0.1:40313");
+        assert!(matches!(
+            verify_strs(&edited, None),
+            Err(ChainError::BrokenLink { line: 2, .. })
+        ));
+        // A log written before `client` existed: no such member at all, and it still verifies.
+        let mut prev = GENESIS.to_string();
+        let mut old = vec![];
+        for seq in 1..=3 {
+            let line = to_line(&AuditRecord {
+                client: None,
+                ..record(seq, &prev, "read_wiki_contents")
+            });
+            assert!(!line.contains("client"), "{line}");
+            prev = line_hash(line.as_bytes());
+            old.push(line);
+        }
+        assert_eq!(verify_strs(&old, None).unwrap().records, 3);
+        let back: AuditRecord = serde_json::from_str(&old[0]).unwrap();
+        assert_eq!(back.client, None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use fenzi_policy::audit::Outcome;
 use fenzi_policy::mcp::{MessageDecision, RpcId};
 use fenzi_policy::response::Filtered;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -39,9 +40,11 @@ impl AuditSink for AuditWriter {
 }
 
 /// What a decision is about: one CONNECT, one plain-HTTP request or one request inside a tunnel.
-/// `path` never carries the query string, which may hold credentials.
+/// `path` never carries the query string, which may hold credentials. `client` is the peer address
+/// of the connection it came on: every record about a request or connection names it.
 #[derive(Debug, Clone)]
 pub(crate) struct Subject {
+    pub client: SocketAddr,
     pub method: String,
     pub host: String,
     pub port: u16,
@@ -52,9 +55,16 @@ pub(crate) struct Subject {
 }
 
 impl Subject {
-    /// A subject on no known MCP server.
-    pub fn new(method: &str, host: String, port: u16, path: Option<&str>) -> Subject {
+    /// A subject on no known MCP server, from the connection of `client`.
+    pub fn new(
+        client: SocketAddr,
+        method: &str,
+        host: String,
+        port: u16,
+        path: Option<&str>,
+    ) -> Subject {
         Subject {
+            client,
             method: method.to_string(),
             host,
             port,
@@ -95,6 +105,7 @@ impl Subject {
             hidden: None,
             confirm: None,
             policy: self.policy.clone(),
+            client: Some(self.client),
         }
     }
 

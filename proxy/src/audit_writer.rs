@@ -87,6 +87,9 @@ pub struct AuditEntry {
     /// The hash of the policy the decision was made under ([`fenzi_policy::engine::Policy::sha256`]).
     /// Left `None`, [`crate::context::SessionContext::record`] fills in the policy in force.
     pub policy: Option<std::sync::Arc<str>>,
+    /// The peer address of the client connection the record is about; `None` for a record about
+    /// the session (a reload).
+    pub client: Option<std::net::SocketAddr>,
 }
 
 impl AuditEntry {
@@ -115,6 +118,7 @@ impl AuditEntry {
             hidden: None,
             confirm: None,
             policy: None,
+            client: None,
         }
     }
 
@@ -139,6 +143,7 @@ impl AuditEntry {
             hidden: self.hidden,
             confirm: self.confirm,
             policy: self.policy.map(|p| p.to_string()),
+            client: self.client.map(|c| c.to_string()),
             prev,
         }
     }

@@ -124,6 +124,11 @@ impl ConnGuard {
         }
     }
 
+    /// The peer address of the client connection, as accepted (what its records name as `client`).
+    pub fn peer(&self) -> std::net::SocketAddr {
+        self.conn.peer()
+    }
+
     /// Resolves once shutdown has begun.
     pub async fn stopping(&mut self) {
         let _ = self.stop.wait_for(|stop| *stop).await;

@@ -110,6 +110,7 @@ mod tests {
             hidden: None,
             confirm: None,
             policy: None,
+            client: None,
             prev: GENESIS.into(),
         })
     }
