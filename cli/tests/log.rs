@@ -145,6 +145,7 @@ fn ocsf_prints_one_event_per_selected_record() {
         [
             (6003, "a1b2c3d4e5f60718:43", "Denied"),
             (4002, "a1b2c3d4e5f60718:45", "Denied"),
+            (6003, "a1b2c3d4e5f60718:50", "Denied"),
         ]
     );
     for e in &events {

@@ -96,6 +96,13 @@ pub struct AuditRecord {
     /// `reload_refused`) and on records written before fenzi recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// The prompt a `prompts/get` names (`params.name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The resource a `resources/read`, `resources/subscribe` or `resources/unsubscribe` names
+    /// (`params.uri`), without its query or fragment, which may hold credentials (as `path`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
     pub prev: String,
 }
 
@@ -108,7 +115,7 @@ pub fn line_hash(line: &[u8]) -> String {
 /// C1 controls and the Unicode line/paragraph separators and bidi overrides, so a hostile tool or host
 /// name cannot forge or visually rewrite a line for someone reading the log.
 ///
-/// Request-derived text fields (path, rpc method, tool, rpc id) are cut to [`MAX_FIELD_CHARS`]
+/// Request-derived text fields (path, rpc method, tool, prompt, resource, rpc id) are cut to [`MAX_FIELD_CHARS`]
 /// characters with a marker saying how much was dropped: a hostile client must not be able to write
 /// megabytes into the log per request.
 pub fn to_line(record: &AuditRecord) -> String {
@@ -116,15 +123,24 @@ pub fn to_line(record: &AuditRecord) -> String {
         f.as_ref()
             .is_some_and(|v| v.chars().count() > MAX_FIELD_CHARS)
     };
-    let raw = if [&record.path, &record.rpc, &record.tool, &record.rpc_id]
-        .into_iter()
-        .any(long)
+    let raw = if [
+        &record.path,
+        &record.rpc,
+        &record.tool,
+        &record.prompt,
+        &record.resource,
+        &record.rpc_id,
+    ]
+    .into_iter()
+    .any(long)
     {
         let mut clipped = record.clone();
         for field in [
             &mut clipped.path,
             &mut clipped.rpc,
             &mut clipped.tool,
+            &mut clipped.prompt,
+            &mut clipped.resource,
             &mut clipped.rpc_id,
         ] {
             if long(field) {
@@ -434,6 +450,8 @@ mod tests {
             confirm: None,
             policy: None,
             client: Some("127.0.0.1:40312".into()),
+            prompt: None,
+            resource: None,
             prev: prev.into(),
         }
     }

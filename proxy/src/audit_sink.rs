@@ -106,6 +106,8 @@ impl Subject {
             confirm: None,
             policy: self.policy.clone(),
             client: Some(self.client),
+            prompt: None,
+            resource: None,
         }
     }
 
@@ -160,6 +162,12 @@ impl Subject {
         let mut entry = self.decided(recorded_decision(message, overall));
         entry.rpc = message.rpc_method.clone();
         entry.tool = message.tool.clone();
+        entry.prompt = message.prompt.clone();
+        // As for `path`: a query may hold credentials.
+        entry.resource = message
+            .resource
+            .as_deref()
+            .map(|uri| uri.split(['?', '#']).next().unwrap_or_default().to_string());
         entry.rpc_id = message.rpc_id.as_ref().map(rpc_id_text);
         entry
     }
@@ -194,5 +202,45 @@ fn rpc_id_text(id: &RpcId) -> String {
         RpcId::Number(n) => n.clone(),
         RpcId::String(s) => s.clone(),
         RpcId::Null => "null".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fenzi_policy::mcp::MessageKind;
+
+    /// A message's record names its client and what it names: a prompt as sent, a resource URI
+    /// without the query or fragment (which may hold credentials, as a path's query may).
+    #[test]
+    fn a_message_record_names_its_client_prompt_and_resource() {
+        let client: SocketAddr = "[::1]:40999".parse().unwrap();
+        let subject = Subject::new(client, "POST", "mcp.test".into(), 443, Some("/mcp"));
+        let allowed = Decision::allow("r", "ok");
+        let message =
+            |method: &str, prompt: Option<&str>, resource: Option<&str>| MessageDecision {
+                decision: allowed.clone(),
+                kind: Some(MessageKind::Request),
+                rpc_method: Some(method.into()),
+                tool: None,
+                prompt: prompt.map(Into::into),
+                resource: resource.map(Into::into),
+                rpc_id: Some(RpcId::Number("1".into())),
+            };
+        let prompt = subject.message(&message("prompts/get", Some("review"), None), &allowed);
+        assert_eq!(prompt.client, Some(client));
+        assert_eq!(prompt.prompt.as_deref(), Some("review"));
+        assert_eq!(prompt.resource, None);
+        for (uri, logged) in [
+            ("file:///repo/README.md", "file:///repo/README.md"),
+            (
+                "https://api.test/doc?token=s3cret#top",
+                "https://api.test/doc",
+            ),
+            ("db://t#frag?x", "db://t"),
+        ] {
+            let read = subject.message(&message("resources/read", None, Some(uri)), &allowed);
+            assert_eq!(read.resource.as_deref(), Some(logged), "{uri}");
+        }
     }
 }

@@ -90,6 +90,10 @@ pub struct AuditEntry {
     /// The peer address of the client connection the record is about; `None` for a record about
     /// the session (a reload).
     pub client: Option<std::net::SocketAddr>,
+    /// The prompt a `prompts/get` names.
+    pub prompt: Option<String>,
+    /// The resource URI a `resources/*` message names, without query or fragment.
+    pub resource: Option<String>,
 }
 
 impl AuditEntry {
@@ -119,6 +123,8 @@ impl AuditEntry {
             confirm: None,
             policy: None,
             client: None,
+            prompt: None,
+            resource: None,
         }
     }
 
@@ -144,6 +150,8 @@ impl AuditEntry {
             confirm: self.confirm,
             policy: self.policy.map(|p| p.to_string()),
             client: self.client.map(|c| c.to_string()),
+            prompt: self.prompt,
+            resource: self.resource,
             prev,
         }
     }

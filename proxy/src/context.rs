@@ -94,6 +94,8 @@ impl SessionContext {
             &mut entry.server,
             &mut entry.rpc,
             &mut entry.tool,
+            &mut entry.prompt,
+            &mut entry.resource,
             &mut entry.rpc_id,
             &mut entry.rule,
             &mut entry.source,

@@ -899,6 +899,22 @@ async fn records_name_the_client_peer_and_the_policy_in_force() {
             .unwrap();
         let _ = text(response).await;
     }
+    // A prompt and a resource (neither allowed): each record names what it asked for, the URI
+    // without its query.
+    let batch = serde_json::json!([
+        {"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "review"}},
+        {"jsonrpc": "2.0", "id": 4, "method": "resources/read",
+         "params": {"uri": "https://docs.test/a?token=s3cret"}},
+    ]);
+    let request = Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", &target)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(Full::new(Bytes::from(batch.to_string())))
+        .unwrap();
+    let _ = text(client.send_request(request).await.unwrap()).await;
 
     // A second connection: a plain-HTTP request to a host the policy does not name.
     let mut plain = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
@@ -919,7 +935,7 @@ async fn records_name_the_client_peer_and_the_policy_in_force() {
         .unwrap();
     drop(garbage);
     for _ in 0..200 {
-        if sink.records() >= 5 {
+        if sink.records() >= 7 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -955,13 +971,22 @@ async fn records_name_the_client_peer_and_the_policy_in_force() {
             (
                 "denied POST".into(),
                 Some("delete_everything".into()),
-                tunnel
+                tunnel.clone()
             ),
+            ("denied POST".into(), None, tunnel.clone()),
+            ("denied POST".into(), None, tunnel.clone()),
             ("denied GET".into(), None, plain),
             ("denied -".into(), None, garbage),
         ],
         "{log}"
     );
+    assert_eq!(records[3].prompt.as_deref(), Some("review"));
+    assert_eq!(
+        records[4].resource.as_deref(),
+        Some("https://docs.test/a"),
+        "{log}"
+    );
+    assert!(!log.contains("s3cret"), "{log}");
     assert_ne!(tunnel_peer, plain_peer);
     for r in &records {
         assert_eq!(r.policy.as_deref(), Some(hash.as_str()), "{r:?}");

@@ -111,6 +111,8 @@ mod tests {
             confirm: None,
             policy: None,
             client: None,
+            prompt: None,
+            resource: None,
             prev: GENESIS.into(),
         })
     }

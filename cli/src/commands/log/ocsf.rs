@@ -37,7 +37,8 @@
 //! | `unmapped` | `server`, `secrets` (names), `source`, `hidden`, `confirm` when present |
 //!
 //! API Activity adds `api.operation` = `rpc`, `api.service.name` = `server`,
-//! `api.request.uid` = `rpc_id`, `resources[]` = `{type: "tool", name: tool}` for a tool call, and
+//! `api.request.uid` = `rpc_id`, `resources[]` = what the message names (`{type: "tool", name}`,
+//! `{type: "prompt", name}` or `{type: "resource", uid: URI}`), and
 //! `actor.session.uid` = `session` (the fenzi session the agent ran in). Application Lifecycle adds
 //! `app` = fenzi and names the policy file (`path`) in `message`.
 //!
@@ -140,11 +141,14 @@ pub fn event(record: &AuditRecord, raw: &str) -> Result<Value, String> {
             "actor".into(),
             json!({ "session": { "uid": record.session } }),
         );
-        if let Some(tool) = &record.tool {
-            e.insert(
-                "resources".into(),
-                json!([{ "type": "tool", "name": tool }]),
-            );
+        let named = match (&record.tool, &record.prompt, &record.resource) {
+            (Some(tool), _, _) => Some(json!({ "type": "tool", "name": tool })),
+            (_, Some(prompt), _) => Some(json!({ "type": "prompt", "name": prompt })),
+            (_, _, Some(uri)) => Some(json!({ "type": "resource", "uid": uri })),
+            _ => None,
+        };
+        if let Some(named) = named {
+            e.insert("resources".into(), json!([named]));
         }
     }
     if let Some(unmapped) = unmapped(record) {
@@ -263,8 +267,10 @@ fn message(record: &AuditRecord) -> String {
     if let Some(rpc) = &record.rpc {
         m += &format!(" {rpc}");
     }
-    if let Some(tool) = &record.tool {
-        m += &format!(" {tool}");
+    if let Some(named) = record.tool.as_ref().or(record.prompt.as_ref()) {
+        m += &format!(" {named}");
+    } else if let Some(uri) = &record.resource {
+        m += &format!(" {uri}");
     }
     if let Some(hidden) = record.hidden {
         m += &format!(" ({hidden} hidden)");
@@ -402,6 +408,8 @@ mod tests {
         "failed",
         "held_call",
         "reloaded",
+        "prompt_get",
+        "resource_read_denied",
     ];
 
     fn events() -> Vec<(&'static str, String, Value)> {

@@ -28,6 +28,8 @@ pub(super) fn rec(decision: Outcome, method: &str, host: &str, port: u16) -> Aud
         confirm: None,
         policy: None,
         client: None,
+        prompt: None,
+        resource: None,
         prev: GENESIS.into(),
     }
 }
