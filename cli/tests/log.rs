@@ -116,3 +116,53 @@ fn filters_read_every_session_in_range_and_the_bare_log_the_newest() {
     assert_eq!(newest.lines().count(), 1, "{newest}");
     assert!(newest.contains("get_c"), "{newest}");
 }
+
+/// `--ocsf` prints one OCSF event per selected record, after the same filters as the other
+/// formats, each carrying its stored line in `raw_data`.
+#[test]
+fn ocsf_prints_one_event_per_selected_record() {
+    let state = tempfile::tempdir().unwrap();
+    let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/ocsf/records.jsonl");
+    let log = log.to_str().unwrap();
+    let stored = std::fs::read_to_string(log).unwrap();
+    let out = fenzi_log(state.path(), &["--file", log, "--ocsf", "--denied"]);
+    let events: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let seen: Vec<(u64, &str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["class_uid"].as_u64().unwrap(),
+                e["metadata"]["uid"].as_str().unwrap(),
+                e["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (6003, "a1b2c3d4e5f60718:43", "Denied"),
+            (4002, "a1b2c3d4e5f60718:45", "Denied"),
+            (6003, "a1b2c3d4e5f60718:50", "Denied"),
+        ]
+    );
+    for e in &events {
+        assert_eq!(e["metadata"]["version"], "1.8.0");
+        let raw = e["raw_data"].as_str().unwrap();
+        assert!(stored.lines().any(|l| l == raw), "{raw}");
+    }
+    let all = fenzi_log(state.path(), &["--file", log, "--ocsf"]);
+    assert_eq!(all.lines().count(), stored.lines().count());
+
+    let both = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(["log", "--file", log, "--ocsf", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "--ocsf and --json are one or the other"
+    );
+}

@@ -865,7 +865,7 @@ fn programs_that_ignore_the_proxy_variables_are_caught() {
     let direct = "curl --noproxy '*' -s -m 5 -o /dev/null";
     let script = format!(
         "getent hosts refused.example; getent hosts allowed.invalid; \
-         {direct} -w 'literal=%{{http_code}}\\n' http://127.0.0.1:{port}/x; \
+         {direct} -w 'literal=%{{http_code}} from=%{{local_ip}}:%{{local_port}}\\n' http://127.0.0.1:{port}/x; \
          {direct} http://refused.example/; echo refused=$?; \
          {direct} http://127.0.0.1/; echo loopback=$?; \
          {direct} http://allowed.invalid:{port}/; echo named=$?; \
@@ -913,6 +913,15 @@ fn programs_that_ignore_the_proxy_variables_are_caught() {
     let literal = about("127.0.0.1", port);
     assert_eq!(literal.len(), 1, "{log}");
     assert!(literal[0].contains("\"decision\":\"allowed\"") && literal[0].contains("CONNECT"));
+    // Its `client` is the program's end of the connection, as curl saw it from inside.
+    let from = stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("from="))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        literal[0].contains(&format!("\"client\":\"{from}\"")),
+        "{from}: {log}"
+    );
     let refused = about("refused.example", 80);
     assert_eq!(refused.len(), 1, "{log}");
     assert!(

@@ -91,6 +91,18 @@ pub struct AuditRecord {
     /// record the policy now in force, on `reload_refused` the one that stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The peer address (`IP:port`) of the TCP connection the request came on, as the proxy saw
+    /// it. Absent on records about the session rather than a connection (`reloaded`,
+    /// `reload_refused`) and on records written before fenzi recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The prompt a `prompts/get` names (`params.name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The resource a `resources/read`, `resources/subscribe` or `resources/unsubscribe` names
+    /// (`params.uri`), without its query or fragment, which may hold credentials (as `path`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
     pub prev: String,
 }
 
@@ -103,7 +115,7 @@ pub fn line_hash(line: &[u8]) -> String {
 /// C1 controls and the Unicode line/paragraph separators and bidi overrides, so a hostile tool or host
 /// name cannot forge or visually rewrite a line for someone reading the log.
 ///
-/// Request-derived text fields (path, rpc method, tool, rpc id) are cut to [`MAX_FIELD_CHARS`]
+/// Request-derived text fields (path, rpc method, tool, prompt, resource, rpc id) are cut to [`MAX_FIELD_CHARS`]
 /// characters with a marker saying how much was dropped: a hostile client must not be able to write
 /// megabytes into the log per request.
 pub fn to_line(record: &AuditRecord) -> String {
@@ -111,15 +123,24 @@ pub fn to_line(record: &AuditRecord) -> String {
         f.as_ref()
             .is_some_and(|v| v.chars().count() > MAX_FIELD_CHARS)
     };
-    let raw = if [&record.path, &record.rpc, &record.tool, &record.rpc_id]
-        .into_iter()
-        .any(long)
+    let raw = if [
+        &record.path,
+        &record.rpc,
+        &record.tool,
+        &record.prompt,
+        &record.resource,
+        &record.rpc_id,
+    ]
+    .into_iter()
+    .any(long)
     {
         let mut clipped = record.clone();
         for field in [
             &mut clipped.path,
             &mut clipped.rpc,
             &mut clipped.tool,
+            &mut clipped.prompt,
+            &mut clipped.resource,
             &mut clipped.rpc_id,
         ] {
             if long(field) {
@@ -428,6 +449,9 @@ mod tests {
             hidden: None,
             confirm: None,
             policy: None,
+            client: Some("127.0.0.1:40312".into()),
+            prompt: None,
+            resource: None,
             prev: prev.into(),
         }
     }
@@ -572,6 +596,38 @@ mod tests {
             verify_strs(&lines, Some(&wrong)),
             Err(ChainError::HeadHashMismatch { line: 3, seq: 3 })
         ));
+    }
+
+    #[test]
+    fn client_is_part_of_the_hashed_line_and_old_logs_without_it_verify() {
+        let lines = chain(3);
+        assert!(
+            lines[0].contains(r#""client":"127.0.0.1:40312""#),
+            "{}",
+            lines[0]
+        );
+        // Changing the peer breaks the chain like any other field.
+        let mut edited = lines.clone();
+        edited[0] = edited[0].replace("127.0.0.1:40312", "127.0.0.1:40313");
+        assert!(matches!(
+            verify_strs(&edited, None),
+            Err(ChainError::BrokenLink { line: 2, .. })
+        ));
+        // A log written before `client` existed: no such member at all, and it still verifies.
+        let mut prev = GENESIS.to_string();
+        let mut old = vec![];
+        for seq in 1..=3 {
+            let line = to_line(&AuditRecord {
+                client: None,
+                ..record(seq, &prev, "read_wiki_contents")
+            });
+            assert!(!line.contains("client"), "{line}");
+            prev = line_hash(line.as_bytes());
+            old.push(line);
+        }
+        assert_eq!(verify_strs(&old, None).unwrap().records, 3);
+        let back: AuditRecord = serde_json::from_str(&old[0]).unwrap();
+        assert_eq!(back.client, None);
     }
 
     #[test]

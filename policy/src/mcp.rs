@@ -137,6 +137,10 @@ pub struct MessageDecision {
     pub rpc_method: Option<String>,
     /// `params.name` of a `tools/call`, as sent.
     pub tool: Option<String>,
+    /// `params.name` of a `prompts/get`, as sent.
+    pub prompt: Option<String>,
+    /// `params.uri` of a `resources/read`, `resources/subscribe` or `resources/unsubscribe`, as sent.
+    pub resource: Option<String>,
     pub rpc_id: Option<RpcId>,
 }
 

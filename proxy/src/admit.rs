@@ -41,6 +41,8 @@ pub(crate) struct Destination {
     /// later policies too (a reload never changes routes); its requests are decided under the
     /// policy in force when each begins.
     pub policy: Arc<str>,
+    /// The peer address of the client connection it was admitted for.
+    pub client: SocketAddr,
 }
 
 impl Destination {
@@ -71,7 +73,7 @@ impl Destination {
 
     /// The audit subject of a request with `method` on `path` (no query) to this destination.
     pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
-        let mut subject = Subject::new(method, self.host.to_string(), self.port, path);
+        let mut subject = Subject::new(self.client, method, self.host.to_string(), self.port, path);
         subject.server = self.server_name().map(str::to_string);
         subject.under(&self.policy)
     }
@@ -126,6 +128,7 @@ pub(crate) async fn admit(
             .map(|ip| SocketAddr::new(ip, port))
             .collect(),
         policy: live.hash.clone(),
+        client: subject.client,
     })
 }
 

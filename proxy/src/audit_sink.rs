@@ -11,6 +11,7 @@ use fenzi_policy::audit::Outcome;
 use fenzi_policy::mcp::{MessageDecision, RpcId};
 use fenzi_policy::response::Filtered;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -39,9 +40,11 @@ impl AuditSink for AuditWriter {
 }
 
 /// What a decision is about: one CONNECT, one plain-HTTP request or one request inside a tunnel.
-/// `path` never carries the query string, which may hold credentials.
+/// `path` never carries the query string, which may hold credentials. `client` is the peer address
+/// of the connection it came on: every record about a request or connection names it.
 #[derive(Debug, Clone)]
 pub(crate) struct Subject {
+    pub client: SocketAddr,
     pub method: String,
     pub host: String,
     pub port: u16,
@@ -52,9 +55,16 @@ pub(crate) struct Subject {
 }
 
 impl Subject {
-    /// A subject on no known MCP server.
-    pub fn new(method: &str, host: String, port: u16, path: Option<&str>) -> Subject {
+    /// A subject on no known MCP server, from the connection of `client`.
+    pub fn new(
+        client: SocketAddr,
+        method: &str,
+        host: String,
+        port: u16,
+        path: Option<&str>,
+    ) -> Subject {
         Subject {
+            client,
             method: method.to_string(),
             host,
             port,
@@ -95,6 +105,9 @@ impl Subject {
             hidden: None,
             confirm: None,
             policy: self.policy.clone(),
+            client: Some(self.client),
+            prompt: None,
+            resource: None,
         }
     }
 
@@ -149,6 +162,12 @@ impl Subject {
         let mut entry = self.decided(recorded_decision(message, overall));
         entry.rpc = message.rpc_method.clone();
         entry.tool = message.tool.clone();
+        entry.prompt = message.prompt.clone();
+        // As for `path`: a query may hold credentials.
+        entry.resource = message
+            .resource
+            .as_deref()
+            .map(|uri| uri.split(['?', '#']).next().unwrap_or_default().to_string());
         entry.rpc_id = message.rpc_id.as_ref().map(rpc_id_text);
         entry
     }
@@ -183,5 +202,45 @@ fn rpc_id_text(id: &RpcId) -> String {
         RpcId::Number(n) => n.clone(),
         RpcId::String(s) => s.clone(),
         RpcId::Null => "null".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fenzi_policy::mcp::MessageKind;
+
+    /// A message's record names its client and what it names: a prompt as sent, a resource URI
+    /// without the query or fragment (which may hold credentials, as a path's query may).
+    #[test]
+    fn a_message_record_names_its_client_prompt_and_resource() {
+        let client: SocketAddr = "[::1]:40999".parse().unwrap();
+        let subject = Subject::new(client, "POST", "mcp.test".into(), 443, Some("/mcp"));
+        let allowed = Decision::allow("r", "ok");
+        let message =
+            |method: &str, prompt: Option<&str>, resource: Option<&str>| MessageDecision {
+                decision: allowed.clone(),
+                kind: Some(MessageKind::Request),
+                rpc_method: Some(method.into()),
+                tool: None,
+                prompt: prompt.map(Into::into),
+                resource: resource.map(Into::into),
+                rpc_id: Some(RpcId::Number("1".into())),
+            };
+        let prompt = subject.message(&message("prompts/get", Some("review"), None), &allowed);
+        assert_eq!(prompt.client, Some(client));
+        assert_eq!(prompt.prompt.as_deref(), Some("review"));
+        assert_eq!(prompt.resource, None);
+        for (uri, logged) in [
+            ("file:///repo/README.md", "file:///repo/README.md"),
+            (
+                "https://api.test/doc?token=s3cret#top",
+                "https://api.test/doc",
+            ),
+            ("db://t#frag?x", "db://t"),
+        ] {
+            let read = subject.message(&message("resources/read", None, Some(uri)), &allowed);
+            assert_eq!(read.resource.as_deref(), Some(logged), "{uri}");
+        }
     }
 }

@@ -87,6 +87,13 @@ pub struct AuditEntry {
     /// The hash of the policy the decision was made under ([`fenzi_policy::engine::Policy::sha256`]).
     /// Left `None`, [`crate::context::SessionContext::record`] fills in the policy in force.
     pub policy: Option<std::sync::Arc<str>>,
+    /// The peer address of the client connection the record is about; `None` for a record about
+    /// the session (a reload).
+    pub client: Option<std::net::SocketAddr>,
+    /// The prompt a `prompts/get` names.
+    pub prompt: Option<String>,
+    /// The resource URI a `resources/*` message names, without query or fragment.
+    pub resource: Option<String>,
 }
 
 impl AuditEntry {
@@ -115,6 +122,9 @@ impl AuditEntry {
             hidden: None,
             confirm: None,
             policy: None,
+            client: None,
+            prompt: None,
+            resource: None,
         }
     }
 
@@ -139,6 +149,9 @@ impl AuditEntry {
             hidden: self.hidden,
             confirm: self.confirm,
             policy: self.policy.map(|p| p.to_string()),
+            client: self.client.map(|c| c.to_string()),
+            prompt: self.prompt,
+            resource: self.resource,
             prev,
         }
     }

@@ -422,6 +422,11 @@ pub(crate) struct Admitted {
 }
 
 impl Admitted {
+    /// The peer address the connection was accepted from.
+    pub fn peer(&self) -> SocketAddr {
+        self.slot.peer
+    }
+
     /// The client's stream, its activity tracked and cut on eviction.
     pub fn track<T>(&self, inner: T) -> Tracked<T> {
         Tracked {

@@ -61,7 +61,7 @@ pub(crate) async fn serve_client(
     if let Err(e) = result {
         tracing::debug!(%peer, "client connection ended: {e}");
         if e.is_parse() {
-            let subject = refused_subject(probe.refused());
+            let subject = refused_subject(peer, probe.refused());
             let detail = format!("the request is not valid HTTP/1.1: {e}");
             Refusal::unparsed(&subject, &detail).record(&session).await;
         }
@@ -70,7 +70,7 @@ pub(crate) async fn serve_client(
 
 /// The audit subject of a request on the proxy port that hyper refused: what its request line names,
 /// as far as it may be logged (see [`logged_authority`]), else `-`.
-fn refused_subject(line: RequestLine) -> Subject {
+fn refused_subject(peer: SocketAddr, line: RequestLine) -> Subject {
     let (host, port) = match &line.target {
         Target::Absolute {
             scheme, authority, ..
@@ -80,7 +80,7 @@ fn refused_subject(line: RequestLine) -> Subject {
         Target::Path(_) | Target::Unknown => ("-".to_string(), 0),
     };
     let method = line.method.as_deref().unwrap_or("-");
-    Subject::new(method, host, port, line.target.path())
+    Subject::new(peer, method, host, port, line.target.path())
 }
 
 /// Sends a request to its phase by its form.
@@ -96,6 +96,7 @@ async fn route(
         return plain_http(session, &guard, req).await;
     }
     let subject = Subject::new(
+        guard.peer(),
         req.method().as_str(),
         "-".to_string(),
         0,

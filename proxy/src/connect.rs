@@ -17,6 +17,7 @@ use fenzi_policy::host::split_authority;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Port of a CONNECT target that names none.
@@ -27,7 +28,7 @@ pub(crate) async fn connect(
     guard: ConnGuard,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
-    let dest = match check_target(&session, &req).await {
+    let dest = match check_target(&session, guard.peer(), &req).await {
         Ok(dest) => Arc::new(dest),
         Err(refusal) => return refusal.answer(&session).await,
     };
@@ -69,12 +70,13 @@ pub(crate) async fn connect(
 /// The admitted destination of a CONNECT, its allowing decision recorded; or the refusal.
 async fn check_target<B>(
     session: &SessionContext,
+    client: SocketAddr,
     req: &Request<B>,
 ) -> Result<Destination, Refusal> {
     let target = req.uri().authority().map_or("", |a| a.as_str());
     // Until the target parses, the record names only what may be logged (no userinfo, no raw text).
     let (logged_host, logged_port) = logged_authority(target, DEFAULT_CONNECT_PORT);
-    let mut subject = Subject::new("CONNECT", logged_host, logged_port, None);
+    let mut subject = Subject::new(client, "CONNECT", logged_host, logged_port, None);
     // Before anything else: a placeholder in the target is never resolved, parsed or dialled.
     check_no_placeholder(session, target, "the CONNECT target", &subject)?;
     if target.contains('@') {

@@ -94,6 +94,8 @@ impl SessionContext {
             &mut entry.server,
             &mut entry.rpc,
             &mut entry.tool,
+            &mut entry.prompt,
+            &mut entry.resource,
             &mut entry.rpc_id,
             &mut entry.rule,
             &mut entry.source,
@@ -122,6 +124,11 @@ impl ConnGuard {
             conn: Arc::new(conn),
             stop,
         }
+    }
+
+    /// The peer address of the client connection, as accepted (what its records name as `client`).
+    pub fn peer(&self) -> std::net::SocketAddr {
+        self.conn.peer()
     }
 
     /// Resolves once shutdown has begun.

@@ -511,6 +511,8 @@ mod tests {
                     kind: Some(MessageKind::Request),
                     rpc_method: Some("tools/call".into()),
                     tool: (!t.is_empty()).then(|| t.to_string()),
+                    prompt: None,
+                    resource: None,
                     rpc_id: Some(RpcId::Number(i.to_string())),
                 })
                 .collect(),

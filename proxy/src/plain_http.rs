@@ -15,6 +15,7 @@ use crate::upstream::Upstream;
 use fenzi_policy::host::split_authority;
 use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub(crate) async fn plain_http(
@@ -22,7 +23,7 @@ pub(crate) async fn plain_http(
     guard: &ConnGuard,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let (dest, host) = match check_url(&session, &req).await {
+    let (dest, host) = match check_url(&session, guard.peer(), &req).await {
         Ok(admitted) => admitted,
         Err(refusal) => return refusal.answer(&session).await,
     };
@@ -34,6 +35,7 @@ pub(crate) async fn plain_http(
 /// The admitted destination of the request's URL and the Host value to send, or the refusal.
 async fn check_url<B>(
     session: &SessionContext,
+    client: SocketAddr,
     req: &Request<B>,
 ) -> Result<(Destination, HeaderValue), Refusal> {
     let (method, uri) = (req.method().as_str(), req.uri());
@@ -42,7 +44,7 @@ async fn check_url<B>(
         Some(authority) => logged_authority(authority.as_str(), default_port(uri.scheme_str())),
         None => ("-".to_string(), 0),
     };
-    let mut subject = Subject::new(method, logged_host, logged_port, Some(uri.path()));
+    let mut subject = Subject::new(client, method, logged_host, logged_port, Some(uri.path()));
     if uri.scheme_str() != Some("http") {
         let why = "only http:// URLs can be sent to the proxy as requests; use CONNECT for https";
         return Err(Refusal::bad_request(&subject, why));

@@ -863,3 +863,132 @@ async fn a_denied_call_names_its_reason_in_proxy_status_and_the_reason_phrase() 
         "{status}"
     );
 }
+
+/// Every record about a connection or a request names the peer address of the client connection
+/// it came on (`client`), as the proxy accepted it, and the hash of the policy in force (`policy`):
+/// the tunnel's CONNECT record, the JSON-RPC records inside it, a refused plain-HTTP request on a
+/// second connection, and a request hyper refused on a third. The lines are read from the real
+/// hash-chained log.
+#[tokio::test]
+async fn records_name_the_client_peer_and_the_policy_in_force() {
+    use fenzi_policy::audit::{self, AuditRecord};
+    let pki = TestPki::new();
+    let upstream = http_upstream(Some(pki.server_config(&["127.0.0.1"])), mcp_handler()).await;
+    let target = format!("127.0.0.1:{}", upstream.port());
+    let policy = policy(&mcp_policy(&format!("https://{target}/mcp")), None);
+    let hash = policy.sha256();
+    let sink = Arc::new(FileSink::temp("peer"));
+    let network = Arc::new(FakeNetwork::default());
+    let proxy =
+        fenzi_proxy::Proxy::with_network(policy, sink.clone(), options(&pki), network).unwrap();
+    let proxy = serve_proxy(proxy, sink.clone()).await;
+
+    // One tunnel: its CONNECT record and two tool calls inside it.
+    let (stream, status, head) = connect(proxy.addr, &target).await;
+    assert_eq!(status, 200, "{head}");
+    let tunnel_peer = stream.local_addr().unwrap();
+    let ca = proxy.proxy.ca().cert_der().clone();
+    let tls = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
+        .await
+        .expect("TLS with the proxy");
+    let mut client = h1(tls).await;
+    for (id, tool) in [(1, "echo"), (2, "delete_everything")] {
+        let response = client
+            .send_request(tools_call(&target, "/mcp", id, tool))
+            .await
+            .unwrap();
+        let _ = text(response).await;
+    }
+    // A prompt and a resource (neither allowed): each record names what it asked for, the URI
+    // without its query.
+    let batch = serde_json::json!([
+        {"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "review"}},
+        {"jsonrpc": "2.0", "id": 4, "method": "resources/read",
+         "params": {"uri": "https://docs.test/a?token=s3cret"}},
+    ]);
+    let request = Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", &target)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(Full::new(Bytes::from(batch.to_string())))
+        .unwrap();
+    let _ = text(client.send_request(request).await.unwrap()).await;
+
+    // A second connection: a plain-HTTP request to a host the policy does not name.
+    let mut plain = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let plain_peer = plain.local_addr().unwrap();
+    plain
+        .write_all(b"GET http://evil.test/x HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, _) = read_head(&mut plain).await;
+    assert_eq!(status, 403);
+
+    // A third: bytes that are not HTTP, recorded when the connection ends.
+    let mut garbage = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let garbage_peer = garbage.local_addr().unwrap();
+    garbage
+        .write_all(b"\x01\x02 nonsense\r\n\r\n")
+        .await
+        .unwrap();
+    drop(garbage);
+    for _ in 0..200 {
+        if sink.records() >= 7 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let log = std::fs::read_to_string(sink.path()).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    audit::verify(lines.iter().map(|l| l.as_bytes()), None).expect("the log verifies");
+    let records: Vec<AuditRecord> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(String, Option<String>, Option<String>)> = records
+        .iter()
+        .map(|r| {
+            (
+                format!("{} {}", r.decision.label(), r.method),
+                r.tool.clone(),
+                r.client.clone(),
+            )
+        })
+        .collect();
+    let (tunnel, plain, garbage) = (
+        Some(tunnel_peer.to_string()),
+        Some(plain_peer.to_string()),
+        Some(garbage_peer.to_string()),
+    );
+    assert_eq!(
+        seen,
+        [
+            ("allowed CONNECT".into(), None, tunnel.clone()),
+            ("allowed POST".into(), Some("echo".into()), tunnel.clone()),
+            (
+                "denied POST".into(),
+                Some("delete_everything".into()),
+                tunnel.clone()
+            ),
+            ("denied POST".into(), None, tunnel.clone()),
+            ("denied POST".into(), None, tunnel.clone()),
+            ("denied GET".into(), None, plain),
+            ("denied -".into(), None, garbage),
+        ],
+        "{log}"
+    );
+    assert_eq!(records[3].prompt.as_deref(), Some("review"));
+    assert_eq!(
+        records[4].resource.as_deref(),
+        Some("https://docs.test/a"),
+        "{log}"
+    );
+    assert!(!log.contains("s3cret"), "{log}");
+    assert_ne!(tunnel_peer, plain_peer);
+    for r in &records {
+        assert_eq!(r.policy.as_deref(), Some(hash.as_str()), "{r:?}");
+    }
+}

@@ -64,6 +64,8 @@ pub(super) fn decide(server: &ServerRule, inventory: &Inventory, v: &Value) -> M
                 kind: None,
                 rpc_method,
                 tool: None,
+                prompt: None,
+                resource: None,
                 rpc_id,
             }
         }
@@ -84,6 +86,8 @@ fn decide_message(
         kind: Some(message.kind),
         rpc_method: message.method.map(str::to_owned),
         tool: None,
+        prompt: None,
+        resource: None,
         rpc_id: message.id.clone(),
     };
     let Some(method) = message.method else {
@@ -114,11 +118,13 @@ fn decide_message(
             None => missing("params.name"),
         };
     } else if method == PROMPTS_GET {
+        out.prompt = param("name").map(str::to_owned);
         out.decision = match param("name") {
             Some(name) => prompt(server, name),
             None => missing("params.name"),
         };
     } else if RESOURCE_METHODS.contains(&method) {
+        out.resource = param("uri").map(str::to_owned);
         out.decision = match param("uri") {
             Some(uri) => resource(server, uri),
             None => missing("params.uri"),

@@ -38,7 +38,7 @@ pub(crate) async fn serve(
             return;
         }
     };
-    let dest = match check_destination(&session, local).await {
+    let dest = match check_destination(&session, guard.peer(), local).await {
         Ok(dest) => Arc::new(dest),
         Err(refusal) => return refusal.record(&session).await,
     };
@@ -61,6 +61,7 @@ pub(crate) async fn serve(
 /// its allowing decision recorded; or the refusal.
 async fn check_destination(
     session: &SessionContext,
+    client: SocketAddr,
     local: SocketAddr,
 ) -> Result<Destination, Refusal> {
     let port = local.port();
@@ -68,7 +69,7 @@ async fn check_destination(
         IpAddr::V4(ip) if SyntheticNames::is_synthetic(ip) => match session.synthetic.name_of(ip) {
             Some(name) => Host::Name(name),
             None => {
-                let subject = Subject::new("CONNECT", ip.to_string(), port, None);
+                let subject = Subject::new(client, "CONNECT", ip.to_string(), port, None);
                 let why = format!(
                     "{ip} is in the range fenzi's DNS stub answers from, but was never handed out"
                 );
@@ -77,6 +78,6 @@ async fn check_destination(
         },
         ip => Host::Ip(ip),
     };
-    let subject = Subject::new("CONNECT", host.to_string(), port, None);
+    let subject = Subject::new(client, "CONNECT", host.to_string(), port, None);
     admit_tunnel(session, &host, port, &subject).await
 }

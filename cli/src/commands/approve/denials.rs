@@ -110,6 +110,9 @@ mod tests {
             hidden: None,
             confirm: None,
             policy: None,
+            client: None,
+            prompt: None,
+            resource: None,
             prev: GENESIS.into(),
         })
     }

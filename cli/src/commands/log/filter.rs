@@ -182,6 +182,7 @@ mod tests {
             since: since.map(|s| parse_since(s).unwrap()),
             follow: false,
             json: false,
+            ocsf: false,
             verify: false,
         };
         let denied = mcp(Outcome::Denied, "read_wiki_contents", Some("policy_denied"));

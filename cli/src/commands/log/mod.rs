@@ -12,6 +12,7 @@
 
 mod filter;
 mod locate;
+mod ocsf;
 pub(crate) mod render;
 mod show;
 #[cfg(test)]
@@ -24,7 +25,7 @@ pub(crate) use locate::{find_log, parse_session_id};
 use fenzi_policy::tool_pattern::ToolPattern;
 use filter::{Filter, Since, now_ms, parse_since, parse_tool};
 use locate::{locate, session_logs_since};
-use show::show;
+use show::{Format, show};
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,7 @@ Examples:
   fenzi log --session a1b2c3 --follow
   fenzi log --file audit.jsonl --json | jq .reason
   fenzi log --file audit.jsonl --verify
+  fenzi log --session a1b2c3 --denied --ocsf     OCSF 1.8.0 events for a SIEM, one per line
 
 Output:
   13:33:38 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure
@@ -89,6 +91,10 @@ pub struct Args {
     /// Print the matching records as JSON Lines, exactly as stored.
     #[arg(long, conflicts_with = "verify")]
     pub json: bool,
+    /// Print the matching records as OCSF 1.8.0 events, one JSON object per line: 4002 HTTP
+    /// Activity, 6003 API Activity for JSON-RPC decisions (docs/ocsf.md has the mapping).
+    #[arg(long, conflicts_with_all = ["verify", "json"])]
+    pub ocsf: bool,
     /// Check the hash chain and the head file; exit 1 naming the first broken record.
     #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since"])]
     pub verify: bool,
@@ -100,11 +106,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.denied || args.server.is_some() || args.tool.is_some() || args.since.is_some();
     if filtered && args.file.is_none() && args.session.is_none() && !args.follow {
         let filter = Filter::new(&args, now_ms());
-        let colour = !args.json && crate::output::colour_enabled_for_stdout();
+        let colour =
+            Format::of(&args) == Format::Lines && crate::output::colour_enabled_for_stdout();
         let logs = session_logs_since(filter.since_ms)?;
         let dates = logs.len() > 1;
         for log in logs {
-            match show(&log, &filter, args.json, colour, false, dates) {
+            match show(&log, &filter, Format::of(&args), colour, false, dates) {
                 Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
                 other => other?,
             }
@@ -122,8 +129,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     }
     let filter = Filter::new(&args, now_ms());
-    let colour = !args.json && crate::output::colour_enabled_for_stdout();
-    match show(&path, &filter, args.json, colour, args.follow, false) {
+    let colour = Format::of(&args) == Format::Lines && crate::output::colour_enabled_for_stdout();
+    match show(
+        &path,
+        &filter,
+        Format::of(&args),
+        colour,
+        args.follow,
+        false,
+    ) {
         Err(e) if is_broken_pipe(&e) => Ok(ExitCode::SUCCESS),
         other => other.map(|()| ExitCode::SUCCESS),
     }

@@ -80,9 +80,15 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
         line.push(' ');
         line.push_str(&field(rpc));
     }
-    if let Some(tool) = &r.tool {
+    // The one thing a JSON-RPC message names: its tool, prompt or resource.
+    if let Some(named) = r
+        .tool
+        .as_ref()
+        .or(r.prompt.as_ref())
+        .or(r.resource.as_ref())
+    {
         line.push(' ');
-        line.push_str(&field(tool));
+        line.push_str(&field(named));
     }
     if !r.secrets.is_empty() {
         let names: Vec<String> = r.secrets.iter().map(|s| field(s)).collect();
@@ -224,6 +230,30 @@ mod tests {
         assert_eq!(
             render(&refused, false, false),
             "13:33:50 reload_refused policy abababababab fenzi.yaml: fenzi.yaml:3:1: bad indentation"
+        );
+    }
+
+    #[test]
+    fn a_prompt_or_resource_is_named_like_a_tool() {
+        let prompt = AuditRecord {
+            rpc: Some("prompts/get".into()),
+            tool: None,
+            prompt: Some("review".into()),
+            ..mcp(Outcome::Allowed, "-", None)
+        };
+        assert_eq!(
+            render(&prompt, false, false),
+            "13:33:50 allowed POST mcp.deepwiki.com/mcp prompts/get review"
+        );
+        let resource = AuditRecord {
+            rpc: Some("resources/read".into()),
+            prompt: None,
+            resource: Some("file:///etc/shadow".into()),
+            ..prompt
+        };
+        assert_eq!(
+            render(&resource, false, false),
+            "13:33:50 allowed POST mcp.deepwiki.com/mcp resources/read file:///etc/shadow"
         );
     }
 

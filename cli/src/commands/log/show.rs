@@ -3,6 +3,7 @@
 //! Dates are shown when the records span more than one UTC day.
 
 use super::filter::Filter;
+use super::ocsf;
 use super::render::{hint, render};
 use anyhow::{Context, bail};
 use fenzi_policy::audit::AuditRecord;
@@ -79,10 +80,33 @@ impl LineReader {
     }
 }
 
+/// How `fenzi log` prints a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Format {
+    /// One line for a person.
+    Lines,
+    /// The stored line (`--json`).
+    Json,
+    /// An OCSF event (`--ocsf`).
+    Ocsf,
+}
+
+impl Format {
+    pub fn of(args: &super::Args) -> Format {
+        if args.ocsf {
+            Format::Ocsf
+        } else if args.json {
+            Format::Json
+        } else {
+            Format::Lines
+        }
+    }
+}
+
 pub(super) fn show(
     path: &Path,
     filter: &Filter,
-    json: bool,
+    format: Format,
     colour: bool,
     follow: bool,
     dates: bool,
@@ -92,7 +116,7 @@ pub(super) fn show(
     let mut printer = Printer {
         path,
         filter,
-        json,
+        format,
         colour,
         show_date: dates || spans_days(path),
         first_date: None,
@@ -120,7 +144,7 @@ pub(super) fn show(
 struct Printer<'a, W: Write> {
     path: &'a Path,
     filter: &'a Filter,
-    json: bool,
+    format: Format,
     colour: bool,
     show_date: bool,
     /// The first record's date; a later record on another day turns dates on (for `--follow`).
@@ -151,14 +175,29 @@ impl<W: Write> Printer<'_, W> {
         if !self.filter.matches(&record) {
             return Ok(());
         }
-        if self.json {
-            self.out.write_all(line)?;
-            self.out.write_all(b"\n")
-        } else {
-            writeln!(self.out, "{}", render(&record, self.show_date, self.colour))?;
-            match hint(&record) {
-                Some(h) => writeln!(self.out, "  {h}"),
-                None => Ok(()),
+        match self.format {
+            Format::Json => {
+                self.out.write_all(line)?;
+                self.out.write_all(b"\n")
+            }
+            Format::Ocsf => {
+                // A record parsed from the line is valid UTF-8 JSON text.
+                let raw = String::from_utf8_lossy(line);
+                match ocsf::event(&record, &raw) {
+                    Ok(event) => writeln!(self.out, "{event}"),
+                    Err(e) => {
+                        self.out.flush()?;
+                        eprintln!("fenzi: {}: line {n}: {e}; not printed", self.path.display());
+                        Ok(())
+                    }
+                }
+            }
+            Format::Lines => {
+                writeln!(self.out, "{}", render(&record, self.show_date, self.colour))?;
+                match hint(&record) {
+                    Some(h) => writeln!(self.out, "  {h}"),
+                    None => Ok(()),
+                }
             }
         }
     }

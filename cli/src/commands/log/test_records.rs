@@ -27,6 +27,9 @@ pub(super) fn rec(decision: Outcome, method: &str, host: &str, port: u16) -> Aud
         hidden: None,
         confirm: None,
         policy: None,
+        client: None,
+        prompt: None,
+        resource: None,
         prev: GENESIS.into(),
     }
 }
