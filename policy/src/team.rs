@@ -33,9 +33,11 @@ impl TeamKey {
         let mut lines = text.lines();
         let comment = lines.next().unwrap_or("");
         if !comment.starts_with("untrusted comment:") {
-            return Err("is not a minisign public key: its first line is not `untrusted comment: \
+            return Err(
+                "is not a minisign public key: its first line is not `untrusted comment: \
                  ...` (make one with `minisign -G`; the `.pub` file is the key)"
-                .into());
+                    .into(),
+            );
         }
         let key = lines.next().unwrap_or("").trim();
         PublicKey::from_base64(key).map(TeamKey).map_err(|e| {
@@ -56,7 +58,12 @@ pub struct Verified {
 
 /// Checks one copy: sizes, the signature over `policy` with `key`, then the policy itself
 /// (errors name `url`, line and column). `Err` says what is wrong with the copy.
-pub fn verify(key: &TeamKey, url: &str, policy: &[u8], signature: &[u8]) -> Result<Verified, String> {
+pub fn verify(
+    key: &TeamKey,
+    url: &str,
+    policy: &[u8],
+    signature: &[u8],
+) -> Result<Verified, String> {
     if policy.len() > MAX_POLICY_BYTES {
         return Err(format!(
             "the policy is larger than {} KiB",
@@ -122,15 +129,19 @@ pub struct Chosen {
     pub notes: Vec<String>,
 }
 
-/// Picks the copy to use from what the server gave and what is kept (`(policy, signature)`).
-/// `Err` is why there is no copy to use: the session must not start.
+/// A copy read from disk: the policy's bytes and its signature's, or why the file cannot be used.
+pub type KeptCopy = Result<(Vec<u8>, Vec<u8>), String>;
+
+/// Picks the copy to use from what the server gave and what is kept (`(policy, signature)`, or
+/// why the kept file cannot be read). `Err` is why there is no copy to use: the session must not
+/// start.
 pub fn choose(
     key: &TeamKey,
     url: &str,
     fetched: Fetched,
-    kept: Option<(Vec<u8>, Vec<u8>)>,
+    kept: Option<KeptCopy>,
 ) -> Result<Chosen, String> {
-    let kept = kept.map(|(p, s)| verify(key, url, &p, &s));
+    let kept = kept.map(|k| k.and_then(|(p, s)| verify(key, url, &p, &s)));
     let fetched = match fetched {
         Fetched::Copy { policy, signature } => {
             verify(key, url, &policy, &signature).map_err(|why| format!("is refused: {why}"))
@@ -186,7 +197,8 @@ pub fn choose(
             Ok(kept_copy(k, notes))
         }
         (Err(why), None) => {
-            let mut message = format!("no good copy of the team policy {url}: the server's copy {why}");
+            let mut message =
+                format!("no good copy of the team policy {url}: the server's copy {why}");
             match notes.pop() {
                 Some(kept) => message.push_str(&format!("; {kept}")),
                 None => message.push_str("; no copy is kept from an earlier session"),
@@ -228,10 +240,16 @@ mod tests {
             TeamKey::parse(&text).unwrap()
         }
         fn sign(&self, bytes: &[u8]) -> Vec<u8> {
-            minisign::sign(Some(&self.pair.pk), &self.pair.sk, Cursor::new(bytes), None, None)
-                .unwrap()
-                .to_string()
-                .into_bytes()
+            minisign::sign(
+                Some(&self.pair.pk),
+                &self.pair.sk,
+                Cursor::new(bytes),
+                None,
+                None,
+            )
+            .unwrap()
+            .to_string()
+            .into_bytes()
         }
         fn copy(&self, serial: u64, host: &str) -> (Vec<u8>, Vec<u8>) {
             let policy = format!("version: 1\nserial: {serial}\nhosts: [{host}]\n").into_bytes();
@@ -287,7 +305,10 @@ mod tests {
             ("version: 1\nserial: 0\n", "`serial` must be positive"),
             ("version: 1\nserial: \"3\"\n", "expected a positive integer"),
             ("version: 1\nserial: 2\nhostz: []\n", "unknown key `hostz`"),
-            ("version: 1\nserial: 2\nteam: {url: https://x/y, key: k}\n", "unknown key `team`"),
+            (
+                "version: 1\nserial: 2\nteam: {url: https://x/y, key: k}\n",
+                "unknown key `team`",
+            ),
         ] {
             let sig = s.sign(text.as_bytes());
             let e = verify(&s.key(), URL, text.as_bytes(), &sig).unwrap_err();
@@ -302,15 +323,28 @@ mod tests {
         let text = s.pair.pk.to_box().unwrap().to_string();
         assert!(TeamKey::parse(&text).is_ok());
         let bare = text.lines().nth(1).unwrap();
-        assert!(TeamKey::parse(bare).unwrap_err().contains("untrusted comment"));
+        assert!(
+            TeamKey::parse(bare)
+                .unwrap_err()
+                .contains("untrusted comment")
+        );
         assert!(TeamKey::parse("untrusted comment: x\nAAAA\n").is_err());
     }
 
     #[test]
     fn a_newer_copy_replaces_the_kept_one() {
         let s = Signer::new();
-        let c = choose(&s.key(), URL, fetched(s.copy(5, "b.com")), Some(s.copy(4, "a.com"))).unwrap();
-        assert_eq!((c.copy.serial, c.source, c.store), (5, Source::Fetched, true));
+        let c = choose(
+            &s.key(),
+            URL,
+            fetched(s.copy(5, "b.com")),
+            Some(Ok(s.copy(4, "a.com"))),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.copy.serial, c.source, c.store),
+            (5, Source::Fetched, true)
+        );
         assert!(c.notes.is_empty());
         let c = choose(&s.key(), URL, fetched(s.copy(1, "b.com")), None).unwrap();
         assert_eq!((c.copy.serial, c.store), (1, true));
@@ -319,21 +353,41 @@ mod tests {
     #[test]
     fn an_older_serial_is_a_rollback_and_keeps_the_kept_copy() {
         let s = Signer::new();
-        let c = choose(&s.key(), URL, fetched(s.copy(3, "b.com")), Some(s.copy(4, "a.com"))).unwrap();
+        let c = choose(
+            &s.key(),
+            URL,
+            fetched(s.copy(3, "b.com")),
+            Some(Ok(s.copy(4, "a.com"))),
+        )
+        .unwrap();
         assert_eq!((c.copy.serial, c.source, c.store), (4, Source::Kept, false));
-        assert!(c.notes[0].contains("older") && c.notes[0].contains("using serial 4"), "{:?}", c.notes);
+        assert!(
+            c.notes[0].contains("older") && c.notes[0].contains("using serial 4"),
+            "{:?}",
+            c.notes
+        );
     }
 
     #[test]
     fn the_same_serial_with_other_bytes_is_refused() {
         let s = Signer::new();
-        let c = choose(&s.key(), URL, fetched(s.copy(4, "b.com")), Some(s.copy(4, "a.com"))).unwrap();
+        let c = choose(
+            &s.key(),
+            URL,
+            fetched(s.copy(4, "b.com")),
+            Some(Ok(s.copy(4, "a.com"))),
+        )
+        .unwrap();
         assert_eq!((c.source, c.store), (Source::Kept, false));
         assert_eq!(c.copy.config.hosts[0].value.to_string(), "a.com");
-        assert!(c.notes[0].contains("must raise its serial"), "{:?}", c.notes);
+        assert!(
+            c.notes[0].contains("must raise its serial"),
+            "{:?}",
+            c.notes
+        );
         // The same bytes again: nothing to say, nothing to write.
         let same = s.copy(4, "a.com");
-        let c = choose(&s.key(), URL, fetched(same.clone()), Some(same)).unwrap();
+        let c = choose(&s.key(), URL, fetched(same.clone()), Some(Ok(same))).unwrap();
         assert_eq!((c.store, c.notes.len()), (false, 0));
     }
 
@@ -346,25 +400,58 @@ mod tests {
             signature: Signer::new().sign(b"x"),
         };
         for f in [forged, Fetched::Unreachable("connection refused".into())] {
-            let c = choose(&s.key(), URL, f, Some(s.copy(4, "a.com"))).unwrap();
+            let c = choose(&s.key(), URL, f, Some(Ok(s.copy(4, "a.com")))).unwrap();
             assert_eq!((c.copy.serial, c.source), (4, Source::Kept));
-            assert!(c.notes[0].contains("using the kept copy, serial 4"), "{:?}", c.notes);
+            assert!(
+                c.notes[0].contains("using the kept copy, serial 4"),
+                "{:?}",
+                c.notes
+            );
         }
     }
 
     #[test]
     fn no_good_copy_fails_closed() {
         let s = Signer::new();
-        let e = choose(&s.key(), URL, Fetched::Unreachable("timed out".into()), None).unwrap_err();
-        assert!(e.contains("no good copy") && e.contains("timed out") && e.contains("no copy is kept"), "{e}");
+        let e = choose(
+            &s.key(),
+            URL,
+            Fetched::Unreachable("timed out".into()),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("no good copy") && e.contains("timed out") && e.contains("no copy is kept"),
+            "{e}"
+        );
         // A tampered kept copy is no copy.
         let (mut p, sig) = s.copy(4, "a.com");
         p[0] = b'V';
-        let e = choose(&s.key(), URL, Fetched::Unreachable("timed out".into()), Some((p.clone(), sig.clone())))
-            .unwrap_err();
+        let e = choose(
+            &s.key(),
+            URL,
+            Fetched::Unreachable("timed out".into()),
+            Some(Ok((p.clone(), sig.clone()))),
+        )
+        .unwrap_err();
         assert!(e.contains("kept copy") && e.contains("refused"), "{e}");
+        // A kept file that cannot be read is no copy either.
+        let e = choose(
+            &s.key(),
+            URL,
+            Fetched::Unreachable("timed out".into()),
+            Some(Err("garbled".into())),
+        )
+        .unwrap_err();
+        assert!(e.contains("garbled"), "{e}");
         // With a good fetch, the tampered copy is replaced.
-        let c = choose(&s.key(), URL, fetched(s.copy(2, "b.com")), Some((p, sig))).unwrap();
+        let c = choose(
+            &s.key(),
+            URL,
+            fetched(s.copy(2, "b.com")),
+            Some(Ok((p, sig))),
+        )
+        .unwrap();
         assert_eq!((c.copy.serial, c.store), (2, true));
         assert!(c.notes[0].contains("kept copy"), "{:?}", c.notes);
     }

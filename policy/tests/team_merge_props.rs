@@ -54,14 +54,17 @@ fn subset(pool: &'static [&'static str]) -> impl Strategy<Value = Vec<&'static s
 }
 
 fn server() -> impl Strategy<Value = Server> {
-    (proptest::sample::select(SERVERS), subset(TOOLS), subset(TOOLS)).prop_map(
-        |(name, allow, deny)| Server {
+    (
+        proptest::sample::select(SERVERS),
+        subset(TOOLS),
+        subset(TOOLS),
+    )
+        .prop_map(|(name, allow, deny)| Server {
             name,
             // An allow pattern a deny covers is a load error; drop the overlap so more load.
             deny: deny.into_iter().filter(|d| !allow.contains(d)).collect(),
             allow,
-        },
-    )
+        })
 }
 
 fn layer() -> impl Strategy<Value = Layer> {
@@ -149,8 +152,11 @@ fn load(team: &str, machine: &str, project: Option<&str>) -> Option<(Config, Con
 /// Runs the property; returns whether the three layers loaded (so the caller can tell that the
 /// property was exercised, not skipped).
 fn check(team: &Layer, machine: &Layer, project: &Layer) -> Result<bool, TestCaseError> {
-    let (team_text, machine_text, project_text) =
-        (yaml(team, Some(1)), yaml(machine, None), yaml(project, None));
+    let (team_text, machine_text, project_text) = (
+        yaml(team, Some(1)),
+        yaml(machine, None),
+        yaml(project, None),
+    );
     let Some((team_alone, team_machine, merged)) =
         load(&team_text, &machine_text, Some(&project_text))
     else {
@@ -235,8 +241,12 @@ fn narrowing_layers_never_allow_what_the_team_denies() {
                     .map(|&i| {
                         let s = &servers[i];
                         let (allow, deny) = &tools[i];
-                        let allow: Vec<_> =
-                            s.allow.iter().copied().filter(|a| allow.contains(a)).collect();
+                        let allow: Vec<_> = s
+                            .allow
+                            .iter()
+                            .copied()
+                            .filter(|a| allow.contains(a))
+                            .collect();
                         let mut deny: Vec<_> = deny
                             .iter()
                             .copied()

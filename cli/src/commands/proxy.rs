@@ -30,6 +30,8 @@ use std::time::Duration;
 Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:0
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
+  fenzi proxy --listen 127.0.0.1:8080 --team-policy https://policy.example.com/fenzi.yaml \
+      --team-key ~/.config/fenzi/team.pub     narrow a signed team policy (see fenzi check --help)
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
@@ -50,14 +52,18 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     ca_dir: Option<PathBuf>,
     #[command(flatten)]
+    team: crate::team::TeamArgs,
+    #[command(flatten)]
     tuning: ProxyFlags,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     // An invalid policy is a config error: main prints every problem and exits 2.
-    let config = args.policy.load()?.result?;
-    let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
+    // No good copy of a team policy is an error too: the session does not start (exit 2).
+    let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
+    let config = loaded.result?;
+    let policy = Policy::from_config(&config);
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
 
@@ -103,12 +109,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ),
     ]
     .into_iter()
+    .chain(team.as_ref().map(crate::team::TeamLayer::note))
     .chain(missing)
     .chain(control_note)
     .collect();
     // Changes to the policy files, from now on (see `reload`).
     let watcher = crate::reload::Watcher::start(
         &args.policy,
+        team.map(|t| t.config),
         proxy.clone(),
         runtime.handle().clone(),
         |line| eprintln!("fenzi proxy: {line}"),

@@ -378,7 +378,13 @@ impl Reader {
     fn team(&mut self, node: &Node) -> Option<TeamSource> {
         const HINT: &str = "write `team: {url: https://policy.example.com/fenzi.yaml, key: \
              team.pub}`: the signed policy's url and its minisign public key file";
-        let f = self.fields(node, "team", TEAM_KEYS, "a mapping with `url` and `key`", HINT)?;
+        let f = self.fields(
+            node,
+            "team",
+            TEAM_KEYS,
+            "a mapping with `url` and `key`",
+            HINT,
+        )?;
         let url = match f.get("url") {
             None => {
                 self.error(node, "team.url", "missing `url`", HINT);
