@@ -429,6 +429,31 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_is_merged_under_the_team_policy_the_session_started_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = watch(dir.path());
+        let (team, _) = fenzi_policy::config::parse_team(
+            "version: 1\nserial: 1\nhosts: [\"*.corp.example\"]\n",
+            "https://team.example/p.yaml",
+        )
+        .unwrap();
+        w.team = Some(team);
+        let inside = b"version: 1\nhosts: [git.corp.example]\n".to_vec();
+        assert!(w.load(&[inside]).is_ok());
+        let outside = b"version: 1\nhosts: [evil.example]\n".to_vec();
+        let why = w.load(std::slice::from_ref(&outside)).unwrap_err();
+        assert!(
+            why.contains("which the team policy does not allow"),
+            "{why}"
+        );
+        w.team = None;
+        assert!(
+            w.load(&[outside]).is_ok(),
+            "without a team policy a project may add hosts"
+        );
+    }
+
+    #[test]
     fn edits_renames_and_removals_change_the_signature() {
         let dir = tempfile::tempdir().unwrap();
         let (mut w, path) = watch(dir.path());

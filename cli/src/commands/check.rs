@@ -1,7 +1,9 @@
 //! `fenzi check`: validates the policy (project + machine file) and runs expected-decision cases against
 //! the same engine the proxy uses, with each pinned server's definitions from its lock file (a pinned
 //! server without a lock entry is a problem). Made for CI: `--format github` prints workflow
-//! annotations.
+//! annotations. Under a team policy (`--team-policy URL --team-key FILE`, or the machine file's
+//! `team:`) the files are checked as narrowing it, and `--show-policy` prints the merged result by
+//! layer (`check_effective`).
 
 use crate::config_files::{self, ConfigText, PolicyArgs};
 use anyhow::Result;

@@ -12,6 +12,8 @@
 //! Values and placeholders are never printed: names only. While it serves, a change to the policy
 //! files is reloaded (`crate::reload`): new MCP tool rules apply from the next request, anything
 //! else waits for the next session; each outcome is a line on stderr and a `policy` record.
+//! Under a team policy (`--team-policy`, or the machine file's `team:`; `crate::team`) the policy
+//! files narrow the signed team copy; with no good copy of it the proxy does not start (exit 2).
 
 use crate::config_files::PolicyArgs;
 use crate::session::{self, ProxyFlags};
