@@ -105,6 +105,16 @@ impl PolicyArgs {
     /// Reads the files (an unreadable file is an `Err`) and loads them (problems in them are in
     /// `result`, for the caller to report its own way).
     pub fn load(&self) -> Result<LoadedPolicy> {
+        let (project, machine) = self.read()?;
+        let result = fenzi_policy::config::load(
+            machine.as_ref().map(|m| (m.text.as_str(), m.name.as_str())),
+            Some((project.text.as_str(), project.name.as_str())),
+        );
+        Ok(LoadedPolicy { project, result })
+    }
+
+    /// Reads the project file and the machine file (an unreadable file is an `Err`).
+    pub fn read(&self) -> Result<(ConfigText, Option<ConfigText>)> {
         if !self.config.exists() && self.config.symlink_metadata().is_err() {
             anyhow::bail!(
                 "{} does not exist; start one with `fenzi mcp add NAME URL --tool TOOL` (it writes \
@@ -118,11 +128,7 @@ impl PolicyArgs {
         } else {
             read_machine(self.machine.as_deref())?
         };
-        let result = fenzi_policy::config::load(
-            machine.as_ref().map(|m| (m.text.as_str(), m.name.as_str())),
-            Some((project.text.as_str(), project.name.as_str())),
-        );
-        Ok(LoadedPolicy { project, result })
+        Ok((project, machine))
     }
 
     /// The machine file these flags read, if any (the default one only when it exists).

@@ -7,6 +7,7 @@ mod config_files;
 mod output;
 mod reload;
 mod session;
+mod team;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -17,7 +17,8 @@
 //! directory or device or FIFO, larger than the bound), one replaced by a symbolic link, text that
 //! does not load (invalid YAML, a truncated file, a project widening a machine server). The same
 //! bytes again (or the same failure again) are not offered twice: no record when nothing changed.
-//! Lock files are not watched: `pin` and the pins are set up for the session at its start.
+//! Lock files are not watched: `pin` and the pins are set up for the session at its start. Nor is
+//! the team policy: the files are merged under the copy the session started with.
 
 use crate::config_files::{MAX_CONFIG_BYTES, PolicyArgs};
 use fenzi_policy::engine::Policy;
@@ -104,6 +105,9 @@ pub struct Watch {
     /// Signatures seen changed once, waiting for one more poll to hold still.
     pending: Option<Vec<Signature>>,
     last: Option<Attempt>,
+    /// The team policy the session started under: a reload merges the files under the same copy
+    /// (a new team release takes effect at the next session).
+    team: Option<fenzi_policy::config::Config>,
 }
 
 /// What one look at the files found.
@@ -189,6 +193,7 @@ impl Watch {
             seen,
             pending: None,
             last: None,
+            team: None,
         }
     }
 
@@ -287,8 +292,12 @@ impl Watch {
                 project = Some((text, name));
             }
         }
-        let config = fenzi_policy::config::load(as_pair(&machine), as_pair(&project))
-            .map_err(|e| e.to_string())?;
+        let config = fenzi_policy::config::load_under(
+            self.team.clone(),
+            as_pair(&machine),
+            as_pair(&project),
+        )
+        .map_err(|e| e.to_string())?;
         Ok(Policy::from_config(&config))
     }
 }
@@ -354,11 +363,13 @@ impl Watcher {
     /// person each outcome.
     pub fn start(
         args: &PolicyArgs,
+        team: Option<fenzi_policy::config::Config>,
         proxy: Proxy,
         runtime: tokio::runtime::Handle,
         say: fn(&str),
     ) -> io::Result<Watcher> {
         let mut watch = Watch::new(args);
+        watch.team = team;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::Builder::new()
@@ -415,6 +426,31 @@ mod tests {
         let changed = now != w.seen;
         w.seen = now;
         changed
+    }
+
+    #[test]
+    fn a_reload_is_merged_under_the_team_policy_the_session_started_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = watch(dir.path());
+        let (team, _) = fenzi_policy::config::parse_team(
+            "version: 1\nserial: 1\nhosts: [\"*.corp.example\"]\n",
+            "https://team.example/p.yaml",
+        )
+        .unwrap();
+        w.team = Some(team);
+        let inside = b"version: 1\nhosts: [git.corp.example]\n".to_vec();
+        assert!(w.load(&[inside]).is_ok());
+        let outside = b"version: 1\nhosts: [evil.example]\n".to_vec();
+        let why = w.load(std::slice::from_ref(&outside)).unwrap_err();
+        assert!(
+            why.contains("which the team policy does not allow"),
+            "{why}"
+        );
+        w.team = None;
+        assert!(
+            w.load(&[outside]).is_ok(),
+            "without a team policy a project may add hosts"
+        );
     }
 
     #[test]

@@ -333,6 +333,19 @@ impl HostPattern {
         port == self.port && self.matcher.covers(host)
     }
 
+    /// True when every host:port this pattern matches, `other` matches too (the team policy's
+    /// ceiling on the `hosts` of the layers below it).
+    pub fn is_covered_by(&self, other: &HostPattern) -> bool {
+        use HostMatcher::{Exact, Suffix};
+        self.port == other.port
+            && match (&self.matcher, &other.matcher) {
+                (Exact(a), Exact(b)) => a == b,
+                (Exact(host), Suffix(suffix)) => host.is_below(suffix),
+                (Suffix(_), Exact(_)) => false,
+                (Suffix(a), Suffix(b)) => a == b || name_is_below(a, b),
+            }
+    }
+
     /// True when some host:port matches both patterns.
     pub fn overlaps(&self, other: &HostPattern) -> bool {
         use HostMatcher::{Exact, Suffix};

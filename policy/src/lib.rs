@@ -28,6 +28,7 @@ pub mod response;
 pub mod secret_name;
 pub mod secret_position;
 pub mod secret_use;
+pub mod team;
 pub mod tool_pattern;
 pub mod uri_pattern;
 

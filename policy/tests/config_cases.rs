@@ -20,6 +20,8 @@ struct Input {
 
 #[derive(Default)]
 struct Case {
+    /// A team policy (no signature here: `fenzi_policy::team` checks those); its name is its url.
+    team: Option<Input>,
     machine: Option<Input>,
     project: Option<Input>,
     expect: Vec<String>,
@@ -97,7 +99,7 @@ fn parse_case(path: &Path) -> Result<Case, String> {
                     .map(String::from)
                     .collect();
             }
-            [role @ ("machine" | "project"), name, opts @ ..] => {
+            [role @ ("team" | "machine" | "project"), name, opts @ ..] => {
                 let bytes = match opts {
                     [] => body.into_bytes(),
                     ["escaped"] => unescape(&body)?,
@@ -110,10 +112,10 @@ fn parse_case(path: &Path) -> Result<Case, String> {
                     name: name.to_string(),
                     bytes,
                 });
-                if *role == "machine" {
-                    case.machine = input;
-                } else {
-                    case.project = input;
+                match *role {
+                    "team" => case.team = input,
+                    "machine" => case.machine = input,
+                    _ => case.project = input,
                 }
             }
             _ => return Err(format!("bad section header {header:?}")),
@@ -134,9 +136,14 @@ fn run(case: &Case) -> Result<Config, ConfigErrors> {
             .map(|i| decode(&i.bytes, &i.name).map(|t| (t, i.name.as_str())))
             .transpose()
     }
+    let team = match decode_one(&case.team)? {
+        Some((text, name)) => Some(config::parse_team(text, name)?.0),
+        None => None,
+    };
     let machine = decode_one(&case.machine);
     let project = decode_one(&case.project);
     match (machine, project) {
+        (Ok(m), Ok(p)) if team.is_some() => config::load_under(team, m, p),
         (Ok(m), Ok(p)) => load(m, p),
         (Err(mut a), Err(b)) => {
             a.0.extend(b.0);
@@ -198,6 +205,7 @@ fn surface(s: &ServerSurface, tools: &ToolRules) -> String {
     }
     for l in &s.limits {
         let origin = match (l.origin, l.project_on_machine) {
+            (Origin::Team, _) => "team",
             (Origin::Machine, _) => "machine",
             (Origin::Project, false) => "project",
             (Origin::Project, true) => "project-on-machine",
@@ -215,6 +223,7 @@ fn summary(c: &Config) -> Vec<String> {
     }
     for s in &c.mcp {
         let origin = match s.origin {
+            Origin::Team => "team",
             Origin::Machine => "machine",
             Origin::Project => "project",
         };
@@ -267,6 +276,7 @@ fn summary(c: &Config) -> Vec<String> {
     }
     for p in &c.private {
         let origin = match p.origin {
+            Origin::Team => "team",
             Origin::Machine => "machine",
             Origin::Project => "project",
         };

@@ -28,11 +28,13 @@ pub struct LockFiles {
 }
 
 impl LockFiles {
-    /// The lock of the file a server was declared in.
+    /// The lock of the file a server was declared in. A team server has none (its file is
+    /// fetched, not the user's to write beside): its pins are the session's, in memory.
     pub fn for_origin(&self, origin: Origin) -> Option<&PathBuf> {
         match origin {
             Origin::Project => self.project.as_ref(),
             Origin::Machine => self.machine.as_ref(),
+            Origin::Team => None,
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod net;
 pub mod options;
 pub mod server;
 pub mod synthetic;
+pub mod team_fetch;
 pub mod tls;
 pub mod tool_listing;
 pub mod transparent;

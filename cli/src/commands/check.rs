@@ -1,7 +1,9 @@
 //! `fenzi check`: validates the policy (project + machine file) and runs expected-decision cases against
 //! the same engine the proxy uses, with each pinned server's definitions from its lock file (a pinned
 //! server without a lock entry is a problem). Made for CI: `--format github` prints workflow
-//! annotations.
+//! annotations. Under a team policy (`--team-policy URL --team-key FILE`, or the machine file's
+//! `team:`) the files are checked as narrowing it, and `--show-policy` prints the merged result by
+//! layer (`check_effective`).
 
 use crate::config_files::{self, ConfigText, PolicyArgs};
 use anyhow::Result;
@@ -21,6 +23,13 @@ Examples:
   fenzi check                                  validate ./fenzi.yaml (and the machine file)
   fenzi check --cases testdata/cases/demo.cases.yaml
   fenzi check --format github --cases ci.cases.yaml   annotations for GitHub Actions
+  fenzi check --team-policy https://policy.example.com/fenzi.yaml --team-key team.pub --show-policy
+                                               the team policy, narrowed by the machine file and the
+                                               project: each host, server and secret with its layer
+
+The team policy can also come from the machine file (`team: {url, key}`); the flags win. It is
+fetched and checked as a session would (signature, serial, the kept copy); with no good copy the
+check stops with exit 2.
 
 Exit status: 0 the policy is valid and every case got its expected decision; 1 it is not; 2 usage error
 (a file that cannot be read, a malformed cases file).")]
@@ -33,6 +42,16 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    #[command(flatten)]
+    team: crate::team::TeamArgs,
+    /// Extra root certificates (PEM) trusted for fetching the team policy, beside the public
+    /// roots. Repeatable.
+    #[arg(long, value_name = "PEM")]
+    upstream_ca: Vec<PathBuf>,
+    /// Also print the effective policy (the layers merged), each element with the layer it comes
+    /// from: team, machine or project. With --format json, the `policy` member.
+    #[arg(long)]
+    show_policy: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,8 +92,37 @@ fn check(args: Args) -> Result<ExitCode> {
         None => vec![],
     };
 
-    let loaded = args.policy.load()?;
+    let roots = crate::session::upstream_roots(&args.upstream_ca)?;
+    let (loaded, team) = crate::team::load(&args.policy, &args.team, &roots)?;
     let project = loaded.project;
+    let machine = args.policy.machine_path().map(|p| p.display().to_string());
+    let layers = super::check_effective::Layers {
+        team: team.as_ref(),
+        machine: machine.as_deref(),
+        project: &project.name,
+    };
+    let shown = match (&loaded.result, args.show_policy) {
+        (Ok(cfg), true) => Some(cfg),
+        _ => None,
+    };
+    let effective_text = shown.map(|cfg| super::check_effective::text(cfg, &layers));
+    let mut extra = serde_json::Map::new();
+    if let Some(t) = &team {
+        extra.insert(
+            "team".into(),
+            serde_json::json!({
+                "url": t.url,
+                "serial": t.serial,
+                "source": match t.source {
+                    fenzi_policy::team::Source::Fetched => "fetched",
+                    fenzi_policy::team::Source::Kept => "kept",
+                },
+            }),
+        );
+    }
+    if let Some(cfg) = shown {
+        extra.insert("policy".into(), super::check_effective::json(cfg, &layers));
+    }
     let (errors, runs) = match loaded.result {
         Err(e) => (e.0, vec![]),
         Ok(cfg) => {
@@ -92,8 +140,16 @@ fn check(args: Args) -> Result<ExitCode> {
     };
     let cases_file = cases_text.as_ref().map(|c| c.name.as_str()).unwrap_or("");
     match args.format {
-        Format::Text => print_text(&project.name, &errors, &runs, cases_file),
-        Format::Json => print_json(&project.name, &errors, &runs, cases_file),
+        Format::Text => {
+            if let Some(t) = &team {
+                println!("{}", t.note());
+            }
+            print_text(&project.name, &errors, &runs, cases_file);
+            if let Some(text) = &effective_text {
+                print!("{text}");
+            }
+        }
+        Format::Json => print_json(&project.name, &errors, &runs, cases_file, extra),
         Format::Github => print_github(&errors, &runs, cases_file),
     }
     let ok = errors.is_empty() && runs.iter().all(|r| r.result.passed);
@@ -213,7 +269,13 @@ fn print_text(project: &str, errors: &[ConfigError], runs: &[CaseRun], cases_fil
     }
 }
 
-fn print_json(project: &str, errors: &[ConfigError], runs: &[CaseRun], cases_file: &str) {
+fn print_json(
+    project: &str,
+    errors: &[ConfigError],
+    runs: &[CaseRun],
+    cases_file: &str,
+    extra: serde_json::Map<String, serde_json::Value>,
+) {
     let errors: Vec<_> = errors
         .iter()
         .map(|e| {
@@ -248,12 +310,16 @@ fn print_json(project: &str, errors: &[ConfigError], runs: &[CaseRun], cases_fil
         })
         .collect();
     let failed = runs.iter().filter(|r| !r.result.passed).count();
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "config": { "file": project, "valid": errors.is_empty(), "errors": errors },
         "cases": cases,
         "passed": runs.len() - failed,
         "failed": failed,
     });
+    // `team` and `policy` (`--show-policy`), when there are.
+    if let Some(obj) = doc.as_object_mut() {
+        obj.extend(extra);
+    }
     println!(
         "{}",
         serde_json::to_string_pretty(&doc).expect("JSON values serialise")

@@ -12,6 +12,8 @@
 //! Values and placeholders are never printed: names only. While it serves, a change to the policy
 //! files is reloaded (`crate::reload`): new MCP tool rules apply from the next request, anything
 //! else waits for the next session; each outcome is a line on stderr and a `policy` record.
+//! Under a team policy (`--team-policy`, or the machine file's `team:`; `crate::team`) the policy
+//! files narrow the signed team copy; with no good copy of it the proxy does not start (exit 2).
 
 use crate::config_files::PolicyArgs;
 use crate::session::{self, ProxyFlags};
@@ -32,6 +34,8 @@ Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
   fenzi proxy --config /etc/fenzi/fenzi.yaml --listen 127.0.0.1:3128 --ca-dir /var/run/fenzi --group-readable
       (a Kubernetes sidecar whose agent runs as another user in its group: deploy/k8s)
+  fenzi proxy --listen 127.0.0.1:8080 --team-policy https://policy.example.com/fenzi.yaml \
+      --team-key ~/.config/fenzi/team.pub     narrow a signed team policy (see fenzi check --help)
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
@@ -56,6 +60,8 @@ pub struct Args {
     #[arg(long)]
     group_readable: bool,
     #[command(flatten)]
+    team: crate::team::TeamArgs,
+    #[command(flatten)]
     tuning: ProxyFlags,
 }
 
@@ -69,9 +75,11 @@ fn share_with_group(path: &std::path::Path) -> Result<()> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     // An invalid policy is a config error: main prints every problem and exits 2.
-    let config = args.policy.load()?.result?;
-    let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
+    // No good copy of a team policy is an error too: the session does not start (exit 2).
+    let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
+    let config = loaded.result?;
+    let policy = Policy::from_config(&config);
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
 
@@ -121,12 +129,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ),
     ]
     .into_iter()
+    .chain(team.as_ref().map(crate::team::TeamLayer::note))
     .chain(missing)
     .chain(control_note)
     .collect();
     // Changes to the policy files, from now on (see `reload`).
     let watcher = crate::reload::Watcher::start(
         &args.policy,
+        team.map(|t| t.config),
         proxy.clone(),
         runtime.handle().clone(),
         |line| eprintln!("fenzi proxy: {line}"),

@@ -70,8 +70,15 @@ pub(super) fn narrow(
     server: &str,
     machine: &Confirm,
     project: &Confirm,
+    layers: &super::merge::Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Confirm {
+    let super::merge::Layers {
+        upper,
+        upper_file,
+        lower,
+        ..
+    } = *layers;
     let mut tools = machine.tools.clone();
     for p in &project.tools {
         if !tools.iter().any(|m| m.value == p.value) {
@@ -91,15 +98,14 @@ pub(super) fn narrow(
             errors.push(ConfigError {
                 at: Some(at.clone()),
                 message: format!(
-                    "the project sets `confirm_timeout: {}` on machine server `{server}`, longer \
-                     than the machine's {theirs}",
+                    "the {lower} sets `confirm_timeout: {}` on {upper} server `{server}`, longer \
+                     than the {upper}'s {theirs}",
                     show_duration(project.timeout)
                 ),
-                hint: Some(
-                    "a project can only shorten how long a held call waits; write a shorter \
-                     value, remove it to keep the machine's, or change the machine file"
-                        .into(),
-                ),
+                hint: Some(format!(
+                    "a {lower} can only shorten how long a held call waits; write a shorter \
+                     value, remove it to keep the {upper}'s, or change the {upper_file}"
+                )),
             });
             (machine.timeout, machine.timeout_at.clone())
         }
@@ -187,6 +193,7 @@ mod tests {
             "s",
             &confirm(&["a"], Some(60)),
             &confirm(&["a", "b"], Some(30)),
+            &super::super::merge::PROJECT_ON_MACHINE,
             &mut errors,
         );
         assert!(errors.is_empty());
@@ -199,6 +206,7 @@ mod tests {
             "s",
             &confirm(&["a"], None),
             &confirm(&[], None),
+            &super::super::merge::PROJECT_ON_MACHINE,
             &mut errors,
         );
         assert!(errors.is_empty());
@@ -210,6 +218,7 @@ mod tests {
             "s",
             &confirm(&["a"], None),
             &confirm(&[], Some(600)),
+            &super::super::merge::PROJECT_ON_MACHINE,
             &mut errors,
         );
         assert_eq!(errors.len(), 1);

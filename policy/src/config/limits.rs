@@ -151,7 +151,8 @@ impl ToolLimit {
 }
 
 /// The entries that apply to a call of `tool`, with their positions in `limits`: the first match
-/// among the machine file's entries and the first among the project file's.
+/// among the team policy's entries, the first among the machine file's and the first among the
+/// project file's.
 pub fn applicable<'l>(
     limits: &'l [ToolLimit],
     tool: &str,
@@ -162,8 +163,9 @@ pub fn applicable<'l>(
             .enumerate()
             .find(|(_, l)| l.origin == origin && l.tool.matches(tool))
     };
-    first(Origin::Machine)
+    first(Origin::Team)
         .into_iter()
+        .chain(first(Origin::Machine))
         .chain(first(Origin::Project))
 }
 
@@ -528,8 +530,15 @@ pub(super) fn narrow(
     server: &str,
     machine: &[ToolLimit],
     project: &[ToolLimit],
+    layers: &super::merge::Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Vec<ToolLimit> {
+    let super::merge::Layers {
+        upper,
+        upper_file,
+        lower,
+        ..
+    } = *layers;
     for p in project {
         // The machine entry that applies to every tool `p` matches, when there is one.
         let Some(m) = machine.iter().find(|m| m.tool.overlaps(&p.tool)) else {
@@ -565,18 +574,17 @@ pub(super) fn narrow(
             errors.push(ConfigError {
                 at: Some(at),
                 message: format!(
-                    "the project sets `{kind}: {tried}` for `{}` on machine server `{server}`, \
-                     looser than the machine's `{kind}: {kept}` for `{}` ({})",
+                    "the {lower} sets `{kind}: {tried}` for `{}` on {upper} server `{server}`, \
+                     looser than the {upper}'s `{kind}: {kept}` for `{}` ({})",
                     p.tool,
                     m.tool,
                     place(&m.at)
                 ),
-                hint: Some(
-                    "a project can only tighten a machine server's limits: both files' limits \
+                hint: Some(format!(
+                    "a {lower} can only tighten a {upper} server's limits: both files' limits \
                      apply, so this one would never be reached; write a tighter value, or change \
-                     the machine file"
-                        .into(),
-                ),
+                     the {upper_file}"
+                )),
             });
         }
     }
@@ -584,7 +592,8 @@ pub(super) fn narrow(
         .iter()
         .cloned()
         .chain(project.iter().cloned().map(|mut l| {
-            l.project_on_machine = true;
+            // The mark tells the project's key paths from the machine's in a rule's name.
+            l.project_on_machine = layers.lower_origin == super::model::Origin::Project;
             l
         }))
         .collect()

@@ -1,4 +1,12 @@
-//! Machine file + project file → one policy (README, "Machine and project files").
+//! Machine file + project file → one policy (README, "Machine and project files"); and, with a
+//! team policy, team → machine → project, each layer narrowing the one above (see [`merge_layers`]).
+//!
+//! The rules below are written for the project on the machine file. Under a team policy the same
+//! function runs twice: first with the team policy in the machine's role and the machine file in
+//! the project's ([`MACHINE_ON_TEAM`]), then the project on that result. The one difference a
+//! team makes is its ceiling ([`check_ceiling`]): a layer below it may not add what the team
+//! policy does not admit (a host it does not cover, a remote or account server it does not have,
+//! a secret bound to a host it does not reach), where a project may add those to a machine file.
 //!
 //! - The machine file's servers come first. A project entry with a new name adds a server.
 //! - A project entry with a machine server's name may only narrow it. It is a complete entry of
@@ -40,10 +48,62 @@ use crate::secret_position::SecretPosition;
 use crate::tool_pattern::ToolPattern;
 use std::collections::HashMap;
 
+/// Which two layers one merge step joins, in the words its messages use.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layers {
+    /// The layer narrowed, as in "machine server": `machine` or `team`.
+    pub upper: &'static str,
+    /// Its file: `machine file` or `team policy`.
+    pub upper_file: &'static str,
+    /// The layer that narrows, as in "the project sets": `project` or `machine file`.
+    pub lower: &'static str,
+    /// Its file: `project file` or `machine file`.
+    pub lower_file: &'static str,
+    pub lower_origin: Origin,
+}
+
+/// The project file on the machine file (and on a team policy merged with one).
+pub(super) const PROJECT_ON_MACHINE: Layers = Layers {
+    upper: "machine",
+    upper_file: "machine file",
+    lower: "project",
+    lower_file: "project file",
+    lower_origin: Origin::Project,
+};
+
+/// The machine file on the team policy.
+pub(super) const MACHINE_ON_TEAM: Layers = Layers {
+    upper: "team",
+    upper_file: "team policy",
+    lower: "machine file",
+    lower_file: "machine file",
+    lower_origin: Origin::Machine,
+};
+
+impl Layers {
+    /// These layers, with the upper one named for a server declared in `origin`: a team server
+    /// the project narrows (through the machine file's merge) is the team's, not the machine's.
+    fn over(&self, origin: Origin) -> Layers {
+        match origin {
+            Origin::Team => Layers {
+                upper: MACHINE_ON_TEAM.upper,
+                upper_file: MACHINE_ON_TEAM.upper_file,
+                ..*self
+            },
+            _ => *self,
+        }
+    }
+}
+
 /// The hint of every widening of a server's `pin`, `list`, `resources`, `prompts` and
 /// `allow_annotated`.
-const WIDEN_HINT: &str = "a project file can only narrow a machine server; remove the key to keep \
-     the machine's setting, or change the machine file if you mean it";
+fn widen_hint(l: &Layers) -> String {
+    format!(
+        "a {} can only narrow a {} server; remove the key to keep the {}'s setting, or change \
+         the {} if you mean it",
+        l.lower_file, l.upper, l.upper, l.upper_file
+    )
+}
 
 fn error(at: &Location, message: String, hint: &str) -> ConfigError {
     ConfigError {
@@ -61,20 +121,67 @@ fn kind_name(kind: &ServerKind) -> &'static str {
     }
 }
 
-/// Merges; `Err` holds every merge problem (cross-entry rules are checked by the caller).
-pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config, Vec<ConfigError>> {
+/// Team → machine → project; `Err` holds every merge problem (cross-entry rules are checked by the
+/// caller). Without a team policy this is the machine + project merge; with
+/// one, the machine file narrows the team policy and the project narrows the result, both under
+/// the team's ceiling. The errors of both steps are reported together.
+pub fn merge_layers(
+    team: Option<Config>,
+    machine: Option<Config>,
+    project: Option<Config>,
+) -> Result<Config, Vec<ConfigError>> {
+    let Some(team) = team else {
+        return merge_step(machine, project, &PROJECT_ON_MACHINE, None);
+    };
+    let (upper, mut errors) =
+        match merge_step(Some(team.clone()), machine, &MACHINE_ON_TEAM, Some(&team)) {
+            Ok(c) => (c, Vec::new()),
+            // The project is still checked against the team policy alone, so that its own
+            // problems are reported beside the machine file's.
+            Err(e) => (team.clone(), e),
+        };
+    match merge_step(Some(upper), project, &PROJECT_ON_MACHINE, Some(&team)) {
+        Ok(c) if errors.is_empty() => Ok(c),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.extend(e);
+            Err(errors)
+        }
+    }
+}
+
+/// One layer (`project`) on the one above it (`machine`); `ceiling` is the team policy, when
+/// there is one.
+fn merge_step(
+    machine: Option<Config>,
+    project: Option<Config>,
+    layers: &Layers,
+    ceiling: Option<&Config>,
+) -> Result<Config, Vec<ConfigError>> {
     let machine = machine.unwrap_or_default();
     let project = project.unwrap_or_default();
     let mut errors = Vec::new();
     let machine_bindings = secret_bindings(&machine);
+    let Layers {
+        upper,
+        upper_file,
+        lower,
+        lower_file,
+        ..
+    } = *layers;
+    if let Some(team) = ceiling {
+        check_ceiling(team, &machine, &project, layers, &mut errors);
+    }
 
     let mut out = machine.clone();
+    // Only the machine file names a team policy (the schema refuses it elsewhere).
+    out.team = project.team.clone().or(machine.team.clone());
     out.hosts.extend(project.hosts.iter().cloned());
-    out.private = super::private::merge(&machine.private, &project.private, &mut errors);
+    out.private = super::private::merge(&machine.private, &project.private, layers, &mut errors);
 
     for ps in &project.mcp {
         match out.mcp.iter_mut().find(|ms| ms.name == ps.name) {
-            Some(ms) => narrow(ms, ps, &mut errors),
+            Some(ms) => narrow(ms, ps, layers, &mut errors),
             None => out.mcp.push(ps.clone()),
         }
     }
@@ -82,7 +189,7 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
         // `in`: a project may narrow a machine secret's positions, never widen them.
         if let Some(msec) = out.secrets.iter_mut().find(|m| m.name == psec.name) {
             let before = errors.len();
-            if let Some(narrowed) = positions::narrow(msec, psec, &mut errors) {
+            if let Some(narrowed) = positions::narrow(msec, psec, layers, &mut errors) {
                 msec.body = narrowed.iter().any(|p| p.value == SecretPosition::Body);
                 msec.positions = Some(narrowed);
                 continue;
@@ -95,11 +202,14 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
             Some(msec) if psec.body && !msec.body => errors.push(error(
                 &psec.at,
                 format!(
-                    "the project turns on `body` for machine secret `{}` ({})",
+                    "the {lower} turns on `body` for {upper} secret `{}` ({})",
                     psec.name,
                     place(&msec.at)
                 ),
-                "a project file cannot widen a machine secret; change the machine file if you mean it",
+                &format!(
+                    "a {lower_file} cannot widen a {upper} secret; change the {upper_file} if you \
+                     mean it"
+                ),
             )),
             // Same name: the machine's entry stands; its hosts are checked below.
             Some(_) => {}
@@ -115,11 +225,13 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
             errors.push(error(
                 at,
                 format!(
-                    "the project sends machine secret `{name}` to {pattern}, which the machine \
-                         file does not bind it to"
+                    "the {lower} sends {upper} secret `{name}` to {pattern}, which the \
+                     {upper_file} does not bind it to"
                 ),
-                "a project file cannot widen a machine secret; add the host in the machine \
-                     file if you mean it",
+                &format!(
+                    "a {lower_file} cannot widen a {upper} secret; add the host in the \
+                     {upper_file} if you mean it"
+                ),
             ));
         }
     }
@@ -129,6 +241,87 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
         Ok(out)
     } else {
         Err(errors)
+    }
+}
+
+/// The team policy's ceiling on what `lower` adds to `upper` (the team policy itself, or the team
+/// policy merged with the machine file): every host it lists (top-level, a local server's, a
+/// secret's) must be covered by a host the team policy admits, and it may not add a remote or
+/// account server. Entries with an upper server's name are `narrow`ed instead.
+fn check_ceiling(
+    team: &Config,
+    upper: &Config,
+    lower: &Config,
+    layers: &Layers,
+    errors: &mut Vec<ConfigError>,
+) {
+    let lower_name = layers.lower;
+    let lower_file = layers.lower_file;
+    // What the team policy routes as plain egress: its hosts, its local servers' hosts and its
+    // secrets' hosts (each of those is a route, see `Policy::route`).
+    let mut plain: Vec<&HostPattern> = team.hosts.iter().map(|h| &h.value).collect();
+    for s in &team.mcp {
+        if let ServerKind::Local { hosts, .. } = &s.kind {
+            plain.extend(hosts.iter().map(|h| &h.value));
+        }
+    }
+    for sec in &team.secrets {
+        plain.extend(sec.hosts.iter().map(|h| &h.value));
+    }
+    let servers: Vec<HostPattern> = team
+        .mcp
+        .iter()
+        .filter_map(|s| match &s.kind {
+            ServerKind::Remote { url, .. } => {
+                Some(HostPattern::for_host(url.host.clone(), url.port))
+            }
+            ServerKind::Account { provider, .. } => crate::host::Host::parse(provider.host())
+                .ok()
+                .map(|h| HostPattern::for_host(h, 443)),
+            ServerKind::Local { .. } => None,
+        })
+        .collect();
+    let covered = |p: &HostPattern| plain.iter().any(|t| p.is_covered_by(t));
+    let hint = format!(
+        "under a team policy a {lower_file} can only narrow it: ask for this in the team policy, \
+         or remove it here"
+    );
+    let mut refuse = |at: &Location, what: String| {
+        errors.push(error(
+            at,
+            format!("the {lower_name} {what}, which the team policy does not allow"),
+            &hint,
+        ));
+    };
+    for h in &lower.hosts {
+        if !covered(&h.value) {
+            refuse(&h.at, format!("allows host {}", h.value));
+        }
+    }
+    for s in &lower.mcp {
+        if upper.mcp.iter().any(|u| u.name == s.name) {
+            continue;
+        }
+        match &s.kind {
+            ServerKind::Remote { .. } | ServerKind::Account { .. } => {
+                refuse(&s.at, format!("adds server `{}`", s.name));
+            }
+            ServerKind::Local { hosts, .. } => {
+                for h in hosts.iter().filter(|h| !covered(&h.value)) {
+                    refuse(
+                        &h.at,
+                        format!("lets local server `{}` reach {}", s.name, h.value),
+                    );
+                }
+            }
+        }
+    }
+    for sec in &lower.secrets {
+        for h in &sec.hosts {
+            if !covered(&h.value) && !servers.contains(&h.value) {
+                refuse(&h.at, format!("binds secret `{}` to {}", sec.name, h.value));
+            }
+        }
     }
 }
 
@@ -199,9 +392,21 @@ fn project_new_bindings<'p>(
     out
 }
 
-fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<ConfigError>) {
+fn narrow(
+    ms: &mut McpServerConfig,
+    ps: &McpServerConfig,
+    layers: &Layers,
+    errors: &mut Vec<ConfigError>,
+) {
     let name = ps.name.clone();
     let where_ = place(&ms.at);
+    let layers = &layers.over(ms.origin);
+    let Layers {
+        upper,
+        upper_file,
+        lower,
+        ..
+    } = *layers;
     let (mtools, ptools) = match (&ms.kind, &ps.kind) {
         (
             ServerKind::Remote {
@@ -218,9 +423,11 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
             if (mu.tls, &mu.host, mu.port, &mu.path) != (pu.tls, &pu.host, pu.port, &pu.path) {
                 errors.push(error(
                     &ps.at,
-                    format!("cannot change the url of machine server `{name}` ({where_})"),
-                    "a project entry with a machine server's name narrows it and must repeat its \
-                     url; give the project's server another name",
+                    format!("cannot change the url of {upper} server `{name}` ({where_})"),
+                    &format!(
+                        "a {lower} entry with a {upper} server's name narrows it and must repeat \
+                         its url; give the {lower}'s server another name"
+                    ),
                 ));
                 return;
             }
@@ -228,10 +435,12 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
                 errors.push(error(
                     &ps.at,
                     format!(
-                        "machine server `{name}` ({where_}) has `token: {mt}`; the project entry \
+                        "{upper} server `{name}` ({where_}) has `token: {mt}`; the {lower} entry \
                          says `token: {pt}`"
                     ),
-                    "a project entry that narrows a machine server repeats its `token` setting",
+                    &format!(
+                        "a {lower} entry that narrows a {upper} server repeats its `token` setting"
+                    ),
                 ));
                 return;
             }
@@ -250,8 +459,8 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
             if mp != pp {
                 errors.push(error(
                     &ps.at,
-                    format!("cannot change the account of machine server `{name}` ({where_})"),
-                    "give the project's server another name",
+                    format!("cannot change the account of {upper} server `{name}` ({where_})"),
+                    &format!("give the {lower}'s server another name"),
                 ));
                 return;
             }
@@ -277,10 +486,10 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
                 errors.push(error(
                     &ps.at,
                     format!(
-                        "cannot redefine local machine server `{name}` ({where_}); a project may \
+                        "cannot redefine local {upper} server `{name}` ({where_}); a {lower} may \
                          only repeat it unchanged"
                     ),
-                    "give the project's server another name, or remove this entry",
+                    &format!("give the {lower}'s server another name, or remove this entry"),
                 ));
             }
             return;
@@ -289,17 +498,17 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
             errors.push(error(
                 &ps.at,
                 format!(
-                    "cannot change machine server `{name}` ({where_}) from {} into {}",
+                    "cannot change {upper} server `{name}` ({where_}) from {} into {}",
                     kind_name(mk),
                     kind_name(pk)
                 ),
-                "give the project's server another name",
+                &format!("give the {lower}'s server another name"),
             ));
             return;
         }
     };
-    let tools = narrow_tools(&name, &where_, mtools, ptools, errors);
-    let surface = narrow_surface(&name, &where_, &ms.surface, &ps.surface, errors);
+    let tools = narrow_tools(&name, &where_, mtools, ptools, layers, errors);
+    let surface = narrow_surface(&name, &where_, &ms.surface, &ps.surface, layers, errors);
     let (Some(tools), Some(surface)) = (tools, surface) else {
         return;
     };
@@ -308,7 +517,7 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
     if !tools.allow_annotated.is_empty() && !surface.pin {
         errors.push(error(
             tools.allow_annotated_at.as_ref().unwrap_or(&ps.at),
-            format!("`allow_annotated` on machine server `{name}` ({where_}) needs `pin: true`"),
+            format!("`allow_annotated` on {upper} server `{name}` ({where_}) needs `pin: true`"),
             "add `pin: true` to the server: annotations are read from the pinned definition only",
         ));
         return;
@@ -318,7 +527,10 @@ fn narrow(ms: &mut McpServerConfig, ps: &McpServerConfig, errors: &mut Vec<Confi
         ServerKind::Remote { tools: t, .. } | ServerKind::Account { tools: t, .. } => *t = tools,
         ServerKind::Local { .. } => return,
     }
-    ms.narrowed_by_project = true;
+    // `upper_file` is for the messages above; a team server narrowed by the machine file keeps
+    // its origin and is not marked.
+    let _ = upper_file;
+    ms.narrowed_by_project |= layers.lower_origin == Origin::Project;
 }
 
 /// The project's `allow` must sit inside the machine's; `deny` accumulates; `allow_annotated`, when
@@ -328,9 +540,17 @@ fn narrow_tools(
     where_: &str,
     machine: &ToolRules,
     project: &ToolRules,
+    layers: &Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Option<ToolRules> {
     let before = errors.len();
+    let Layers {
+        upper,
+        upper_file,
+        lower,
+        lower_file,
+        ..
+    } = *layers;
     let machine_list = machine
         .allow
         .iter()
@@ -346,13 +566,13 @@ fn narrow_tools(
             errors.push(error(
                 &p.at,
                 format!(
-                    "project allows `{}` on machine server `{name}`, which the machine file denies \
+                    "{lower} allows `{}` on {upper} server `{name}`, which the {upper_file} denies \
                      (`{}` at {})",
                     p.value,
                     d.value,
                     place(&d.at)
                 ),
-                "a project file can only narrow a machine server; remove it from `allow`",
+                &format!("a {lower_file} can only narrow a {upper} server; remove it from `allow`"),
             ));
         } else if !machine
             .allow
@@ -362,18 +582,18 @@ fn narrow_tools(
             errors.push(error(
                 &p.at,
                 format!(
-                    "project allows `{}` on machine server `{name}` ({where_}), which the machine \
-                     file does not allow",
+                    "{lower} allows `{}` on {upper} server `{name}` ({where_}), which the \
+                     {upper_file} does not allow",
                     p.value
                 ),
                 &format!(
-                    "a project file can only narrow a machine server: allow a subset of the \
-                     machine's list ({machine_list}), or change the machine file"
+                    "a {lower_file} can only narrow a {upper} server: allow a subset of the \
+                     {upper}'s list ({machine_list}), or change the {upper_file}"
                 ),
             ));
         }
     }
-    let confirm = super::confirm::narrow(name, &machine.confirm, &project.confirm, errors);
+    let confirm = super::confirm::narrow(name, &machine.confirm, &project.confirm, layers, errors);
     let (allow_annotated, allow_annotated_at) = match &project.allow_annotated_at {
         None => (
             machine.allow_annotated.clone(),
@@ -385,13 +605,15 @@ fn narrow_tools(
                     errors.push(error(
                         &a.at,
                         format!(
-                            "project adds `allow_annotated: [{}]` to machine server `{name}` \
-                             ({where_}), which the machine file does not allow",
+                            "{lower} adds `allow_annotated: [{}]` to {upper} server `{name}` \
+                             ({where_}), which the {upper_file} does not allow",
                             a.value.name()
                         ),
-                        "a project file can only narrow a machine server: keep the machine's \
-                         `allow_annotated`, remove it with `allow_annotated: []`, or change the \
-                         machine file",
+                        &format!(
+                            "a {lower_file} can only narrow a {upper} server: keep the {upper}'s \
+                             `allow_annotated`, remove it with `allow_annotated: []`, or change \
+                             the {upper_file}"
+                        ),
                     ));
                 }
             }
@@ -430,19 +652,28 @@ fn narrow_surface(
     where_: &str,
     machine: &ServerSurface,
     project: &ServerSurface,
+    layers: &Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Option<ServerSurface> {
     let before = errors.len();
+    let Layers {
+        upper,
+        upper_file,
+        lower,
+        lower_file,
+        ..
+    } = *layers;
+    let widen = widen_hint(layers);
     let (mw, pw) = (&machine.written, &project.written);
     let pin = match &pw.pin {
         Some(at) if machine.pin && !project.pin => {
             errors.push(error(
                 at,
                 format!(
-                    "machine server `{name}` ({where_}) has `pin: true`; the project entry turns \
+                    "{upper} server `{name}` ({where_}) has `pin: true`; the {lower} entry turns \
                      it off"
                 ),
-                WIDEN_HINT,
+                &widen,
             ));
             machine.pin
         }
@@ -454,10 +685,10 @@ fn narrow_surface(
             errors.push(error(
                 at,
                 format!(
-                    "machine server `{name}` ({where_}) has `list: filter`; the project entry says \
+                    "{upper} server `{name}` ({where_}) has `list: filter`; the {lower} entry says \
                      `list: all`, which would show the agent what the policy hides"
                 ),
-                WIDEN_HINT,
+                &widen,
             ));
             machine.list
         }
@@ -469,13 +700,14 @@ fn narrow_surface(
         Some(_) => {
             let hint = match &mw.resources {
                 Some(at) if !machine.resources.is_empty() => format!(
-                    "a project file can only narrow a machine server: each pattern must be one of \
-                     the machine's `resources.allow` patterns ({}), written the same way",
+                    "a {lower_file} can only narrow a {upper} server: each pattern must be one of \
+                     the {upper}'s `resources.allow` patterns ({}), written the same way",
                     place(at)
                 ),
-                _ => "the machine file allows no resources on this server; change the machine \
-                      file if you mean it"
-                    .to_string(),
+                _ => format!(
+                    "the {upper_file} allows no resources on this server; change the \
+                     {upper_file} if you mean it"
+                ),
             };
             // A URI may hold a credential, so the pattern is named by its key, not quoted.
             for p in &project.resources {
@@ -483,8 +715,8 @@ fn narrow_surface(
                     errors.push(error(
                         &p.at,
                         format!(
-                            "project allows a resource pattern on machine server `{name}` \
-                             ({where_}) that the machine file does not allow"
+                            "{lower} allows a resource pattern on {upper} server `{name}` \
+                             ({where_}) that the {upper_file} does not allow"
                         ),
                         &hint,
                     ));
@@ -497,9 +729,10 @@ fn narrow_surface(
         None => machine.prompts.clone(),
         Some(_) => {
             let hint = if machine.prompts.is_empty() {
-                "the machine file allows no prompts on this server; change the machine file if \
-                 you mean it"
-                    .to_string()
+                format!(
+                    "the {upper_file} allows no prompts on this server; change the {upper_file} \
+                     if you mean it"
+                )
             } else {
                 let machine_list = machine
                     .prompts
@@ -508,9 +741,9 @@ fn narrow_surface(
                     .collect::<Vec<_>>()
                     .join(", ");
                 format!(
-                    "a project file can only narrow a machine server: allow a subset of the \
-                     machine's list ({machine_list}), each written the same way, or change the \
-                     machine file"
+                    "a {lower_file} can only narrow a {upper} server: allow a subset of the \
+                     {upper}'s list ({machine_list}), each written the same way, or change the \
+                     {upper_file}"
                 )
             };
             for p in &project.prompts {
@@ -518,8 +751,8 @@ fn narrow_surface(
                     errors.push(error(
                         &p.at,
                         format!(
-                            "project allows prompt `{}` on machine server `{name}` ({where_}), \
-                             which the machine file does not allow",
+                            "{lower} allows prompt `{}` on {upper} server `{name}` ({where_}), \
+                             which the {upper_file} does not allow",
                             p.value
                         ),
                         &hint,
@@ -529,7 +762,7 @@ fn narrow_surface(
             project.prompts.clone()
         }
     };
-    let limits = super::limits::narrow(name, &machine.limits, &project.limits, errors);
+    let limits = super::limits::narrow(name, &machine.limits, &project.limits, layers, errors);
     let token_in = match &project.token_in {
         None => machine.token_in.clone(),
         Some(wanted) => {
@@ -545,12 +778,12 @@ fn narrow_surface(
                     errors.push(error(
                         &p.at,
                         format!(
-                            "the project lets machine server `{name}`'s token be swapped in `{}` \
-                             ({where_}), where the machine file does not: its token goes in {}",
+                            "the {lower} lets {upper} server `{name}`'s token be swapped in `{}` \
+                             ({where_}), where the {upper_file} does not: its token goes in {}",
                             p.value,
                             crate::secret_position::list(&machine_has)
                         ),
-                        WIDEN_HINT,
+                        &widen,
                     ));
                 }
             }

@@ -7,7 +7,9 @@
 //!   keys, tags, directives or duplicate keys; YAML 1.2 booleans).
 //! - `schema` (with `url`, and `positions` for a secret's `in`): one file's tree to the [`Config`]
 //!   model, with every per-file rule.
-//! - `merge`: machine + project, where the project may add and narrow but never widen.
+//! - `merge`: machine + project, where the project may add and narrow but never widen; and under
+//!   a team policy ([`parse_team`], [`merge_layers`]) team → machine → project, where neither
+//!   layer below the team may add what the team policy does not admit.
 //! - `rules`: the rules that span entries, on the merged set.
 //! - `limits`: a server's `limits` entries, read by `schema` and merged by `merge`.
 //!
@@ -188,6 +190,29 @@ fn sorted(mut errors: Vec<ConfigError>) -> ConfigErrors {
 
 /// Parses and validates one file on its own. Cross-entry rules are [`merge`]'s.
 pub fn parse(text: &str, file: &str, origin: Origin) -> Result<Config, ConfigErrors> {
+    parse_with_serial(text, file, origin).map(|(c, _)| c)
+}
+
+/// Parses a team policy: a policy file in this schema plus its top-level `serial` (a positive
+/// integer, required). `file` is what errors name: the policy's url.
+pub fn parse_team(text: &str, file: &str) -> Result<(Config, u64), ConfigErrors> {
+    let (config, serial) = parse_with_serial(text, file, Origin::Team)?;
+    // `schema` reports a missing or invalid serial, so a parsed team policy has one.
+    let serial = serial.ok_or_else(|| {
+        ConfigErrors(vec![ConfigError::at_start(
+            file,
+            "missing `serial`",
+            "add `serial: N`",
+        )])
+    })?;
+    Ok((config, serial))
+}
+
+fn parse_with_serial(
+    text: &str,
+    file: &str,
+    origin: Origin,
+) -> Result<(Config, Option<u64>), ConfigErrors> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let root = match yaml::read(text) {
         Ok(Some(root)) => root,
@@ -222,7 +247,18 @@ pub fn parse(text: &str, file: &str, origin: Origin) -> Result<Config, ConfigErr
 
 /// Merges the machine file and the project file and runs the checks that span both.
 pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config, ConfigErrors> {
-    let merged = merge::merge(machine, project).map_err(sorted)?;
+    merge_layers(None, machine, project)
+}
+
+/// Merges a team policy, the machine file and the project file (team → machine → project, each
+/// narrowing the one above it) and runs the checks that span them. With `team: None` this is
+/// [`merge`].
+pub fn merge_layers(
+    team: Option<Config>,
+    machine: Option<Config>,
+    project: Option<Config>,
+) -> Result<Config, ConfigErrors> {
+    let merged = merge::merge_layers(team, machine, project).map_err(sorted)?;
     let errors = rules::check(&merged);
     if errors.is_empty() {
         Ok(merged)
@@ -231,8 +267,9 @@ pub fn merge(machine: Option<Config>, project: Option<Config>) -> Result<Config,
     }
 }
 
-/// `parse` each given `(text, file name)` and `merge` them.
-pub fn load(
+/// [`load`] under a team policy already parsed (by [`parse_team`]).
+pub fn load_under(
+    team: Option<Config>,
     machine: Option<(&str, &str)>,
     project: Option<(&str, &str)>,
 ) -> Result<Config, ConfigErrors> {
@@ -243,11 +280,19 @@ pub fn load(
         .map(|(t, f)| parse(t, f, Origin::Project))
         .transpose();
     match (machine, project) {
-        (Ok(m), Ok(p)) => merge(m, p),
+        (Ok(m), Ok(p)) => merge_layers(team, m, p),
         (Err(mut a), Err(b)) => {
             a.0.extend(b.0);
             Err(a)
         }
         (Err(e), _) | (_, Err(e)) => Err(e),
     }
+}
+
+/// `parse` each given `(text, file name)` and `merge` them.
+pub fn load(
+    machine: Option<(&str, &str)>,
+    project: Option<(&str, &str)>,
+) -> Result<Config, ConfigErrors> {
+    load_under(None, machine, project)
 }

@@ -12,6 +12,9 @@ use std::time::Duration;
 /// Which file an element came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Origin {
+    /// The team policy (`--team-policy URL` or the machine file's `team:`), signed and fetched;
+    /// the layer above the machine file.
+    Team,
     /// `~/.config/fenzi/mcp.yaml` (or `$XDG_CONFIG_HOME/fenzi/mcp.yaml`).
     Machine,
     /// `./fenzi.yaml`.
@@ -46,6 +49,20 @@ pub struct Config {
     /// The names that may resolve to internal addresses (`private:` on a `hosts` entry or a
     /// `url` server), each with its ranges.
     pub private: Vec<super::private::PrivateName>,
+    /// The machine file's `team: {url, key}`: where the team policy comes from (only the machine
+    /// file may name one).
+    pub team: Option<TeamSource>,
+}
+
+/// `team: {url, key}` in the machine file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeamSource {
+    /// An `https` url (checked as a server `url` is, and https only).
+    pub url: RemoteUrl,
+    /// The minisign public key file, as written (a relative path is the machine file's
+    /// directory's).
+    pub key: String,
+    pub at: Location,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -189,8 +189,16 @@ pub(super) fn check_body(
 pub(super) fn narrow(
     machine: &SecretConfig,
     project: &SecretConfig,
+    layers: &super::merge::Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Vec<Located<SecretPosition>>> {
+    let super::merge::Layers {
+        upper,
+        upper_file,
+        lower,
+        lower_file,
+        ..
+    } = *layers;
     let wanted = project.positions.as_ref()?;
     let before = errors.len();
     for p in wanted {
@@ -217,15 +225,14 @@ pub(super) fn narrow(
         errors.push(ConfigError {
             at: Some(p.at.clone()),
             message: format!(
-                "the project lets machine secret `{}` be swapped in `{}`, which the machine file \
+                "the {lower} lets {upper} secret `{}` be swapped in `{}`, which the {upper_file} \
                  does not: {machine_has}",
                 project.name, p.value
             ),
-            hint: Some(
-                "a project file can only narrow a machine secret's positions: list a subset of \
-                 the machine's `in`, or change the machine file if you mean it"
-                    .into(),
-            ),
+            hint: Some(format!(
+                "a {lower_file} can only narrow a {upper} secret's positions: list a subset of \
+                 the {upper}'s `in`, or change the {upper_file} if you mean it"
+            )),
         });
     }
     (errors.len() == before).then(|| wanted.clone())

@@ -42,8 +42,15 @@ fn list(ranges: &[Located<Cidr>]) -> String {
 pub fn merge(
     machine: &[PrivateName],
     project: &[PrivateName],
+    layers: &super::merge::Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Vec<PrivateName> {
+    let super::merge::Layers {
+        upper_file,
+        lower,
+        lower_file,
+        ..
+    } = *layers;
     let before = errors.len();
     for p in project {
         let same: Vec<&PrivateName> = machine.iter().filter(|m| m.pattern == p.pattern).collect();
@@ -51,16 +58,21 @@ pub fn merge(
             errors.push(ConfigError {
                 at: Some(p.at.clone()),
                 message: format!(
-                    "the project names private ranges ({}) for {}; only the machine file may",
+                    "the {lower} names private ranges ({}) for {}; only the {upper_file} may",
                     list(&p.ranges),
                     p.pattern
                 ),
-                hint: Some(
+                hint: Some(if layers.lower_origin == Origin::Project {
                     "a project file comes with the repository, so it cannot open the internal \
                      network: add the entry to the machine file (~/.config/fenzi/mcp.yaml) if you \
                      mean it, and remove `private` here"
-                        .into(),
-                ),
+                        .into()
+                } else {
+                    format!(
+                        "under a team policy a {lower_file} cannot open the internal network: ask \
+                         for the entry in the team policy, and remove `private` here"
+                    )
+                }),
             });
             continue;
         };
@@ -76,18 +88,17 @@ pub fn merge(
                 errors.push(ConfigError {
                     at: Some(r.at.clone()),
                     message: format!(
-                        "the project widens the private ranges of {} to {}, outside the machine \
-                         file's ({theirs} at {})",
+                        "the {lower} widens the private ranges of {} to {}, outside the \
+                         {upper_file}'s ({theirs} at {})",
                         p.pattern,
                         r.value,
                         place(&first.at)
                     ),
-                    hint: Some(
-                        "a project file may only narrow a machine entry's private ranges (each \
-                         range inside one of the machine's); change the machine file if you mean \
-                         it"
-                        .into(),
-                    ),
+                    hint: Some(format!(
+                        "a {lower_file} may only narrow the private ranges of an entry of the \
+                         {upper_file} (each range inside one of its); change the {upper_file} if \
+                         you mean it"
+                    )),
                 });
             }
         }

@@ -26,6 +26,11 @@ mod private;
 pub const MAX_SERVER_NAME: usize = 64;
 
 const TOP_KEYS: &[&str] = &["version", "hosts", "mcp", "secrets"];
+/// The machine file may also say where the team policy comes from.
+const MACHINE_TOP_KEYS: &[&str] = &["version", "hosts", "mcp", "secrets", "team"];
+/// A team policy carries its `serial` (the fetcher refuses an older one).
+const TEAM_TOP_KEYS: &[&str] = &["version", "serial", "hosts", "mcp", "secrets"];
+const TEAM_KEYS: &[&str] = &["url", "key"];
 const ENTRY_KEYS: &[&str] = &[
     "url",
     "command",
@@ -79,17 +84,23 @@ pub fn is_valid_server_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
-/// Reads one file's root node. `Err` holds every problem found.
-pub fn read(root: &Node, file: &str, origin: Origin) -> Result<Config, Vec<ConfigError>> {
+/// Reads one file's root node, with its `serial` (only a team policy has one, and it must).
+/// `Err` holds every problem found.
+pub fn read(
+    root: &Node,
+    file: &str,
+    origin: Origin,
+) -> Result<(Config, Option<u64>), Vec<ConfigError>> {
     let mut r = Reader {
         file: Arc::from(file),
         origin,
         errors: Vec::new(),
         private: Vec::new(),
+        serial: None,
     };
     let config = r.config(root);
     match config {
-        Some(c) if r.errors.is_empty() => Ok(c),
+        Some(c) if r.errors.is_empty() => Ok((c, r.serial)),
         _ => Err(r.errors),
     }
 }
@@ -100,6 +111,8 @@ struct Reader {
     errors: Vec<ConfigError>,
     /// The file's `private:` lists, gathered where they are read.
     private: Vec<super::private::PrivateName>,
+    /// A team policy's `serial`.
+    serial: Option<u64>,
 }
 
 /// The known keys of one mapping, looked up by name.
@@ -284,10 +297,15 @@ impl Reader {
                 return None;
             }
         }
+        let top_keys = match self.origin {
+            Origin::Team => TEAM_TOP_KEYS,
+            Origin::Machine => MACHINE_TOP_KEYS,
+            Origin::Project => TOP_KEYS,
+        };
         let f = self.fields(
             root,
             "",
-            TOP_KEYS,
+            top_keys,
             "a mapping with `version: 1` at the top",
             "a policy file is a mapping: `version: 1`, then `hosts:`, `mcp:`, `secrets:`",
         )?;
@@ -326,7 +344,90 @@ impl Reader {
             config.secrets = self.secrets(v);
         }
         config.private = std::mem::take(&mut self.private);
+        if let Some((_, v)) = f.get("team") {
+            config.team = self.team(v);
+        }
+        if self.origin == Origin::Team {
+            self.serial = self.serial(root, f.get("serial").map(|(_, v)| v));
+        }
         Some(config)
+    }
+
+    /// A team policy's `serial`: a positive integer, required.
+    fn serial(&mut self, root: &Node, node: Option<&Node>) -> Option<u64> {
+        const HINT: &str = "a team policy carries `serial: N`, a positive integer raised with each \
+             release; fenzi refuses a copy older than the one it has";
+        let Some(node) = node else {
+            self.error(root, "serial", "missing `serial`", HINT);
+            return None;
+        };
+        match &node.value {
+            Value::Int(n) if *n > 0 => u64::try_from(*n).ok(),
+            Value::Int(_) => {
+                self.error(node, "serial", "`serial` must be positive", HINT);
+                None
+            }
+            _ => {
+                self.wrong_type(node, "serial", "a positive integer", HINT);
+                None
+            }
+        }
+    }
+
+    /// The machine file's `team: {url, key}`.
+    fn team(&mut self, node: &Node) -> Option<TeamSource> {
+        const HINT: &str = "write `team: {url: https://policy.example.com/fenzi.yaml, key: \
+             team.pub}`: the signed policy's url and its minisign public key file";
+        let f = self.fields(
+            node,
+            "team",
+            TEAM_KEYS,
+            "a mapping with `url` and `key`",
+            HINT,
+        )?;
+        let url = match f.get("url") {
+            None => {
+                self.error(node, "team.url", "missing `url`", HINT);
+                None
+            }
+            Some((_, v)) => {
+                let text = self.string(v, "team.url", "a url", HINT)?;
+                match url::parse(text) {
+                    Ok(u) if u.tls => Some(u),
+                    Ok(_) => {
+                        self.error(
+                            v,
+                            "team.url",
+                            "the team policy's url is not https",
+                            "a team policy is fetched over https only; write an https:// url",
+                        );
+                        None
+                    }
+                    Err(e) => {
+                        self.error(v, "team.url", e.message, e.hint);
+                        None
+                    }
+                }
+            }
+        };
+        let key = match f.get("key") {
+            None => {
+                self.error(node, "team.key", "missing `key`", HINT);
+                None
+            }
+            Some((_, v)) => match self.string(v, "team.key", "a file name", HINT) {
+                Some("") => {
+                    self.error(v, "team.key", "empty `key`", HINT);
+                    None
+                }
+                other => other.map(str::to_string),
+            },
+        };
+        Some(TeamSource {
+            url: url?,
+            key: key?,
+            at: self.at(node, "team"),
+        })
     }
 
     fn host_list(&mut self, node: &Node, path: &str) -> Vec<Located<HostPattern>> {

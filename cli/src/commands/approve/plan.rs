@@ -64,6 +64,7 @@ fn file_of(files: &Files, origin: Origin) -> String {
     match origin {
         Origin::Machine => files.machine.as_ref().map(|m| m.name()).unwrap_or_default(),
         Origin::Project => files.project.name(),
+        Origin::Team => "the team policy".into(),
     }
 }
 
@@ -137,6 +138,12 @@ pub fn plan(
              {server}`"
         )
     });
+    if entry.origin == Origin::Team {
+        // `fenzi approve` loads no team policy; kept so that one never gets an edit here.
+        return Err(anyhow!(
+            "{server} is declared in the team policy: a tool is allowed there, by whoever signs it"
+        ));
+    }
     if entry.origin == Origin::Project {
         return Ok(Plan::Add {
             origin: Origin::Project,
@@ -224,6 +231,7 @@ pub fn apply(files: &Files, origin: Origin, server: &str, tool: &str) -> Result<
             .machine
             .as_ref()
             .ok_or_else(|| anyhow!("no machine file was read"))?,
+        Origin::Team => return Err(anyhow!("the team policy is not edited here")),
     };
     let name = target.name();
     let old = target

@@ -94,6 +94,8 @@ fn source(s: &McpServerConfig) -> &'static str {
         (Origin::Machine, true) => "machine, narrowed by project",
         (Origin::Machine, false) => "machine",
         (Origin::Project, _) => "project",
+        (Origin::Team, true) => "team, narrowed by project",
+        (Origin::Team, false) => "team",
     }
 }
 
@@ -167,7 +169,7 @@ fn positions_text(positions: &Option<Vec<String>>) -> String {
 fn server_json(config: &Config, s: &McpServerConfig, store: &Store) -> Value {
     let mut v = json!({
         "name": s.name,
-        "source": match s.origin { Origin::Machine => "machine", Origin::Project => "project" },
+        "source": match s.origin { Origin::Team => "team", Origin::Machine => "machine", Origin::Project => "project" },
         "narrowed_by_project": s.narrowed_by_project,
         "file": s.at.file.to_string(),
         "line": s.at.line,

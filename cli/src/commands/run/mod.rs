@@ -62,6 +62,8 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     allow_write: Vec<PathBuf>,
     #[command(flatten)]
+    team: crate::team::TeamArgs,
+    #[command(flatten)]
     tuning: ProxyFlags,
     /// The command and its arguments [default: $SHELL].
     #[arg(last = true, value_name = "CMD")]
@@ -74,9 +76,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // sandbox's init inherits it and handles it (see the `sandbox` module's doc).
     sandbox::make_process_undumpable().context("cannot make fenzi's own process non-dumpable")?;
     // An invalid policy is a config error: main prints every problem and exits 2.
-    let config = args.policy.load()?.result?;
-    let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
+    // No good copy of a team policy is an error too: the command does not start (exit 2).
+    let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
+    let config = loaded.result?;
+    let policy = Policy::from_config(&config);
+    if let Some(team) = &team {
+        eprintln!("fenzi run: {}", team.note());
+    }
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
     // The sandbox gets the placeholders, never the values.
@@ -205,6 +212,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         // The control sockets' directory: the sandbox cannot reach a socket (seccomp), nor
         // change what lies beside it.
         read_only.extend(control_dir);
+        // The team key: a key the agent could replace would let a later session trust its copy.
+        read_only.extend(team.as_ref().map(|t| t.key.clone()));
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
         let transparent = transparent::spec(&policy, &session_dir)?;
         let mut spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
@@ -269,6 +278,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // them, the sandbox has the files read-only. What happened goes to the session log.
     let watcher = crate::reload::Watcher::start(
         &args.policy,
+        team.map(|t| t.config),
         proxy.clone(),
         runtime.handle().clone(),
         |line| output::note(&format!("fenzi run: {line}")),
