@@ -25,6 +25,7 @@ pub mod audit_writer;
 pub mod capacity;
 pub mod confirm;
 pub mod error;
+pub mod export;
 pub mod lock_file;
 pub mod net;
 pub mod options;
