@@ -11,7 +11,9 @@
 //! (a disk full for a while) do not fail the exit: their requests were denied, nothing was lost.
 //! Values and placeholders are never printed: names only. While it serves, a change to the policy
 //! files is reloaded (`crate::reload`): new MCP tool rules apply from the next request, anything
-//! else waits for the next session; each outcome is a line on stderr and a `policy` record.
+//! else waits for the next session; each outcome is a line on stderr and a `policy` record. With
+//! `--otlp URL` the log is also shipped to an OTLP/HTTP receiver (`session::start_export`), and at
+//! exit, after the log's last flush, the export drains and says how far it got.
 
 use crate::config_files::PolicyArgs;
 use crate::session::{self, ProxyFlags};
@@ -30,11 +32,16 @@ use std::time::Duration;
 Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:0
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
+  fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --audit /var/log/fenzi/audit.jsonl \
+      --otlp http://127.0.0.1:4318/v1/logs --drain-timeout 10s
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
 environment, else from the credential store (`fenzi mcp token`); clients get the placeholders from
 DIR/placeholders.env (NAME=placeholder lines).
+With --otlp every audit record is also shipped, from the log file, as an OpenTelemetry log record
+(body: the line as stored; attributes fenzi.session, fenzi.seq). Give --audit a fixed file so that
+a restart continues the same log and its export resumes from <log>.otlp-cursor.
 Durations take a unit: 500ms, 30s, 5m, 1h (a bare number is seconds).")]
 pub struct Args {
     #[command(flatten)]
@@ -63,6 +70,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
+    let exporter = session::start_export(&args.tuning, &audit_path, |line| {
+        eprintln!("fenzi proxy: {line}")
+    })?;
     let ca_dir = match &args.ca_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("fenzi-{session}")),
@@ -105,6 +115,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     .into_iter()
     .chain(missing)
     .chain(control_note)
+    .chain(args.tuning.otlp_note(&audit_path))
     .collect();
     // Changes to the policy files, from now on (see `reload`).
     let watcher = crate::reload::Watcher::start(
@@ -115,6 +126,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     )
     .context("cannot watch the policy files")?;
     let result = runtime.block_on(serve(&args.listen, proxy, &audit, &notes));
+    // After the log's last record: the export ships what is left within --drain-timeout.
+    if let Some(line) = runtime.block_on(session::finish_export(exporter, &args.tuning)) {
+        eprintln!("fenzi proxy: {line}");
+    }
     drop(watcher);
     // Connections cut after the drain time may leave a resolver thread behind; do not wait on it.
     runtime.shutdown_timeout(Duration::from_secs(1));

@@ -180,12 +180,15 @@ impl std::fmt::Display for DrainReport {
         }
         write!(
             f,
-            "export to {}: acknowledged up to seq {} of {}{rejected}; {} records not shipped. They \
-             stay in the log, and the next run with this log resumes from {}",
+            "export to {}: acknowledged up to seq {} of {}{rejected}; {} not shipped. They stay in \
+             the log, and the next run with this log resumes from its cursor ({})",
             self.url,
             self.acked,
             self.written,
-            self.written - self.acked,
+            match self.written - self.acked {
+                1 => "1 record".to_string(),
+                n => format!("{n} records"),
+            },
             self.cursor.display()
         )?;
         if let Some(why) = &self.stopped {
@@ -324,8 +327,10 @@ struct Batch {
 
 impl Batch {
     fn range(&self) -> String {
-        let first = self.records.first().map_or(0, |r| r.fields.seq);
-        format!("seq {first}..{}", self.last_seq)
+        match self.records.first().map_or(0, |r| r.fields.seq) {
+            first if first == self.last_seq => format!("seq {first}"),
+            first => format!("seq {first}..{}", self.last_seq),
+        }
     }
 }
 

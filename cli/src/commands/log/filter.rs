@@ -183,6 +183,7 @@ mod tests {
             follow: false,
             json: false,
             verify: false,
+            export_status: false,
         };
         let denied = mcp(Outcome::Denied, "read_wiki_contents", Some("policy_denied"));
         let allowed = mcp(Outcome::Allowed, "read_wiki_structure", None);

@@ -3,13 +3,15 @@
 //! This module owns the arguments and the dispatch; the work is in one file per concept: `locate`
 //! (finding the log: `--file`, `--session`, or the newest in the state directory), `filter` (which
 //! records are shown), `render` (a record as a line for a person), `show` (printing and `--follow`),
-//! and `verify` (`--verify`: the hash chain and the head file, through `fenzi_policy::audit::verify`).
+//! and `verify` (`--verify`: the hash chain and the head file, through `fenzi_policy::audit::verify`),
+//! and `export_status` (`--export-status`: how far the `--otlp` export has got).
 //! It never writes to the log.
 //!
 //! Times are shown in UTC, the zone the log stores, so a line can be matched with its record; the date is
 //! added when the records shown span more than one day. Every field taken from a record is rendered so
 //! that a hostile host, path or tool name cannot forge or hide text on the reader's terminal.
 
+mod export_status;
 mod filter;
 mod locate;
 pub(crate) mod render;
@@ -38,6 +40,7 @@ Examples:
   fenzi log --session a1b2c3 --follow
   fenzi log --file audit.jsonl --json | jq .reason
   fenzi log --file audit.jsonl --verify
+  fenzi log --export-status          how far each exported log's --otlp export has got
 
 Output:
   13:33:38 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure
@@ -51,7 +54,10 @@ Output:
 Logs live in $XDG_STATE_HOME/fenzi/audit/<session>.jsonl (default ~/.local/state/fenzi/audit).
 --verify exits 0 when every record's hash chain is intact and the head file (<log>.head) matches,
 1 naming the first broken record otherwise (a record edited, dropped or reordered, or the log cut
-short). Exit 2: usage error, or no log found.";
+short). Exit 2: usage error, or no log found.
+--export-status prints, per log, the last seq written and the last seq the OTLP receiver
+acknowledged (<log>.otlp-cursor), e.g.
+  /var/log/fenzi/audit.jsonl: written up to seq 50, acknowledged up to seq 43: 7 behind";
 
 /// Show, filter, follow or verify the audit log.
 #[derive(Debug, clap::Args)]
@@ -92,9 +98,17 @@ pub struct Args {
     /// Check the hash chain and the head file; exit 1 naming the first broken record.
     #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since"])]
     pub verify: bool,
+    /// How far the `--otlp` export has got: per log, the last seq written and the last seq
+    /// acknowledged (every exported log in the state directory, or the one --file/--session names).
+    #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since", "follow", "verify"])]
+    pub export_status: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.export_status {
+        let (file, session) = (args.file.as_deref(), args.session.as_deref());
+        return export_status::run(file, session, args.json);
+    }
     // Filters without a log named read every session's log they may match, oldest first.
     let filtered =
         args.denied || args.server.is_some() || args.tool.is_some() || args.since.is_some();
