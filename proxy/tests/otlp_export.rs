@@ -6,6 +6,8 @@
 //! no gaps, a batch sent again only after a failed try, and the bodies (the original lines) verify
 //! downstream as a hash chain.
 
+mod common;
+
 use bytes::Bytes;
 use fenzi_policy::audit::{self, Outcome};
 use fenzi_proxy::audit_writer::{AuditEntry, AuditWriter};
@@ -64,6 +66,7 @@ struct Receiver {
     addr: SocketAddr,
     script: Arc<Script>,
     task: tokio::task::JoinHandle<()>,
+    scheme: &'static str,
 }
 
 impl Receiver {
@@ -78,6 +81,23 @@ impl Receiver {
 
     /// A receiver on `addr` sharing `script` (a restart keeps what was received).
     async fn on(addr: SocketAddr, script: Arc<Script>, acts: &[Act]) -> Receiver {
+        Receiver::serve(addr, script, acts, None).await
+    }
+
+    /// An `https` receiver with a certificate from `tls`.
+    async fn tls(tls: Arc<rustls::ServerConfig>) -> Receiver {
+        let addr = "127.0.0.1:0".parse().unwrap();
+        let mut r = Receiver::serve(addr, Arc::new(Script::default()), &[], Some(tls)).await;
+        r.scheme = "https";
+        r
+    }
+
+    async fn serve(
+        addr: SocketAddr,
+        script: Arc<Script>,
+        acts: &[Act],
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Receiver {
         script.acts.lock().unwrap().extend(acts.iter().copied());
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -89,20 +109,35 @@ impl Receiver {
                 loop {
                     let (tcp, _) = listener.accept().await.unwrap();
                     let script = script.clone();
+                    let tls = tls.clone().map(tokio_rustls::TlsAcceptor::from);
                     connections.spawn(async move {
                         let service = service_fn(move |req| answer(script.clone(), req));
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(tcp), service)
-                            .await;
+                        let http = hyper::server::conn::http1::Builder::new();
+                        match tls {
+                            Some(tls) => {
+                                let Ok(stream) = tls.accept(tcp).await else {
+                                    return;
+                                };
+                                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                            None => {
+                                let _ = http.serve_connection(TokioIo::new(tcp), service).await;
+                            }
+                        }
                     });
                 }
             }
         });
-        Receiver { addr, script, task }
+        Receiver {
+            addr,
+            script,
+            task,
+            scheme: "http",
+        }
     }
 
     fn url(&self) -> String {
-        format!("http://{}/v1/logs", self.addr)
+        format!("{}://{}/v1/logs", self.scheme, self.addr)
     }
 
     fn got(&self) -> Vec<Got> {
@@ -423,6 +458,11 @@ async fn a_4xx_stops_the_export_once_and_a_restart_resumes_from_the_cursor() {
     write(&writer, 5).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(receiver.got().len(), 2);
+    assert_eq!(
+        progress.lag(),
+        8,
+        "a stopped export still counts what is written"
+    );
     let report = exporter.drain(Duration::from_secs(1)).await;
     assert!(!report.caught_up());
     assert_eq!((report.acked, report.written), (7, 15));
@@ -578,4 +618,38 @@ async fn a_cursor_that_does_not_fit_the_log_ships_it_again_and_a_changed_log_sto
     assert_eq!(receiver.got().len(), before);
     let why = report.stopped.unwrap();
     assert!(why.contains("does not continue the hash chain"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_is_verified_against_the_extra_roots() {
+    let (_dir, log) = log_path();
+    let writer = AuditWriter::open(&log, "s1").unwrap();
+    write(&writer, 9).await;
+    writer.flush().await.unwrap();
+    let pki = common::TestPki::new();
+    let receiver = Receiver::tls(pki.server_config(&["127.0.0.1"])).await;
+
+    // Without the receiver's CA among the roots: TLS fails, nothing is acknowledged.
+    let notes = Notes::default();
+    let exporter = Exporter::start(config(&receiver.url(), &log, &notes)).unwrap();
+    let report = exporter.drain(Duration::from_millis(500)).await;
+    assert_eq!(report.acked, 0);
+    assert!(receiver.got().is_empty());
+    assert!(
+        notes.all().contains("TLS with 127.0.0.1:"),
+        "{}",
+        notes.all()
+    );
+
+    // With it (as `--upstream-ca` gives it): everything arrives.
+    let trusted = ExportConfig {
+        extra_roots: vec![pki.ca_der.clone()],
+        ..config(&receiver.url(), &log, &notes)
+    };
+    let report = Exporter::start(trusted)
+        .unwrap()
+        .drain(Duration::from_secs(5))
+        .await;
+    assert!(report.caught_up(), "{report}");
+    check_arrivals(&receiver.got(), 9, &log);
 }

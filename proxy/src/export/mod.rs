@@ -360,10 +360,12 @@ impl Shipper {
         if let Some(why) = &stopped {
             self.progress.inner.stopped.store(true, Ordering::Relaxed);
             (self.config.note)(&format!("export to {}: {why}", self.config.endpoint));
-            // Nothing more to do until the session ends.
+            // Nothing more to send until the session ends; the lag still counts what is written.
             while !self.orphaned && self.deadline().is_none() {
-                if self.mode.changed().await.is_err() {
-                    self.orphaned = true;
+                let poll = self.config.poll;
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => self.refresh_written(),
+                    changed = self.mode.changed() => if changed.is_err() { self.orphaned = true },
                 }
             }
         }
