@@ -315,3 +315,56 @@ fn fenzi_proxy_ships_its_log_and_resumes_after_a_restart() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `fenzi run --otlp`: the records of the command's requests are shipped, and when the command
+/// ends the export drains before fenzi exits (its line comes after the command's output).
+#[test]
+fn fenzi_run_ships_the_session_log_and_drains_when_the_command_ends() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("SKIP fenzi_run_ships_the_session_log: no curl");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("fenzi-otlp-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("xdg")).unwrap();
+    std::fs::write(dir.join("fenzi.yaml"), "version: 1\nhosts: []\n").unwrap();
+    // One 503 first: the retry happens while the command runs or in the drain.
+    let receiver = Receiver::start(1);
+    let out = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(["run", "--no-isolation", "--otlp", &receiver.url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "for h in a b c; do curl -s -o /dev/null http://$h.blocked.example/; done; echo ran",
+        ])
+        .current_dir(&dir)
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("runtime"))
+        .env("FENZI_CREDSTORE", "memory")
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+    assert!(
+        err.contains("fenzi run: audit export to http://127.0.0.1:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("fenzi run: export to http://127.0.0.1:")
+            && err.contains("caught up, every record up to seq 3 acknowledged"),
+        "{err}"
+    );
+    let accepted = receiver.stop();
+    assert_eq!(accepted.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2, 3]);
+    for (_, line) in &accepted {
+        let record: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(record["reason"], "host_not_allowed", "{line}");
+    }
+    let lines: Vec<&[u8]> = accepted.iter().map(|r| r.1.as_bytes()).collect();
+    fenzi_policy::audit::verify(lines, None).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -557,7 +557,15 @@ async fn the_drain_gives_up_on_time_and_says_how_far_it_got() {
         .extend([Act::Status(503); 1000]);
     let notes = Notes::default();
     let exporter = Exporter::start(config(&receiver.url(), &log, &notes)).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let progress = exporter.progress();
+    let started = Instant::now();
+    while progress.acked() < 7 || receiver.got().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the first batch never went"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     let report = exporter.drain(Duration::from_millis(400)).await;
     let took = started.elapsed();

@@ -32,7 +32,7 @@ use std::time::Duration;
 Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:0
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
-  fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --audit /var/log/fenzi/audit.jsonl \
+  fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --audit /var/log/fenzi/audit.jsonl \\
       --otlp http://127.0.0.1:4318/v1/logs --drain-timeout 10s
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.

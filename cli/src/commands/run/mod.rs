@@ -35,6 +35,8 @@ Examples:
   fenzi run --agent claude                Claude Code with the policy's MCP servers
   fenzi run --agent codex -- exec \"fix the tests\"
   fenzi run --no-isolation -- npm test    proxy variables only, no sandbox (not a security boundary)
+  fenzi run --otlp http://127.0.0.1:4318/v1/logs --agent claude
+                                          every audit record also to an OpenTelemetry collector
 
 Inside, the command may write only in the current directory, the temporary directories, /dev, the cache
 directory and the agent's own state (--allow-write adds more). fenzi.yaml, fenzi.lock, the machine config
