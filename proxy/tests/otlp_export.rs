@@ -661,3 +661,35 @@ async fn https_is_verified_against_the_extra_roots() {
     assert!(report.caught_up(), "{report}");
     check_arrivals(&receiver.got(), 9, &log);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_out_when_the_drain_begins_is_cut_at_its_deadline() {
+    let (_dir, log) = log_path();
+    let writer = AuditWriter::open(&log, "s1").unwrap();
+    write(&writer, 3).await;
+    writer.flush().await.unwrap();
+    let receiver = Receiver::start(&[Act::Stall(Duration::from_secs(30))]).await;
+    let notes = Notes::default();
+    let slow = ExportConfig {
+        request_timeout: Duration::from_secs(20),
+        ..config(&receiver.url(), &log, &notes)
+    };
+    let exporter = Exporter::start(slow).unwrap();
+    let started = Instant::now();
+    while receiver.got().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "nothing sent");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let report = exporter.drain(Duration::from_millis(300)).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "the drain took {took:?}"
+    );
+    assert_eq!(
+        (report.acked, report.written, &report.stopped),
+        (0, 3, &None)
+    );
+    assert!(report.url.starts_with("http://127.0.0.1:"), "{report:?}");
+}

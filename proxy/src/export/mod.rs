@@ -223,6 +223,8 @@ pub struct Exporter {
     progress: ExportProgress,
     mode: watch::Sender<Mode>,
     done: oneshot::Receiver<DrainReport>,
+    url: String,
+    cursor: PathBuf,
 }
 
 impl Exporter {
@@ -264,6 +266,7 @@ impl Exporter {
             .map_err(ExportError::Thread)?;
         let (mode_tx, mode_rx) = watch::channel(Mode::Run);
         let (done_tx, done_rx) = oneshot::channel();
+        let (url, cursor_file) = (config.endpoint.url().to_string(), cursor_path(&config.log));
         let shipper = Shipper {
             backoff: Backoff::new(config.backoff_initial, config.backoff_max),
             config,
@@ -288,6 +291,8 @@ impl Exporter {
             progress,
             mode: mode_tx,
             done: done_rx,
+            url,
+            cursor: cursor_file,
         })
     }
 
@@ -305,8 +310,8 @@ impl Exporter {
         match tokio::time::timeout(timeout + Duration::from_secs(2), self.done).await {
             Ok(Ok(report)) => report,
             _ => DrainReport {
-                url: String::new(),
-                cursor: PathBuf::new(),
+                url: self.url,
+                cursor: self.cursor,
                 acked: self.progress.acked(),
                 written: self.progress.written(),
                 rejected: self.progress.rejected(),
@@ -514,7 +519,35 @@ impl Shipper {
                 }
                 timeout = timeout.min(left);
             }
-            let answer = self.client.post(body.clone(), timeout).await;
+            // A drain that begins while a request is out cuts it at its deadline.
+            let answer = {
+                let post = self.client.post(body.clone(), timeout);
+                tokio::pin!(post);
+                loop {
+                    let deadline = match *self.mode.borrow() {
+                        Mode::Drain(at) => Some(at),
+                        Mode::Run => None,
+                    };
+                    let cut = async move {
+                        match deadline {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        answer = &mut post => break Some(answer),
+                        changed = self.mode.changed(), if !self.orphaned => {
+                            if changed.is_err() {
+                                self.orphaned = true;
+                            }
+                        }
+                        _ = cut => break None,
+                    }
+                }
+            };
+            let Some(answer) = answer else {
+                return Ok(false);
+            };
             match retry::judge(answer, SystemTime::now()) {
                 Verdict::Accepted { rejected, message } => {
                     if self.failing {
