@@ -132,6 +132,10 @@ struct Proxy {
 }
 
 fn start_proxy(dir: &Path, otlp: &str, run: usize) -> Proxy {
+    start_proxy_with(dir, &["--otlp", otlp, "--drain-timeout", "1s"], run)
+}
+
+fn start_proxy_with(dir: &Path, extra: &[&str], run: usize) -> Proxy {
     let stderr = dir.join(format!("stderr-{run}"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
         .args([
@@ -144,11 +148,8 @@ fn start_proxy(dir: &Path, otlp: &str, run: usize) -> Proxy {
             "audit.jsonl",
             "--ca-dir",
             "ca",
-            "--otlp",
-            otlp,
-            "--drain-timeout",
-            "1s",
         ])
+        .args(extra)
         .current_dir(dir)
         .env("XDG_CONFIG_HOME", dir.join("xdg"))
         .env("XDG_STATE_HOME", dir.join("state"))
@@ -366,5 +367,85 @@ fn fenzi_run_ships_the_session_log_and_drains_when_the_command_ends() {
     }
     let lines: Vec<&[u8]> = accepted.iter().map(|r| r.1.as_bytes()).collect();
     fenzi_policy::audit::verify(lines, None).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn fenzi_log(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .arg("log")
+        .args(args)
+        .current_dir(dir)
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+/// `fenzi log --otlp URL`: a finished log (written without --otlp) shipped afterwards from its
+/// cursor; again, nothing more to send; a receiver that keeps failing is exit 1; a log a running
+/// fenzi still writes is refused.
+#[test]
+fn fenzi_log_ships_a_finished_log_from_its_cursor() {
+    let dir = std::env::temp_dir().join(format!("fenzi-otlp-ship-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fenzi.yaml"), "version: 1\nhosts: [github.com]\n").unwrap();
+    let proxy = start_proxy_with(&dir, &[], 1);
+    for n in 0..4 {
+        proxy.request(n);
+    }
+    // While that fenzi writes the log, it is its own to ship.
+    let receiver = Receiver::start(0);
+    let busy = fenzi_log(&dir, &["--file", "audit.jsonl", "--otlp", &receiver.url]);
+    assert_eq!(busy.status.code(), Some(2), "{busy:?}");
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("still being written by a running fenzi")
+    );
+    let (status, _) = proxy.stop();
+    assert!(status.success());
+
+    let out = fenzi_log(&dir, &["--file", "audit.jsonl", "--otlp", &receiver.url]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text.contains("caught up, every record up to seq 4"),
+        "{text}"
+    );
+    let again = fenzi_log(&dir, &["--file", "audit.jsonl", "--otlp", &receiver.url]);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+    assert_eq!(
+        receiver.received.requests.load(Ordering::SeqCst),
+        1,
+        "nothing sent twice"
+    );
+    let accepted = receiver.stop();
+    assert_eq!(
+        accepted.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+
+    // New records, and a receiver that only fails: exit 1, saying how far.
+    let proxy = start_proxy_with(&dir, &[], 2);
+    proxy.request(4);
+    let _ = proxy.stop();
+    let failing = Receiver::start(usize::MAX);
+    let out = fenzi_log(
+        &dir,
+        &[
+            "--file",
+            "audit.jsonl",
+            "--otlp",
+            &failing.url,
+            "--drain-timeout",
+            "1s",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("acknowledged up to seq 4 of 5"), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("503"),
+        "{out:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

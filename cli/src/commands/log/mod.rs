@@ -4,7 +4,8 @@
 //! (finding the log: `--file`, `--session`, or the newest in the state directory), `filter` (which
 //! records are shown), `render` (a record as a line for a person), `show` (printing and `--follow`),
 //! and `verify` (`--verify`: the hash chain and the head file, through `fenzi_policy::audit::verify`),
-//! and `export_status` (`--export-status`: how far the `--otlp` export has got).
+//! `export_status` (`--export-status`: how far the `--otlp` export has got), and `ship` (`--otlp`:
+//! ship what a finished log's cursor lacks).
 //! It never writes to the log.
 //!
 //! Times are shown in UTC, the zone the log stores, so a line can be matched with its record; the date is
@@ -15,6 +16,7 @@ mod export_status;
 mod filter;
 mod locate;
 pub(crate) mod render;
+mod ship;
 mod show;
 #[cfg(test)]
 mod test_records;
@@ -41,6 +43,8 @@ Examples:
   fenzi log --file audit.jsonl --json | jq .reason
   fenzi log --file audit.jsonl --verify
   fenzi log --export-status          how far each exported log's --otlp export has got
+  fenzi log --session a1b2c3 --otlp http://127.0.0.1:4318/v1/logs
+                                     ship what that finished log's export left behind
 
 Output:
   13:33:38 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure
@@ -102,6 +106,8 @@ pub struct Args {
     /// acknowledged (every exported log in the state directory, or the one --file/--session names).
     #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since", "follow", "verify"])]
     pub export_status: bool,
+    #[command(flatten)]
+    pub ship: ship::ShipArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -126,6 +132,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let path = locate(&args)?;
+    if let Some(endpoint) = args.ship.otlp.clone() {
+        return ship::run(&path, endpoint, &args.ship);
+    }
     if args.verify {
         let outcome = verify_file(&path)?;
         println!("{}", outcome.message);
