@@ -44,7 +44,7 @@ if ! cmp -s "$REQ" "$STAMP"; then
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
     cp "$REQ" "$STAMP"
 fi
-"$VENV/bin/python" -c 'import mcp, uvicorn, cryptography' || {
+"$VENV/bin/python" -c 'import mcp, uvicorn, cryptography, yaml' || {
     echo "setup: the venv at $VENV is broken; remove it and run again" >&2
     exit 1
 }

@@ -14,6 +14,8 @@
 //! else waits for the next session; each outcome is a line on stderr and a `policy` record.
 //! Under a team policy (`--team-policy`, or the machine file's `team:`; `crate::team`) the policy
 //! files narrow the signed team copy; with no good copy of it the proxy does not start (exit 2).
+//! With `--otlp URL` the log is also shipped to an OTLP/HTTP receiver (`session::start_export`), and at
+//! exit, after the log's last flush, the export drains and says how far it got.
 
 use crate::config_files::PolicyArgs;
 use crate::session::{self, ProxyFlags};
@@ -34,13 +36,18 @@ Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
   fenzi proxy --config /etc/fenzi/fenzi.yaml --listen 127.0.0.1:3128 --ca-dir /var/run/fenzi --group-readable
       (a Kubernetes sidecar whose agent runs as another user in its group: deploy/k8s)
-  fenzi proxy --listen 127.0.0.1:8080 --team-policy https://policy.example.com/fenzi.yaml \
+  fenzi proxy --listen 127.0.0.1:8080 --team-policy https://policy.example.com/fenzi.yaml \\
       --team-key ~/.config/fenzi/team.pub     narrow a signed team policy (see fenzi check --help)
+  fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --audit /var/log/fenzi/audit.jsonl \\
+      --otlp http://127.0.0.1:4318/v1/logs --drain-timeout 10s
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
 environment, else from the credential store (`fenzi mcp token`); clients get the placeholders from
 DIR/placeholders.env (NAME=placeholder lines).
+With --otlp every audit record is also shipped, from the log file, as an OpenTelemetry log record
+(body: the line as stored; attributes fenzi.session, fenzi.seq). Give --audit a fixed file so that
+a restart continues the same log and its export resumes from <log>.otlp-cursor.
 Durations take a unit: 500ms, 30s, 5m, 1h (a bare number is seconds).")]
 pub struct Args {
     #[command(flatten)]
@@ -85,6 +92,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
+    let exporter = session::start_export(&args.tuning, &audit_path, |line| {
+        eprintln!("fenzi proxy: {line}")
+    })?;
     let ca_dir = match &args.ca_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("fenzi-{session}")),
@@ -132,6 +142,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     .chain(team.as_ref().map(crate::team::TeamLayer::note))
     .chain(missing)
     .chain(control_note)
+    .chain(args.tuning.otlp_note(&audit_path))
     .collect();
     // Changes to the policy files, from now on (see `reload`).
     let watcher = crate::reload::Watcher::start(
@@ -143,6 +154,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     )
     .context("cannot watch the policy files")?;
     let result = runtime.block_on(serve(&args.listen, proxy, &audit, &notes));
+    // After the log's last record: the export ships what is left within --drain-timeout.
+    if let Some(line) = runtime.block_on(session::finish_export(exporter, &args.tuning)) {
+        eprintln!("fenzi proxy: {line}");
+    }
     drop(watcher);
     // Connections cut after the drain time may leave a resolver thread behind; do not wait on it.
     runtime.shutdown_timeout(Duration::from_secs(1));

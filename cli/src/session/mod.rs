@@ -1,14 +1,17 @@
 //! What `fenzi proxy` and `fenzi run` both set up for a session, one file per concept: `files` (the
 //! audit log and the private directory holding the session CA certificate), `secrets` (values
 //! gathered, placeholders minted, `placeholders.env`), and `serving` (the proxy options derived from
-//! flags, serving until stopped, and what the exit reports).
+//! flags, serving until stopped, and what the exit reports), and `export` (`--otlp`: the audit
+//! export's start and its drain at exit).
 
 mod confirm;
+mod export;
 mod files;
 mod secrets;
 mod serving;
 
 pub use confirm::{control_note, control_socket};
+pub use export::{finish_export, start_export};
 pub use files::{create_private_dir, open_audit, write_ca, write_file};
 pub use secrets::{hosts_not_stored_for, load_secrets};
 pub use serving::{ProxyFlags, parse_duration, serve_until, upstream_roots};

@@ -60,7 +60,7 @@ pub fn refused_records(writer: &AuditWriter) -> Option<String> {
 pub struct ProxyFlags {
     /// Extra root certificates (PEM) trusted for upstream TLS, beside the public roots. Repeatable.
     #[arg(long, value_name = "PEM")]
-    upstream_ca: Vec<PathBuf>,
+    pub(super) upstream_ca: Vec<PathBuf>,
     /// Client connections served at once, tunnels included. When all are taken, the one idle longest
     /// (at least a second) is closed to make room. The default is what this machine's descriptor
     /// limit allows, at most 16384.
@@ -81,9 +81,16 @@ pub struct ProxyFlags {
     /// From a request sent upstream to its response head.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     response_timeout: Option<Duration>,
-    /// At shutdown, how long in-flight requests get to finish.
+    /// At shutdown, how long in-flight requests get to finish [default: 10s]; with --otlp, also how
+    /// long the export then gets to ship what is left [default: 5s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    drain_timeout: Option<Duration>,
+    pub(super) drain_timeout: Option<Duration>,
+    /// Ship every audit record to this OTLP/HTTP logs endpoint (protobuf), the full path, e.g.
+    /// http://127.0.0.1:4318/v1/logs or https://collector.example/v1/logs (trusting the public
+    /// roots and --upstream-ca). From the log file, after the request: never slows or fails one.
+    /// Progress is kept in <log>.otlp-cursor; `fenzi log --export-status` shows it.
+    #[arg(long, value_name = "URL", value_parser = super::export::parse_otlp_url)]
+    pub(super) otlp: Option<fenzi_proxy::export::Endpoint>,
     /// Worker threads serving connections [default: one per CPU for `fenzi proxy`, 1 for `fenzi
     /// run`, whose one agent makes few calls at once: one thread saves the cross-thread wake-ups].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]

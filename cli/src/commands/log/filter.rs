@@ -184,6 +184,8 @@ mod tests {
             json: false,
             ocsf: false,
             verify: false,
+            export_status: false,
+            ship: Default::default(),
         };
         let denied = mcp(Outcome::Denied, "read_wiki_contents", Some("policy_denied"));
         let allowed = mcp(Outcome::Allowed, "read_wiki_structure", None);

@@ -3,17 +3,21 @@
 //! This module owns the arguments and the dispatch; the work is in one file per concept: `locate`
 //! (finding the log: `--file`, `--session`, or the newest in the state directory), `filter` (which
 //! records are shown), `render` (a record as a line for a person), `show` (printing and `--follow`),
-//! and `verify` (`--verify`: the hash chain and the head file, through `fenzi_policy::audit::verify`).
+//! and `verify` (`--verify`: the hash chain and the head file, through `fenzi_policy::audit::verify`),
+//! `export_status` (`--export-status`: how far the `--otlp` export has got), and `ship` (`--otlp`:
+//! ship what a finished log's cursor lacks).
 //! It never writes to the log.
 //!
 //! Times are shown in UTC, the zone the log stores, so a line can be matched with its record; the date is
 //! added when the records shown span more than one day. Every field taken from a record is rendered so
 //! that a hostile host, path or tool name cannot forge or hide text on the reader's terminal.
 
+mod export_status;
 mod filter;
 mod locate;
 mod ocsf;
 pub(crate) mod render;
+mod ship;
 mod show;
 #[cfg(test)]
 mod test_records;
@@ -40,6 +44,9 @@ Examples:
   fenzi log --file audit.jsonl --json | jq .reason
   fenzi log --file audit.jsonl --verify
   fenzi log --session a1b2c3 --denied --ocsf     OCSF 1.8.0 events for a SIEM, one per line
+  fenzi log --export-status          how far each exported log's --otlp export has got
+  fenzi log --session a1b2c3 --otlp http://127.0.0.1:4318/v1/logs
+                                     ship what that finished log's export left behind
 
 Output:
   13:33:38 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure
@@ -53,7 +60,10 @@ Output:
 Logs live in $XDG_STATE_HOME/fenzi/audit/<session>.jsonl (default ~/.local/state/fenzi/audit).
 --verify exits 0 when every record's hash chain is intact and the head file (<log>.head) matches,
 1 naming the first broken record otherwise (a record edited, dropped or reordered, or the log cut
-short). Exit 2: usage error, or no log found.";
+short). Exit 2: usage error, or no log found.
+--export-status prints, per log, the last seq written and the last seq the OTLP receiver
+acknowledged (<log>.otlp-cursor), e.g.
+  /var/log/fenzi/audit.jsonl: written up to seq 50, acknowledged up to seq 43: 7 behind";
 
 /// Show, filter, follow or verify the audit log.
 #[derive(Debug, clap::Args)]
@@ -98,9 +108,19 @@ pub struct Args {
     /// Check the hash chain and the head file; exit 1 naming the first broken record.
     #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since"])]
     pub verify: bool,
+    /// How far the `--otlp` export has got: per log, the last seq written and the last seq
+    /// acknowledged (every exported log in the state directory, or the one --file/--session names).
+    #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since", "follow", "verify"])]
+    pub export_status: bool,
+    #[command(flatten)]
+    pub ship: ship::ShipArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.export_status {
+        let (file, session) = (args.file.as_deref(), args.session.as_deref());
+        return export_status::run(file, session, args.json);
+    }
     // Filters without a log named read every session's log they may match, oldest first.
     let filtered =
         args.denied || args.server.is_some() || args.tool.is_some() || args.since.is_some();
@@ -119,6 +139,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let path = locate(&args)?;
+    if let Some(endpoint) = args.ship.otlp.clone() {
+        return ship::run(&path, endpoint, &args.ship);
+    }
     if args.verify {
         let outcome = verify_file(&path)?;
         println!("{}", outcome.message);

@@ -35,6 +35,8 @@ Examples:
   fenzi run --agent claude                Claude Code with the policy's MCP servers
   fenzi run --agent codex -- exec \"fix the tests\"
   fenzi run --no-isolation -- npm test    proxy variables only, no sandbox (not a security boundary)
+  fenzi run --otlp http://127.0.0.1:4318/v1/logs --agent claude
+                                          every audit record also to an OpenTelemetry collector
 
 Inside, the command may write only in the current directory, the temporary directories, /dev, the cache
 directory and the agent's own state (--allow-write adds more). fenzi.yaml, fenzi.lock, the machine config
@@ -95,6 +97,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
+    let exporter = session::start_export(&args.tuning, &audit_path, |line| {
+        output::note(&format!("fenzi run: {line}"))
+    })?;
+    if let Some(note) = args.tuning.otlp_note(&audit_path) {
+        eprintln!("fenzi run: {note}");
+    }
     let session_dir = session_dir(&session)?;
     // The CA certificate and agent configs are for this session only, whichever way it ends.
     let _remove_session_dir = RemoveOnDrop(session_dir.clone());
@@ -314,9 +322,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         served.flushed?;
         anyhow::Ok(status)
     });
+    // After the log's last record: the export ships what is left within --drain-timeout.
+    let exported = runtime.block_on(session::finish_export(exporter, &args.tuning));
     drop(watcher);
     runtime.shutdown_timeout(Duration::from_secs(1));
     let warnings = quiet.finish();
+    if let Some(line) = exported {
+        eprintln!("fenzi run: {line}");
+    }
     for line in summary::Denials::read(&audit_path).lines(&session) {
         eprintln!("{line}");
     }
