@@ -29,6 +29,7 @@ pub mod lock_file;
 pub mod net;
 pub mod options;
 pub mod server;
+pub mod shards;
 pub mod synthetic;
 pub mod tls;
 pub mod tool_listing;

@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // An invalid policy is a config error: main prints every problem and exits 2.
     let config = args.policy.load()?.result?;
     let policy = Policy::from_config(&config);
-    let options = args.tuning.options()?;
+    let options = args.tuning.options(None)?;
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
 
@@ -70,7 +70,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     let control = session::control_socket(&policy, &session)?;
     let control_note = control.as_ref().map(session::control_note);
-    let runtime = args.tuning.runtime(None)?;
+    let runtime = args.tuning.runtime()?;
     let placeholders = secrets.write_placeholders(&ca_dir)?;
     let status = secrets.summary();
     let missing = secrets.missing_line();

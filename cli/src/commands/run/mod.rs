@@ -76,7 +76,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // An invalid policy is a config error: main prints every problem and exits 2.
     let config = args.policy.load()?.result?;
     let policy = Policy::from_config(&config);
-    let options = args.tuning.options()?;
+    let options = args.tuning.options(Some(1))?;
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
     // The sandbox gets the placeholders, never the values.
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(socket) = &control {
         eprintln!("fenzi run: {}", session::control_note(socket));
     }
-    let runtime = args.tuning.runtime(Some(1))?;
+    let runtime = args.tuning.runtime()?;
     let secrets_status = secrets.summary();
     if let Some(missing) = secrets.missing_line() {
         eprintln!("fenzi run: {missing}");
