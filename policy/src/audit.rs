@@ -151,7 +151,18 @@ pub fn to_line(record: &AuditRecord) -> String {
     } else {
         serde_json::to_string(record)
     };
-    escape_invisible(&raw.expect("audit records always serialise"))
+    let raw = raw.expect("audit records always serialise");
+    // Nearly every line is printable ASCII: it is kept as it is, checked a byte at a time.
+    if is_printable_ascii(&raw) {
+        raw
+    } else {
+        escape_invisible(&raw)
+    }
+}
+
+/// Whether every byte is printable ASCII (space to `~`), so nothing in it [`needs_escape`].
+fn is_printable_ascii(text: &str) -> bool {
+    text.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
 /// Longest request-derived text kept in a record field.
@@ -165,7 +176,7 @@ fn clip(value: &str) -> String {
 /// Replaces characters that should never appear raw in a log with `\uXXXX`. Safe on JSON text: these
 /// characters can only occur inside strings, where the escape means the same character.
 pub fn escape_invisible(json: &str) -> String {
-    if !json.chars().any(needs_escape) {
+    if is_printable_ascii(json) || !json.chars().any(needs_escape) {
         return json.to_string();
     }
     let mut out = String::with_capacity(json.len() + 16);
@@ -552,6 +563,21 @@ mod tests {
             back.tool.as_deref(),
             Some("evil\n\u{1b}[31m\u{202e}\u{85}\u{2028}")
         );
+    }
+
+    #[test]
+    fn the_printable_ascii_shortcut_keeps_exactly_what_needs_no_escape() {
+        for b in 0u8..0x80 {
+            let text = (b as char).to_string();
+            assert_eq!(
+                is_printable_ascii(&text),
+                !needs_escape(b as char),
+                "byte {b:#04x}"
+            );
+        }
+        // DEL passes serde_json unescaped: the shortcut must not keep it raw.
+        let line = to_line(&record(1, GENESIS, "a\u{7f}b"));
+        assert!(line.contains("\\u007f"), "{line}");
     }
 
     #[test]

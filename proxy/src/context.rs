@@ -131,6 +131,11 @@ impl ConnGuard {
         self.conn.peer()
     }
 
+    /// The client's stream, its activity tracked and cut on eviction.
+    pub fn track<T>(&self, inner: T) -> crate::capacity::Tracked<T> {
+        self.conn.track(inner)
+    }
+
     /// Resolves once shutdown has begun.
     pub async fn stopping(&mut self) {
         let _ = self.stop.wait_for(|stop| *stop).await;

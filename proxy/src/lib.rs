@@ -30,6 +30,7 @@ pub mod lock_file;
 pub mod net;
 pub mod options;
 pub mod server;
+pub mod shards;
 pub mod synthetic;
 pub mod team_fetch;
 pub mod tls;

@@ -44,6 +44,9 @@ pub struct ProxyOptions {
     pub max_idle_upstream: usize,
     /// A kept upstream connection unused for this long is closed.
     pub upstream_idle_timeout: Duration,
+    /// Threads that each serve their own connections start to finish ([`crate::shards`]); 0 serves
+    /// every connection on the runtime that calls `serve`.
+    pub shards: usize,
 }
 
 impl Default for ProxyOptions {
@@ -63,6 +66,7 @@ impl Default for ProxyOptions {
             upstream_roots: Vec::new(),
             max_idle_upstream: 64,
             upstream_idle_timeout: Duration::from_secs(30),
+            shards: 0,
         }
     }
 }

@@ -26,10 +26,17 @@ pub(crate) struct PoolKey {
     pub tls: bool,
 }
 
-struct IdleConn {
-    sender: SendRequest<Body>,
+/// One HTTP/1.1 connection to an upstream.
+pub(crate) struct UpstreamConn {
+    pub sender: SendRequest<Body>,
     /// The checked address this connection was dialled to.
-    addr: SocketAddr,
+    pub addr: SocketAddr,
+    /// The shard whose thread drives it ([`crate::shards::current`] when it was dialled).
+    pub shard: Option<usize>,
+}
+
+struct IdleConn {
+    conn: UpstreamConn,
     /// When it was last handed back, or last seen still busy by a sweep.
     since: Instant,
 }
@@ -43,32 +50,27 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// A ready connection for `key` to one of `allowed`, the most recently used first.
-    pub fn take(
-        &self,
-        key: &PoolKey,
-        allowed: &[SocketAddr],
-    ) -> Option<(SendRequest<Body>, SocketAddr)> {
+    /// A ready connection for `key` to one of `allowed`, the most recently used first, and one this
+    /// thread's shard drives before any other: a connection driven on another thread costs a
+    /// cross-thread wake-up each way of every call.
+    pub fn take(&self, key: &PoolKey, allowed: &[SocketAddr]) -> Option<UpstreamConn> {
+        let shard = crate::shards::current();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let conns = idle.get_mut(key)?;
-        conns.retain(|c| !c.sender.is_closed());
+        conns.retain(|c| !c.conn.sender.is_closed());
+        let usable = |c: &IdleConn| c.conn.sender.is_ready() && allowed.contains(&c.conn.addr);
         let at = conns
             .iter()
-            .rposition(|c| c.sender.is_ready() && allowed.contains(&c.addr))?;
-        let conn = conns.remove(at);
-        Some((conn.sender, conn.addr))
+            .rposition(|c| c.conn.shard == shard && usable(c))
+            .or_else(|| conns.iter().rposition(usable))?;
+        Some(conns.remove(at).conn)
     }
 
     /// Hands a connection back. It becomes ready again once its response body has been read; a
     /// connection that is never ready again (a long event stream) waits here until it closes or is
     /// pushed out. Beyond `cap` per destination the oldest is dropped (hyper finishes a response in
     /// flight on it, then closes it).
-    pub fn put(
-        self: &Arc<Self>,
-        key: PoolKey,
-        conn: (SendRequest<Body>, SocketAddr),
-        options: &ProxyOptions,
-    ) {
+    pub fn put(self: &Arc<Self>, key: PoolKey, conn: UpstreamConn, options: &ProxyOptions) {
         let cap = options.max_idle_upstream;
         if cap == 0 {
             return;
@@ -79,16 +81,14 @@ impl Pool {
                 options.upstream_idle_timeout,
             ));
         }
-        let (sender, addr) = conn;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let conns = idle.entry(key).or_default();
-        conns.retain(|c| !c.sender.is_closed());
+        conns.retain(|c| !c.conn.sender.is_closed());
         if conns.len() >= cap {
             conns.remove(0);
         }
         conns.push(IdleConn {
-            sender,
-            addr,
+            conn,
             since: Instant::now(),
         });
     }
@@ -102,12 +102,12 @@ impl Pool {
         idle.retain(|_, conns| {
             let before = conns.len();
             conns.retain_mut(|c| {
-                if c.sender.is_closed() {
+                if c.conn.sender.is_closed() {
                     return false;
                 }
                 // Still carrying a response body: busy, not idle. Its idle time starts from the
                 // last sweep that saw it busy, not from when its response began.
-                if !c.sender.is_ready() {
+                if !c.conn.sender.is_ready() {
                     c.since = now;
                     return true;
                 }

@@ -17,6 +17,7 @@ use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::reload::{self, Reload};
 use crate::secrets::{SecretSet, SessionSecrets};
+use crate::shards::Shards;
 use crate::tls::{SessionCa, upstream};
 use crate::transparent;
 use fenzi_policy::engine::Policy;
@@ -282,6 +283,10 @@ impl Proxy {
                         None
                     }
                 });
+        let shards = match options.shards {
+            0 => None,
+            n => Some(Shards::start(n, SHARD_THREAD).map_err(ProxyError::Io)?),
+        };
         tokio::pin!(shutdown);
         loop {
             let (stream, peer, transparent) = tokio::select! {
@@ -305,13 +310,30 @@ impl Proxy {
                 _ = &mut shutdown => break,
                 admitted = capacity.admit(peer) => admitted,
             };
-            let stream = admitted.track(stream);
-            let guard = ConnGuard::new(admitted, stop_rx.clone());
-            if transparent {
-                tokio::spawn(transparent::serve(self.session.clone(), stream, guard));
-            } else {
-                tokio::spawn(serve_client(self.session.clone(), stream, peer, guard));
-            }
+            let session = self.session.clone();
+            let stop = stop_rx.clone();
+            let Some(shards) = &shards else {
+                let guard = ConnGuard::new(admitted, stop);
+                tokio::spawn(serve_connection(session, stream, peer, guard, transparent));
+                continue;
+            };
+            // The socket moves to the shard's reactor: deregistered here, registered there.
+            let stream = match stream.into_std() {
+                Ok(stream) => stream,
+                Err(e) => {
+                    tracing::warn!("cannot hand a connection to a shard: {e}");
+                    continue;
+                }
+            };
+            shards.serve(async move {
+                match TcpStream::from_std(stream) {
+                    Ok(stream) => {
+                        let guard = ConnGuard::new(admitted, stop);
+                        serve_connection(session, stream, peer, guard, transparent).await;
+                    }
+                    Err(e) => tracing::warn!("a shard cannot take a connection: {e}"),
+                }
+            });
         }
         drop(listener);
         for acceptor in acceptors {
@@ -322,6 +344,9 @@ impl Proxy {
         // Held calls are denied now (their connections see `stop`), and are withdrawn from
         // watchers before the socket goes.
         let open = capacity.drain(drain).await;
+        if let Some(shards) = shards {
+            shards.stop().await;
+        }
         if let Some(task) = control_task {
             task.abort();
         }
@@ -338,6 +363,26 @@ impl Proxy {
             );
         }
         Ok(open)
+    }
+}
+
+/// The name of the threads serving connections when sharded (a profile or `top -H` tells them apart).
+const SHARD_THREAD: &str = "fenzi-shard";
+
+/// Serves one admitted connection to its end: a proxy client, or a program caught by a transparent
+/// listener.
+async fn serve_connection(
+    session: Arc<SessionContext>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    guard: ConnGuard,
+    transparent: bool,
+) {
+    let stream = guard.track(stream);
+    if transparent {
+        transparent::serve(session, stream, guard).await
+    } else {
+        serve_client(session, stream, peer, guard).await
     }
 }
 

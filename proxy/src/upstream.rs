@@ -11,7 +11,7 @@ use crate::admit::Destination;
 use crate::body::Body;
 use crate::context::SessionContext;
 use crate::error::ProxyError;
-use crate::pool::PoolKey;
+use crate::pool::{PoolKey, UpstreamConn};
 use fenzi_policy::host::Host;
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -104,11 +104,11 @@ impl Upstream {
         mut req: Request<Body>,
     ) -> Result<Response<Incoming>, ProxyError> {
         let wait = session.options.response_header_timeout;
-        while let Some((mut sender, addr)) = self.take_pooled(session) {
-            match timeout(wait, sender.try_send_request(req)).await {
+        while let Some(mut conn) = self.take_pooled(session) {
+            match timeout(wait, conn.sender.try_send_request(req)).await {
                 Err(_) => return Err(ProxyError::UpstreamTimeout(wait)),
                 Ok(Ok(response)) => {
-                    self.keep(session, sender, addr);
+                    self.keep(session, conn);
                     return Ok(response);
                 }
                 // The pooled connection closed before the request went out: it is intact, try the
@@ -119,31 +119,35 @@ impl Upstream {
                 },
             }
         }
-        let (mut sender, addr) = self.connect(session).await?;
-        let response = timeout(wait, sender.send_request(req))
+        let mut conn = self.connect(session).await?;
+        let response = timeout(wait, conn.sender.send_request(req))
             .await
             .map_err(|_| ProxyError::UpstreamTimeout(wait))?
             .map_err(ProxyError::UpstreamHttp)?;
-        self.keep(session, sender, addr);
+        self.keep(session, conn);
         Ok(response)
     }
 
-    fn take_pooled(&self, session: &SessionContext) -> Option<(SendRequest<Body>, SocketAddr)> {
+    fn take_pooled(&self, session: &SessionContext) -> Option<UpstreamConn> {
         session.upstreams.take(&self.key, &self.dest.addrs)
     }
 
-    fn keep(&self, session: &SessionContext, sender: SendRequest<Body>, addr: SocketAddr) {
-        let key = self.key.clone();
-        session.upstreams.put(key, (sender, addr), &session.options);
+    fn keep(&self, session: &SessionContext, conn: UpstreamConn) {
+        session
+            .upstreams
+            .put(self.key.clone(), conn, &session.options);
     }
 
-    async fn connect(
-        &self,
-        session: &SessionContext,
-    ) -> Result<(SendRequest<Body>, SocketAddr), ProxyError> {
+    async fn connect(&self, session: &SessionContext) -> Result<UpstreamConn, ProxyError> {
         let (tcp, addr) = dial_checked(session, &self.dest).await?;
+        // hyper's connection task is spawned here, on this thread's runtime: its shard drives it.
+        let conn = |sender| UpstreamConn {
+            sender,
+            addr,
+            shard: crate::shards::current(),
+        };
         if !self.key.tls {
-            return Ok((handshake(tcp).await?, addr));
+            return Ok(conn(handshake(tcp).await?));
         }
         let name = server_name(&self.dest.host)?;
         let connector = tokio_rustls::TlsConnector::from(session.upstream_tls.clone());
@@ -156,7 +160,7 @@ impl Upstream {
                 after,
             })?
             .map_err(|error| ProxyError::UpstreamTls { host, error })?;
-        Ok((handshake(tls).await?, addr))
+        Ok(conn(handshake(tls).await?))
     }
 }
 

@@ -82,7 +82,7 @@ fn share_with_group(path: &std::path::Path) -> Result<()> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     // An invalid policy is a config error: main prints every problem and exits 2.
-    let options = args.tuning.options()?;
+    let options = args.tuning.options(None)?;
     // No good copy of a team policy is an error too: the session does not start (exit 2).
     let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
     let config = loaded.result?;
@@ -102,7 +102,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     let control = session::control_socket(&policy, &session)?;
     let control_note = control.as_ref().map(session::control_note);
-    let runtime = args.tuning.runtime(None)?;
+    let runtime = args.tuning.runtime()?;
     let placeholders = secrets.write_placeholders(&ca_dir)?;
     if args.group_readable {
         // Before ca.pem is written: a sidecar's agent waits for ca.pem, then reads this file.

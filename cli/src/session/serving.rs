@@ -8,8 +8,9 @@ use fenzi_proxy::{Proxy, ProxyOptions};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The name of the async runtime's worker threads, which run the accept loop and every connection.
-const WORKER_THREAD: &str = "fenzi-worker";
+/// The name of the async runtime's thread, which runs the accept loop (connections run on the
+/// proxy's `fenzi-shard-N` threads).
+const MAIN_THREAD: &str = "fenzi-main";
 
 /// How a session's serving ended: what `fenzi proxy` and `fenzi run` report at exit.
 pub struct Served {
@@ -91,34 +92,41 @@ pub struct ProxyFlags {
     /// Progress is kept in <log>.otlp-cursor; `fenzi log --export-status` shows it.
     #[arg(long, value_name = "URL", value_parser = super::export::parse_otlp_url)]
     pub(super) otlp: Option<fenzi_proxy::export::Endpoint>,
-    /// Worker threads serving connections [default: one per CPU for `fenzi proxy`, 1 for `fenzi
-    /// run`, whose one agent makes few calls at once: one thread saves the cross-thread wake-ups].
+    /// Threads serving connections, each its own connections start to finish (with the upstream
+    /// connections they use) [default: one per CPU for `fenzi proxy`, 1 for `fenzi run`, whose one
+    /// agent makes few calls at once].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
 }
 
 impl ProxyFlags {
-    /// The async runtime that serves the proxy: `--threads` workers, else `default_threads` (`None`:
-    /// one per CPU).
+    /// The async runtime that runs the accept loop, the control socket and the policy watcher. The
+    /// connections themselves are served by the proxy's shards ([`ProxyOptions::shards`], set by
+    /// [`ProxyFlags::options`]), one thread each, so one worker is all this runtime needs.
     /// Also lifts the soft descriptor limit to the hard one first: each connection holds up to two.
-    pub fn runtime(&self, default_threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
+    pub fn runtime(&self) -> Result<tokio::runtime::Runtime> {
         match fenzi_proxy::capacity::raise_fd_limit() {
             Ok(limit) => tracing::debug!("descriptor limit {limit}"),
             Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
         }
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        // Named so that a profile or `top -H` tells them from `fenzi-audit` and the main thread.
-        builder.enable_all().thread_name(WORKER_THREAD);
-        if let Some(n) = self.threads.map(usize::from).or(default_threads) {
-            builder.worker_threads(n);
-        }
-        builder.build().context("cannot start the async runtime")
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .worker_threads(1)
+            // Named so that a profile or `top -H` tells it from the shards and `fenzi-audit-sync`.
+            .thread_name(MAIN_THREAD)
+            .build()
+            .context("cannot start the async runtime")
     }
 
-    /// The proxy options these flags ask for, on top of the defaults.
-    pub fn options(&self) -> Result<ProxyOptions> {
+    /// The proxy options these flags ask for, on top of the defaults: `--threads` shards, else
+    /// `default_threads` (`None`: one per CPU).
+    pub fn options(&self, default_threads: Option<usize>) -> Result<ProxyOptions> {
+        let threads = self.threads.map(usize::from).or(default_threads);
         let mut options = ProxyOptions {
             max_connections: self.max_connections.max(1),
+            shards: threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+            }),
             ..ProxyOptions::default()
         };
         let set = |slot: &mut Duration, value: Option<Duration>| {

@@ -78,7 +78,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // sandbox's init inherits it and handles it (see the `sandbox` module's doc).
     sandbox::make_process_undumpable().context("cannot make fenzi's own process non-dumpable")?;
     // An invalid policy is a config error: main prints every problem and exits 2.
-    let options = args.tuning.options()?;
+    let options = args.tuning.options(Some(1))?;
     // No good copy of a team policy is an error too: the command does not start (exit 2).
     let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
     let config = loaded.result?;
@@ -114,7 +114,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(socket) = &control {
         eprintln!("fenzi run: {}", session::control_note(socket));
     }
-    let runtime = args.tuning.runtime(Some(1))?;
+    let runtime = args.tuning.runtime()?;
     let secrets_status = secrets.summary();
     if let Some(missing) = secrets.missing_line() {
         eprintln!("fenzi run: {missing}");
