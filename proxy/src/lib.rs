@@ -26,6 +26,7 @@ pub mod capacity;
 pub mod confirm;
 pub mod error;
 pub mod lock_file;
+pub mod metrics;
 pub mod net;
 pub mod options;
 pub mod server;

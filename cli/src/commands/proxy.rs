@@ -30,6 +30,7 @@ use std::time::Duration;
 Examples:
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:0
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --ca-dir ./ca --upstream-ca corp-root.pem
+  fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --metrics 127.0.0.1:9464
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
@@ -58,6 +59,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let config = args.policy.load()?.result?;
     let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
+    let metrics = args.tuning.metrics_listener()?;
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
 
@@ -82,6 +84,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .options(options)
             .secrets(secrets.set)
             .lock_files(args.policy.lock_files());
+        let builder = match args.tuning.wants_metrics() {
+            true => builder.metrics(),
+            false => builder,
+        };
         match control {
             Some(socket) => builder.control_socket(socket),
             None => builder,
@@ -90,6 +96,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .context("cannot start the proxy")?
     };
     session::write_ca(&ca_dir, proxy.ca_pem())?;
+    let metrics_line = match metrics {
+        Some(listener) => {
+            let _runtime = runtime.enter();
+            Some(session::serve_metrics(&proxy, listener)?)
+        }
+        None => None,
+    };
     // Printed once listening (stdout's first line comes first).
     let notes: Vec<String> = [
         format!(
@@ -103,6 +116,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ),
     ]
     .into_iter()
+    .chain(metrics_line)
     .chain(missing)
     .chain(control_note)
     .collect();

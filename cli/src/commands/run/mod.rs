@@ -35,6 +35,8 @@ Examples:
   fenzi run --agent claude                Claude Code with the policy's MCP servers
   fenzi run --agent codex -- exec \"fix the tests\"
   fenzi run --no-isolation -- npm test    proxy variables only, no sandbox (not a security boundary)
+  fenzi run --metrics 127.0.0.1:9464 --agent claude
+                                          Prometheus metrics on the host, out of the sandbox's reach
 
 Inside, the command may write only in the current directory, the temporary directories, /dev, the cache
 directory and the agent's own state (--allow-write adds more). fenzi.yaml, fenzi.lock, the machine config
@@ -77,6 +79,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let config = args.policy.load()?.result?;
     let policy = Policy::from_config(&config);
     let options = args.tuning.options()?;
+    let metrics = args.tuning.metrics_listener()?;
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
     // The sandbox gets the placeholders, never the values.
@@ -110,6 +113,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .options(options)
             .secrets(secrets.set)
             .lock_files(args.policy.lock_files());
+        let builder = match args.tuning.wants_metrics() {
+            true => builder.metrics(),
+            false => builder,
+        };
         match control {
             Some(socket) => builder.control_socket(socket),
             None => builder,
@@ -118,6 +125,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .context("cannot start the proxy")?
     };
     let ca_path = session::write_ca(&session_dir, proxy.ca_pem())?;
+    if let Some(listener) = metrics {
+        // On the host: the sandbox's network namespace has no route to it.
+        let _enter = runtime.enter();
+        eprintln!("fenzi run: {}", session::serve_metrics(&proxy, listener)?);
+    }
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
     let bundle_path = session::write_file(&session_dir, "ca-bundle.pem", bundle.as_bytes())?;
 
