@@ -101,9 +101,12 @@ pub(crate) async fn admit(
         Route::Mcp(server) => Handling::Mcp(Box::new(server.clone())),
         Route::Plain { .. } => Handling::Plain,
     };
-    let ips = resolve(session, host, port)
-        .await
-        .map_err(|error| Refusal::failed(subject, error))?;
+    let ips = resolve(session, host, port).await.map_err(|error| {
+        if let Some(metrics) = &session.metrics {
+            metrics.upstream_error(&error);
+        }
+        Refusal::failed(subject, error)
+    })?;
     // One refused address refuses the lot. A name allowed into its `private:` ranges is recorded
     // by them (`hosts[2].private "10.20.0.0/16"`): the record says which entry opened the door.
     match live.policy.check_addresses(host, port, &ips) {

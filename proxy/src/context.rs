@@ -16,6 +16,7 @@ use crate::capacity::{Admitted, InFlight};
 use crate::confirm::Confirmations;
 use crate::inventories::Inventories;
 use crate::live::LivePolicy;
+use crate::metrics::Metrics;
 use crate::net::Network;
 use crate::options::ProxyOptions;
 use crate::pool::Pool;
@@ -47,6 +48,8 @@ pub(crate) struct SessionContext {
     pub inventories: Inventories,
     /// The calls held by `tools.confirm`, and the control socket a person answers them on.
     pub confirm: Arc<Confirmations>,
+    /// `--metrics`: counted at a few points of the request path; `None` costs one check each.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 /// An audit record could not be written: nothing may be forwarded, and the client gets 503.
@@ -61,6 +64,21 @@ impl SessionContext {
             entry.policy = Some(self.live.current().hash.clone());
         }
         let entry = self.redacted(entry);
+        let Some(metrics) = &self.metrics else {
+            return self.write(entry).await;
+        };
+        // Counted as the log has it: only a record that was written, under its own labels.
+        let cell = metrics.cell(entry.outcome, entry.reason, entry.server.as_deref());
+        let timer = metrics.audit_append();
+        let written = self.write(entry).await;
+        drop(timer);
+        if written.is_ok() {
+            metrics.recorded(cell);
+        }
+        written
+    }
+
+    async fn write(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
         match self.audit.record(entry).await {
             Ok(_) => Ok(()),
             Err(e) => {

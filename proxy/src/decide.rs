@@ -44,6 +44,8 @@ pub(crate) async fn decide(
     body: Bytes,
 ) -> Result<Decided, Refusal> {
     let (session, dest) = (cx.session, cx.dest());
+    // `fenzi_decide_seconds`: from here to the hold below, or to the refusal that ends it sooner.
+    let timer = session.metrics.as_ref().map(|m| m.decide());
     let secrets = &session.secrets;
     let use_ = secrets.check_request(&dest.host, dest.port, cx.upstream.secure(), parts, &body);
     if !use_.is_allowed() {
@@ -108,6 +110,8 @@ pub(crate) async fn decide(
             }
         }
     }
+    // The time a person takes to answer is theirs, not the decision's.
+    drop(timer);
     // Last of all: a person is asked only about a call that would otherwise go.
     if let Some((server, decision)) = &mcp {
         held::hold_confirm_calls(

@@ -52,7 +52,11 @@ where
         };
         if let Some((session, subject, guard)) = self.record.take() {
             // The text is for the log line; the record takes only the reason and the source.
-            let failure = Refusal::failed(&subject, ProxyError::UpstreamBody(error.to_string()));
+            let failure = ProxyError::UpstreamBody(error.to_string());
+            if let Some(metrics) = &session.metrics {
+                metrics.upstream_error(&failure);
+            }
+            let failure = Refusal::failed(&subject, failure);
             tokio::spawn(async move {
                 // The response is already broken off: there is no answer left to give.
                 failure.record(&session).await;

@@ -13,6 +13,7 @@ use crate::context::{ConnGuard, SessionContext};
 use crate::error::ProxyError;
 use crate::inventories::{Inventories, LockFiles};
 use crate::live::LivePolicy;
+use crate::metrics::Metrics;
 use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
 use crate::reload::{self, Reload};
@@ -53,6 +54,7 @@ pub struct ProxyBuilder {
     secrets: SecretSet,
     lock_files: LockFiles,
     control: Option<ControlSocket>,
+    metrics: bool,
 }
 
 impl ProxyBuilder {
@@ -66,6 +68,13 @@ impl ProxyBuilder {
     /// Where pinned servers' lock files are (default: none, pins held in memory only).
     pub fn lock_files(mut self, lock_files: LockFiles) -> ProxyBuilder {
         self.lock_files = lock_files;
+        self
+    }
+
+    /// Keeps the session's metrics (`--metrics`), labelled by the policy's MCP servers; serve them
+    /// with [`crate::metrics::serve`] on [`Proxy::metrics`]. Without this call there are none.
+    pub fn metrics(mut self) -> ProxyBuilder {
+        self.metrics = true;
         self
     }
 
@@ -99,6 +108,7 @@ impl ProxyBuilder {
             secrets,
             lock_files,
             control,
+            metrics,
         } = self;
         let secrets = SessionSecrets::new(policy.secrets(), secrets)?;
         let inventories = Inventories::load(&policy, &lock_files)?;
@@ -111,6 +121,11 @@ impl ProxyBuilder {
             .map(|c| c.session().to_string())
             .unwrap_or_default();
         let confirm = Arc::new(Confirmations::new(session, control));
+        let metrics = metrics.then(|| {
+            Arc::new(Metrics::new(
+                policy.servers().iter().map(|s| s.name.as_str()),
+            ))
+        });
         Ok(Proxy {
             session: Arc::new(SessionContext {
                 live: LivePolicy::new(policy),
@@ -124,6 +139,7 @@ impl ProxyBuilder {
                 synthetic: Arc::default(),
                 inventories,
                 confirm,
+                metrics,
             }),
         })
     }
@@ -140,6 +156,7 @@ impl Proxy {
             secrets: SecretSet::new(),
             lock_files: LockFiles::default(),
             control: None,
+            metrics: false,
         }
     }
 
@@ -164,6 +181,11 @@ impl Proxy {
             .options(options)
             .network(network)
             .build()
+    }
+
+    /// The session's metrics, when [`ProxyBuilder::metrics`] asked for them.
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.session.metrics.as_ref()
     }
 
     /// The SHA-256 of the policy in force (`Policy::sha256`), as its records carry it.

@@ -29,7 +29,11 @@ pub(crate) async fn dial(
     session: &SessionContext,
     dest: &Destination,
 ) -> Result<TcpStream, ProxyError> {
-    dial_checked(session, dest).await.map(|(stream, _)| stream)
+    let dialled = dial_checked(session, dest).await;
+    if let (Some(metrics), Err(error)) = (&session.metrics, &dialled) {
+        metrics.upstream_error(error);
+    }
+    dialled.map(|(stream, _)| stream)
 }
 
 /// [`dial`], also naming which checked address answered.
@@ -99,6 +103,23 @@ impl Upstream {
 
     /// Sends `req` (origin-form, Host set) and returns the response head; the body streams.
     pub async fn send(
+        &self,
+        session: &SessionContext,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let Some(metrics) = &session.metrics else {
+            return self.send_unmetered(session, req).await;
+        };
+        // Dropped with the future too, so a request cut by its `limits` timeout is timed as well.
+        let _timer = metrics.upstream();
+        let sent = self.send_unmetered(session, req).await;
+        if let Err(error) = &sent {
+            metrics.upstream_error(error);
+        }
+        sent
+    }
+
+    async fn send_unmetered(
         &self,
         session: &SessionContext,
         mut req: Request<Body>,

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -349,8 +350,14 @@ class Bench:
         for spec in self.args.compare:
             label, path = spec.split("=", 1)
             env = [kv.split("=", 1)[1] for kv in self.args.compare_env if kv.startswith(label + "=")]
-            self.alts.append((label, self.start_fenzi(f"fenzi-{label}", "fenzi.yaml", binary=path,
-                                                      extra_env=env)))
+            self.alts.append((f"fenzi:{label}", f"fenzi-{label}",
+                              self.start_fenzi(f"fenzi-{label}", "fenzi.yaml", binary=path, extra_env=env)))
+        if self.args.metrics:
+            # The same binary with `--metrics` on (issue 16: its cost must stay within 3%).
+            fenzi = self.start_fenzi("fenzi-metrics", "fenzi.yaml", extra_args=["--metrics", "127.0.0.1:0"])
+            m = first_line(self.work / "fenzi-metrics.err", r"metrics on http://(127\.0\.0\.1:\d+)/metrics", fenzi[0])
+            self.metrics_addr = m.group(1)
+            self.alts.append(("fenzi+metrics", "fenzi-metrics", fenzi))
         time.sleep(0.5)
         self.results["idle"]["fenzi_start_rss_kib"] = status_kib(self.fenzi[0].pid, "VmRSS")
         self.tiny = self.start_tinyproxy("tinyproxy")
@@ -359,7 +366,7 @@ class Bench:
         self.secret = self.start_fenzi_secret()
 
     def start_fenzi(self, name: str, config: str, env: dict | None = None, binary: str | None = None,
-                    extra_env: list[str] = ()):
+                    extra_env: list[str] = (), extra_args: list[str] = ()):
         audit = self.args.audit_dir / f"{name}.jsonl"
         for stale in (audit, audit.with_name(audit.name + ".head")):
             stale.unlink(missing_ok=True)
@@ -371,7 +378,7 @@ class Bench:
         p = self.procs.start(name, [binary or self.args.fenzi, "proxy", "--config", str(self.work / config),
                                     "--no-machine", "--listen", "127.0.0.1:0", "--audit", str(audit),
                                     "--ca-dir", str(ca_dir), "--upstream-ca", str(self.upstream_ca),
-                                    "--drain-timeout", "1s"], env)
+                                    "--drain-timeout", "1s", *extra_args], env)
         m = first_line(self.work / f"{name}.out", r"^listening on 127\.0\.0\.1:(\d+)$", p)
         self.pids[name] = p.pid
         return p, int(m.group(1)), ca_dir / "ca.pem", audit
@@ -478,17 +485,17 @@ http {{
     # --- scenarios ---------------------------------------------------------------------------------
 
     def with_alts(self, contenders: list[dict]) -> list[dict]:
-        """Adds a `fenzi:LABEL` contender after `fenzi` for every --compare build."""
+        """Adds a `fenzi:LABEL` contender after `fenzi` for every --compare build (and `fenzi+metrics`)."""
         out = []
         for c in contenders:
             out.append(c)
             if c["label"] != "fenzi" or c.get("proc") != "fenzi":
                 continue
-            for label, (p, port, ca, _audit) in self.alts:
+            for label, proc, (p, port, ca, _audit) in self.alts:
                 oha = dict(c["oha"], proxy=port)
                 if oha.get("cacert") == self.fenzi[2]:
                     oha["cacert"] = ca
-                out.append({"label": f"fenzi:{label}", "proc": f"fenzi-{label}", "oha": oha})
+                out.append({"label": label, "proc": proc, "oha": oha})
         return out
 
     def run_contenders(self, scenario: str, title: str, contenders: list[dict]) -> None:
@@ -618,8 +625,8 @@ http {{
         title = f"an event stream of {n:,} small events (GET of the MCP endpoint), read event by event"
         log(f"mcp_sse_stream: {title}")
         contenders = [("direct", None, None, self.upstream_ca), ("fenzi", "fenzi", self.fenzi[1], self.fenzi[2])]
-        contenders += [(f"fenzi:{label}", f"fenzi-{label}", port, ca)
-                       for label, (_p, port, ca, _audit) in self.alts]
+        contenders += [(label, proc, port, ca)
+                       for label, proc, (_p, port, ca, _audit) in self.alts]
         entry = {"title": title, "contenders": {label: {"rounds": []} for label, *_ in contenders}}
         self.results["scenarios"]["mcp_sse_stream"] = entry
         rounds = max(3, self.args.rounds * 2)
@@ -798,11 +805,27 @@ http {{
             fn()
         audit = self.fenzi[3]
         self.results["audit_records"] = sum(1 for _ in open(audit)) if audit.exists() else 0
+        if self.args.metrics:
+            self.results["metrics_check"] = self.check_metrics()
         self.results["machine"]["loadavg_end"] = os.getloadavg()
         self.results["targets"] = targets(self.results)
         if self.perf_files:
             self.results["profiles"] = self.perf_files
         return self.results
+
+
+    def check_metrics(self) -> dict:
+        """One scrape of fenzi+metrics after the load: its decision count must equal its log's."""
+        with urllib.request.urlopen(f"http://{self.metrics_addr}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        counted = sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                      if line.startswith("fenzi_decisions_total{"))
+        audit = next(a for label, _proc, (_p, _port, _ca, a) in self.alts if label == "fenzi+metrics")
+        logged = sum(1 for _ in open(audit)) if audit.exists() else 0
+        log(f"fenzi+metrics: fenzi_decisions_total {counted}, audit log {logged} records")
+        if counted != logged:
+            raise RuntimeError(f"fenzi_decisions_total {counted} != {logged} audit records")
+        return {"decisions_total": counted, "audit_records": logged}
 
 
 def open_tunnels(proxy_port: int, target_port: int, n: int, ca: Path, body: Path | None):
@@ -1059,6 +1082,8 @@ def main() -> int:
                    help="another fenzi binary to measure beside the main one (contender fenzi:LABEL)")
     p.add_argument("--compare-env", action="append", default=[], metavar="LABEL=NAME=VALUE",
                    help="extra environment for the --compare build LABEL")
+    p.add_argument("--metrics", action="store_true",
+                   help="also measure fenzi with --metrics on (contender fenzi+metrics), and check its counts")
     p.add_argument("--perf", action="store_true", help="profile fenzi (perf record) in each scenario")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()

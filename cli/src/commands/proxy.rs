@@ -40,6 +40,7 @@ Examples:
       --team-key ~/.config/fenzi/team.pub     narrow a signed team policy (see fenzi check --help)
   fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --audit /var/log/fenzi/audit.jsonl \\
       --otlp http://127.0.0.1:4318/v1/logs --drain-timeout 10s
+  fenzi proxy --config fenzi.yaml --listen 127.0.0.1:8080 --metrics 127.0.0.1:9464
 
 Clients use it as HTTP(S)_PROXY and trust DIR/ca.pem for the hosts it intercepts.
 Secrets: the value of each secret the policy lists comes from FENZI_SECRET_<NAME> in this command's
@@ -87,6 +88,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
     let config = loaded.result?;
     let policy = Policy::from_config(&config);
+    let metrics = args.tuning.metrics_listener()?;
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
 
@@ -118,6 +120,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .options(options)
             .secrets(secrets.set)
             .lock_files(args.policy.lock_files());
+        let builder = match args.tuning.wants_metrics() {
+            true => builder.metrics(),
+            false => builder,
+        };
         match control {
             Some(socket) => builder.control_socket(socket),
             None => builder,
@@ -126,6 +132,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .context("cannot start the proxy")?
     };
     session::write_ca(&ca_dir, proxy.ca_pem())?;
+    session::report_export_lag(&proxy, exporter.as_ref());
+    let metrics_line = match metrics {
+        Some(listener) => {
+            let _runtime = runtime.enter();
+            Some(session::serve_metrics(&proxy, listener)?)
+        }
+        None => None,
+    };
     // Printed once listening (stdout's first line comes first).
     let notes: Vec<String> = [
         format!(
@@ -140,6 +154,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     ]
     .into_iter()
     .chain(team.as_ref().map(crate::team::TeamLayer::note))
+    .chain(metrics_line)
     .chain(missing)
     .chain(control_note)
     .chain(args.tuning.otlp_note(&audit_path))

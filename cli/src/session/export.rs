@@ -33,6 +33,14 @@ pub fn start_export(flags: &ProxyFlags, log: &Path, note: fn(&str)) -> Result<Op
     Ok(Some(Exporter::start(config)?))
 }
 
+/// With both `--otlp` and `--metrics`, `fenzi_export_lag_records` reads the export's progress.
+pub fn report_export_lag(proxy: &fenzi_proxy::Proxy, exporter: Option<&Exporter>) {
+    if let (Some(metrics), Some(exporter)) = (proxy.metrics(), exporter) {
+        let progress = exporter.progress();
+        metrics.set_export_lag_source(std::sync::Arc::new(move || progress.lag()));
+    }
+}
+
 /// Drains the export, if there is one, and returns the line saying how far it got.
 pub async fn finish_export(exporter: Option<Exporter>, flags: &ProxyFlags) -> Option<String> {
     let exporter = exporter?;

@@ -97,6 +97,13 @@ pub struct ProxyFlags {
     /// agent makes few calls at once].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (port 0 picks a free
+    /// one; the address is printed on stderr): decisions by reason and server, as the audit log
+    /// counts them, and latency histograms. Bind a loopback address unless a scraper elsewhere must
+    /// reach it: whoever can connect sees the counts. `fenzi run` listens on the host, outside the
+    /// sandbox, where the sandboxed command cannot reach it.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 impl ProxyFlags {
@@ -116,6 +123,22 @@ impl ProxyFlags {
             .thread_name(MAIN_THREAD)
             .build()
             .context("cannot start the async runtime")
+    }
+
+    /// Whether `--metrics` was given (the proxy must then keep its metrics).
+    pub fn wants_metrics(&self) -> bool {
+        self.metrics.is_some()
+    }
+
+    /// `--metrics`'s listener, bound now: a taken port stops the start, before anything is served.
+    pub fn metrics_listener(&self) -> Result<Option<std::net::TcpListener>> {
+        let Some(addr) = self.metrics else {
+            return Ok(None);
+        };
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen for --metrics on {addr}"))?;
+        listener.set_nonblocking(true)?;
+        Ok(Some(listener))
     }
 
     /// The proxy options these flags ask for, on top of the defaults: `--threads` shards, else
@@ -143,6 +166,19 @@ impl ProxyFlags {
         options.upstream_roots = upstream_roots(&self.upstream_ca)?;
         Ok(options)
     }
+}
+
+/// Serves `proxy`'s metrics on `listener` (from [`ProxyFlags::metrics_listener`]) on a task of the
+/// current runtime, for as long as it runs; returns the line that says where.
+pub fn serve_metrics(proxy: &Proxy, listener: std::net::TcpListener) -> Result<String> {
+    let metrics = proxy
+        .metrics()
+        .context("the proxy was built without metrics")?
+        .clone();
+    let addr = listener.local_addr()?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    tokio::spawn(fenzi_proxy::metrics::serve(listener, metrics));
+    Ok(format!("metrics on http://{addr}/metrics"))
 }
 
 /// The certificates of every `--upstream-ca` file; a file without one is an error naming it.

@@ -37,6 +37,8 @@ Examples:
   fenzi run --no-isolation -- npm test    proxy variables only, no sandbox (not a security boundary)
   fenzi run --otlp http://127.0.0.1:4318/v1/logs --agent claude
                                           every audit record also to an OpenTelemetry collector
+  fenzi run --metrics 127.0.0.1:9464 --agent claude
+                                          Prometheus metrics on the host, out of the sandbox's reach
 
 Inside, the command may write only in the current directory, the temporary directories, /dev, the cache
 directory and the agent's own state (--allow-write adds more). fenzi.yaml, fenzi.lock, the machine config
@@ -83,9 +85,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
     let config = loaded.result?;
     let policy = Policy::from_config(&config);
-    if let Some(team) = &team {
-        eprintln!("fenzi run: {}", team.note());
-    }
+    let metrics = args.tuning.metrics_listener()?;
     // Before the runtime: the credential store's calls block.
     let secrets = session::load_secrets(&policy)?;
     // The sandbox gets the placeholders, never the values.
@@ -125,6 +125,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .options(options)
             .secrets(secrets.set)
             .lock_files(args.policy.lock_files());
+        let builder = match args.tuning.wants_metrics() {
+            true => builder.metrics(),
+            false => builder,
+        };
         match control {
             Some(socket) => builder.control_socket(socket),
             None => builder,
@@ -133,6 +137,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .context("cannot start the proxy")?
     };
     let ca_path = session::write_ca(&session_dir, proxy.ca_pem())?;
+    session::report_export_lag(&proxy, exporter.as_ref());
+    if let Some(listener) = metrics {
+        // On the host: the sandbox's network namespace has no route to it.
+        let _enter = runtime.enter();
+        eprintln!("fenzi run: {}", session::serve_metrics(&proxy, listener)?);
+    }
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
     let bundle_path = session::write_file(&session_dir, "ca-bundle.pem", bundle.as_bytes())?;
 
