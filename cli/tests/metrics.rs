@@ -214,6 +214,72 @@ fn fenzi_proxy_serves_metrics_that_count_what_it_logged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With `--otlp` too, `fenzi_export_lag_records` is the export's lag: here a receiver that is not
+/// there, so every record the log holds is behind.
+#[test]
+fn the_export_lag_gauge_counts_records_the_receiver_has_not_acknowledged() {
+    let dir = temp_dir("lag");
+    std::fs::write(dir.join("fenzi.yaml"), "version: 1\nhosts: [github.com]\n").unwrap();
+    // A port nothing listens on: every export attempt is refused, and retried.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let stderr = dir.join("stderr");
+    let mut child = fenzi_proxy(&dir, "127.0.0.1:0")
+        .args(["--otlp", &format!("http://{closed}/v1/logs")])
+        .args(["--drain-timeout", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let proxy = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let metrics = metrics_addr(&stderr);
+    for _ in 0..3 {
+        let (status, _) = send(
+            &proxy,
+            "GET http://nope.test/ HTTP/1.1\r\nHost: nope.test\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(status, 403);
+    }
+    let logged = std::fs::read_to_string(dir.join("audit.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(logged, 3);
+    // The exporter looks at the log a few times a second.
+    let start = Instant::now();
+    let text = loop {
+        let (status, text) = send(
+            &metrics,
+            "GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(status, 200, "{text}");
+        if text.contains(&format!("\nfenzi_export_lag_records {logged}\n")) {
+            break text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "lag never reached {logged}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        text.contains("# TYPE fenzi_export_lag_records gauge"),
+        "{text}"
+    );
+    stop(child);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_metrics_address_that_cannot_be_bound_stops_the_start() {
     let dir = temp_dir("taken");
