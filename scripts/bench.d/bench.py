@@ -352,12 +352,20 @@ class Bench:
             env = [kv.split("=", 1)[1] for kv in self.args.compare_env if kv.startswith(label + "=")]
             self.alts.append((f"fenzi:{label}", f"fenzi-{label}",
                               self.start_fenzi(f"fenzi-{label}", "fenzi.yaml", binary=path, extra_env=env)))
-        if self.args.metrics:
-            # The same binary with `--metrics` on (issue 16: its cost must stay within 3%).
-            fenzi = self.start_fenzi("fenzi-metrics", "fenzi.yaml", extra_args=["--metrics", "127.0.0.1:0"])
+        self.metrics_label = None
+        if self.args.metrics or self.args.otlp:
+            # The same binary with `--metrics` on, and with --otlp also its audit export to a
+            # receiver in this process (issue 16: their cost must stay within 3%).
+            extra = ["--metrics", "127.0.0.1:0"]
+            self.metrics_label = "fenzi+metrics"
+            if self.args.otlp:
+                self.otlp = OtlpReceiver()
+                extra += ["--otlp", f"http://127.0.0.1:{self.otlp.port}/v1/logs"]
+                self.metrics_label = "fenzi+metrics+otlp"
+            fenzi = self.start_fenzi("fenzi-metrics", "fenzi.yaml", extra_args=extra)
             m = first_line(self.work / "fenzi-metrics.err", r"metrics on http://(127\.0\.0\.1:\d+)/metrics", fenzi[0])
             self.metrics_addr = m.group(1)
-            self.alts.append(("fenzi+metrics", "fenzi-metrics", fenzi))
+            self.alts.append((self.metrics_label, "fenzi-metrics", fenzi))
         time.sleep(0.5)
         self.results["idle"]["fenzi_start_rss_kib"] = status_kib(self.fenzi[0].pid, "VmRSS")
         self.tiny = self.start_tinyproxy("tinyproxy")
@@ -805,8 +813,10 @@ http {{
             fn()
         audit = self.fenzi[3]
         self.results["audit_records"] = sum(1 for _ in open(audit)) if audit.exists() else 0
-        if self.args.metrics:
+        if self.metrics_label:
             self.results["metrics_check"] = self.check_metrics()
+        if self.args.otlp:
+            self.results["export_check"] = self.check_export()
         self.results["machine"]["loadavg_end"] = os.getloadavg()
         self.results["targets"] = targets(self.results)
         if self.perf_files:
@@ -820,12 +830,66 @@ http {{
             text = r.read().decode()
         counted = sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
                       if line.startswith("fenzi_decisions_total{"))
-        audit = next(a for label, _proc, (_p, _port, _ca, a) in self.alts if label == "fenzi+metrics")
+        audit = self.metrics_audit()
         logged = sum(1 for _ in open(audit)) if audit.exists() else 0
-        log(f"fenzi+metrics: fenzi_decisions_total {counted}, audit log {logged} records")
+        log(f"{self.metrics_label}: fenzi_decisions_total {counted}, audit log {logged} records")
         if counted != logged:
             raise RuntimeError(f"fenzi_decisions_total {counted} != {logged} audit records")
         return {"decisions_total": counted, "audit_records": logged}
+
+    def metrics_audit(self) -> Path:
+        return next(a for label, _proc, (_p, _port, _ca, a) in self.alts if label == self.metrics_label)
+
+    def check_export(self) -> dict:
+        """After the load, the export must catch up: its cursor names the log's last record within
+        30 s (it shipped while the load ran; this is what was still in flight)."""
+        audit = self.metrics_audit()
+        cursor = audit.with_name(audit.name + ".otlp-cursor")
+        logged = sum(1 for _ in open(audit))
+        deadline = time.time() + 30
+        acked = 0
+        while time.time() < deadline:
+            if cursor.exists():
+                acked = int(cursor.read_text().split()[0])
+                if acked >= logged:
+                    break
+            time.sleep(0.2)
+        log(f"{self.metrics_label}: export acknowledged up to seq {acked} of {logged} records, "
+            f"{self.otlp.requests} OTLP requests, {self.otlp.bytes / 1e6:.1f} MB")
+        if acked < logged:
+            raise RuntimeError(f"the OTLP export did not catch up: {acked} of {logged} acknowledged")
+        return {"acked": acked, "audit_records": logged, "requests": self.otlp.requests,
+                "bytes": self.otlp.bytes}
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP logs receiver for the export's cost: accepts every request with 200 and an empty
+    ExportLogsServiceResponse (an empty protobuf message is zero bytes), on its own thread."""
+
+    def __init__(self) -> None:
+        import http.server
+        receiver = self
+        self.requests = 0
+        self.bytes = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                receiver.requests += 1
+                receiver.bytes += len(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 def open_tunnels(proxy_port: int, target_port: int, n: int, ca: Path, body: Path | None):
@@ -1082,6 +1146,9 @@ def main() -> int:
                    help="another fenzi binary to measure beside the main one (contender fenzi:LABEL)")
     p.add_argument("--compare-env", action="append", default=[], metavar="LABEL=NAME=VALUE",
                    help="extra environment for the --compare build LABEL")
+    p.add_argument("--otlp", action="store_true",
+                   help="with --metrics: that contender also exports its audit log over OTLP to a receiver "
+                        "in the bench (contender fenzi+metrics+otlp), and the export must catch up")
     p.add_argument("--metrics", action="store_true",
                    help="also measure fenzi with --metrics on (contender fenzi+metrics), and check its counts")
     p.add_argument("--perf", action="store_true", help="profile fenzi (perf record) in each scenario")

@@ -279,6 +279,7 @@ impl Exporter {
             failing: false,
             cursor_failing: false,
             scanned_len: 0,
+            last_sent: None,
         };
         std::thread::Builder::new()
             .name(EXPORT_THREAD.into())
@@ -357,6 +358,8 @@ struct Shipper {
     cursor_failing: bool,
     /// The log's length when `written` was last brought up to date.
     scanned_len: u64,
+    /// When the last batch was first sent.
+    last_sent: Option<Instant>,
 }
 
 impl Shipper {
@@ -411,6 +414,23 @@ impl Shipper {
                 }
                 continue;
             }
+            // A batch that is not full waits out the poll interval since the last send, so a busy
+            // session ships few large requests (each also costs a cursor fsync), not one per
+            // handful of records; a full one goes at once, and so does everything while draining.
+            let linger = self.last_sent.map(|at| at + self.config.poll);
+            if let Some(until) = linger.filter(|&until| {
+                batch.records.len() < self.config.batch_records
+                    && batch.end - self.cursor.offset < self.config.batch_bytes as u64 / 2
+                    && self.deadline().is_none()
+                    && until > Instant::now()
+            }) {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until.into()) => {}
+                    changed = self.mode.changed() => if changed.is_err() { self.orphaned = true },
+                }
+                continue;
+            }
+            self.last_sent = Some(Instant::now());
             if !self.send(batch).await? {
                 return Ok(());
             }
