@@ -3,6 +3,8 @@
 //! and from inside `fenzi run`'s sandbox the session's control socket can be seen but neither
 //! reached nor replaced.
 
+mod mcp_support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -144,15 +146,7 @@ fn the_watcher_answers_yes_then_no_from_a_pipe() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(proxy.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{first:?}"))
-        .to_string();
+    let addr = mcp_support::listening_addr(&mut proxy);
     let sockets: Vec<_> = std::fs::read_dir(dir.runtime().join("fenzi"))
         .unwrap()
         .map(|e| e.unwrap().path())

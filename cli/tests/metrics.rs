@@ -2,6 +2,8 @@
 //! (`metrics on http://ADDR/metrics`), serves them there while it proxies, and its decision counts
 //! equal its audit log's. A `--metrics` address that cannot be bound stops the start, naming it.
 
+mod mcp_support;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -146,15 +148,7 @@ fn fenzi_proxy_serves_metrics_that_count_what_it_logged() {
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let proxy = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_string();
+    let proxy = mcp_support::listening_addr(&mut child);
     let metrics = metrics_addr(&stderr);
     assert!(
         metrics.starts_with("127.0.0.1:") && !metrics.ends_with(":0"),
@@ -233,15 +227,7 @@ fn the_export_lag_gauge_counts_records_the_receiver_has_not_acknowledged() {
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let proxy = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_string();
+    let proxy = mcp_support::listening_addr(&mut child);
     let metrics = metrics_addr(&stderr);
     for _ in 0..3 {
         let (status, _) = send(

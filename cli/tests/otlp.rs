@@ -5,6 +5,8 @@
 //! --export-status` shows the lag; the next `fenzi proxy` on the same log resumes from the cursor,
 //! and every record has then arrived once acknowledged, in order, verifying as a hash chain.
 
+mod mcp_support;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
@@ -13,7 +15,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use prost::Message;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -160,15 +162,7 @@ fn start_proxy_with(dir: &Path, extra: &[&str], run: usize) -> Proxy {
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{first}"))
-        .to_string();
+    let addr = mcp_support::listening_addr(&mut child);
     Proxy {
         child,
         addr,

@@ -7,6 +7,8 @@
 //! host change each keep the policy in force with a `reload_refused` record; the same text
 //! written again writes nothing. The log verifies, and `fenzi log` shows the policy records.
 
+mod mcp_support;
+
 use fenzi_policy::engine::Policy;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -117,15 +119,7 @@ impl Session {
             .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
             .spawn()
             .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let proxy = first
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("{first}"))
-            .to_string();
+        let proxy = mcp_support::listening_addr(&mut child);
         Session {
             dir,
             child,

@@ -26,8 +26,9 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -336,4 +337,18 @@ pub fn run_dir(sub: &str) {
         failed.join("\n")
     );
     eprintln!("{} cases passed in testdata/{sub}", cases.len());
+}
+
+/// The address a spawned `fenzi proxy` (stdout piped) serves on: its first stdout line is exactly
+/// `listening on HOST:PORT`. Panics with what it printed instead.
+pub fn listening_addr(child: &mut Child) -> String {
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout piped"))
+        .read_line(&mut first)
+        .unwrap();
+    first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("not a listening line: {first:?}"))
+        .to_string()
 }
