@@ -21,6 +21,23 @@ agent_cache_dir() {
     echo "${FENZI_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fenzi/agents}"
 }
 
+# apt_install WHO PACKAGE...: installs Debian packages (root only; otherwise says what is missing,
+# as WHO, and exits 1). The package lists are updated once per script run.
+APT_UPDATED=0
+apt_install() {
+    local who=$1; shift
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "$who: $* missing and not root: install it with your package manager" >&2
+        exit 1
+    fi
+    echo "$who: installing $* from Debian" >&2
+    if [ "$APT_UPDATED" = 0 ]; then
+        apt-get update -qq >/dev/null
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
 pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
 fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
 skip() { echo "SKIP $*"; SKIPS=$((SKIPS + 1)); }

@@ -12,15 +12,8 @@ VENV="$ROOT/.venv-k8s"
 STAMP="$VENV/.fenzi-k8s-requirements"
 PYTHON=${PYTHON:-python3}
 
-apt_install() {
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "k8s setup: $* missing and not root: install it with your package manager" >&2
-        exit 1
-    fi
-    echo "k8s setup: installing $* from Debian" >&2
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
+# shellcheck source=../lib.sh
+source "$ROOT/scripts/lib.sh"
 
 if [ "${1:-}" = "--fence" ]; then
     missing=()
@@ -28,14 +21,14 @@ if [ "${1:-}" = "--fence" ]; then
     command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
     command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
     command -v curl >/dev/null 2>&1 || missing+=(curl)
-    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+    [ ${#missing[@]} -eq 0 ] || apt_install "k8s setup" "${missing[@]}"
 fi
 
-command -v "$PYTHON" >/dev/null 2>&1 || apt_install python3 python3-venv
+command -v "$PYTHON" >/dev/null 2>&1 || apt_install "k8s setup" python3 python3-venv
 if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
         rm -rf "$VENV"
-        apt_install python3-venv
+        apt_install "k8s setup" python3-venv
         "$PYTHON" -m venv "$VENV"
     fi
 fi

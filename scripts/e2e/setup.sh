@@ -12,18 +12,11 @@ VENV="$ROOT/.venv"
 STAMP="$VENV/.fenzi-e2e-requirements"
 PYTHON=${PYTHON:-python3}
 
-apt_install() {
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "setup: $* missing and not root: install it with your package manager" >&2
-        exit 1
-    fi
-    echo "setup: installing $* from Debian" >&2
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
+# shellcheck source=../lib.sh
+source "$ROOT/scripts/lib.sh"
 
-command -v curl >/dev/null 2>&1 || apt_install curl ca-certificates
-command -v "$PYTHON" >/dev/null 2>&1 || apt_install python3 python3-venv
+command -v curl >/dev/null 2>&1 || apt_install "setup" curl ca-certificates
+command -v "$PYTHON" >/dev/null 2>&1 || apt_install "setup" python3 python3-venv
 PYTHON=$(command -v "$PYTHON" || command -v python3)
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
@@ -34,7 +27,7 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
         rm -rf "$VENV"
-        apt_install python3-venv
+        apt_install "setup" python3-venv
         "$PYTHON" -m venv "$VENV"
     fi
 fi
