@@ -138,30 +138,50 @@ def status_kib(pid: int, field: str) -> int | None:
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of `pid` (all its threads), from /proc/PID/stat."""
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (nginx's workers; fenzi proxy has none)."""
+    kids = []
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return None
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+    except (OSError, ValueError):
+        pass
+    return kids
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of `pid` (all its threads) and of its live children (a master process's
+    workers), from /proc/PID/stat."""
+    total = 0.0
+    for i, p in enumerate([pid] + children(pid)):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            if i == 0:
+                return None
+    return total
 
 
 def context_switches(pid: int) -> int | None:
-    """Voluntary + involuntary context switches of all of `pid`'s threads so far."""
+    """Voluntary + involuntary context switches of all of `pid`'s threads, and its live children's,
+    so far."""
     total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/status") as f:
-                    for line in f:
-                        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                            total += int(line.split()[1])
-            except OSError:
-                pass  # a thread that just ended
-    except OSError:
-        return None
+    for i, p in enumerate([pid] + children(pid)):
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                try:
+                    with open(f"/proc/{p}/task/{tid}/status") as f:
+                        for line in f:
+                            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                                total += int(line.split()[1])
+                except OSError:
+                    pass  # a thread that just ended
+        except OSError:
+            if i == 0:
+                return None
     return total
 
 
@@ -522,9 +542,9 @@ http {{
                 with PeakRss(pid) as rss:
                     res = self.oha.run(**c["oha"], out=out)
                 res["peak_rss_kib"] = rss.peak
-                # nginx works in its worker processes: its master's CPU says nothing.
                 res["proxy_cpu_s"] = None if c.get("no_cpu") else rss.cpu
-                # CPU the proxy spent per answered request (all its threads, user + system).
+                # CPU the proxy spent per answered request (all its threads and child processes, such
+                # as nginx's workers; user + system).
                 res["proxy_cpu_us_per_req"] = (res["proxy_cpu_s"] * 1e6 / res["ok"]) if res["proxy_cpu_s"] is not None and res["ok"] else None
                 # Thread context switches in the proxy per answered request (wake-ups and hand-offs).
                 res["proxy_switches_per_req"] = (rss.switches / res["ok"]) if rss.switches is not None and res["ok"] and not c.get("no_cpu") else None
@@ -609,7 +629,7 @@ http {{
         if self.nginx:
             # A reverse proxy: the client talks TLS to nginx itself, no CONNECT.
             url = f"https://127.0.0.1:{self.nginx[1]}/mcp"
-            contenders.append({"label": "nginx", "proc": "nginx", "no_cpu": True,
+            contenders.append({"label": "nginx", "proc": "nginx",
                                "oha": {**common, "url": url, "cacert": self.upstream_ca}})
         contenders.append({"label": "mitmproxy", "proc": "mitmproxy",
                            "oha": {**common, "cacert": self.mitm[2], "proxy": self.mitm[1]}})

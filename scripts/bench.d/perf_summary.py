@@ -33,7 +33,7 @@ BUCKETS = [
     ("TLS: rustls framing/buffers", r"rustls::"),
     ("HTTP/1: hyper parse/encode", r"hyper::proto::h1::(role|encode|decode|io)|httparse::"),
     ("HTTP: headers/hop-by-hop", r"http::header::|strip_hop_by_hop|checked_authority"),
-    ("alloc: malloc/free", r"^(malloc|free|cfree|realloc|calloc|_int_malloc|_int_free|_int_realloc|malloc_consolidate|__libc_(malloc|free|calloc|realloc)|tcache|unlink_chunk)"),
+    ("alloc: malloc/free", r"^(malloc|free|cfree|realloc|calloc|_int_malloc|_int_free|_int_realloc|malloc_consolidate|__libc_(malloc|free|calloc|realloc)|tcache|unlink_chunk|_?mi_[a-z_]+)"),
     ("memcpy/memmove", r"memmove|memcpy|memset"),
     ("kernel: futex (thread wake/park)", r"futex"),
     ("kernel: epoll", r"epoll|ep_poll|ep_send_events"),
