@@ -67,6 +67,7 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
         if head.exists() {
             paths.push(head);
         }
+        paths.push(protected_cursor(governing.audit_log)?);
     }
     paths.push(governing.session_dir.to_path_buf());
     Ok(paths)
@@ -90,6 +91,26 @@ fn protected_lock(policy_file: &Path, pinned: bool) -> Result<Option<PathBuf>> {
     }
     refuse_symlink(&lock, "the lock file")?;
     Ok(Some(lock))
+}
+
+/// The OTLP export cursor beside an explicit `--audit` log (its directory may be one the agent can
+/// write). An agent that wrote it could make this session's or a later export skip records (a
+/// cursor past them) or resend them, so it is read-only inside the sandbox like the log. It is
+/// created first, naming nothing acknowledged (what an absent cursor means too), so that the agent
+/// cannot create one of its own. A cursor that is a symlink is refused.
+fn protected_cursor(log: &Path) -> Result<PathBuf> {
+    let cursor = fenzi_proxy::export::cursor_path(log);
+    if cursor.symlink_metadata().is_err() {
+        fenzi_proxy::export::cursor::write(log, &fenzi_proxy::export::Cursor::start())
+            .with_context(|| {
+                format!(
+                    "cannot create {} before the sandbox starts",
+                    cursor.display()
+                )
+            })?;
+    }
+    refuse_symlink(&cursor, "the export cursor")?;
+    Ok(cursor)
 }
 
 /// Where the command may write.
@@ -233,6 +254,31 @@ mod tests {
         std::fs::remove_file(&lock).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", &lock).unwrap();
         assert!(protected_lock(&policy, true).is_err());
+    }
+
+    #[test]
+    fn an_explicit_logs_export_cursor_exists_before_the_agent_and_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.jsonl");
+        let cursor = protected_cursor(&log).unwrap();
+        assert_eq!(cursor, fenzi_proxy::export::cursor_path(&log));
+        let read = fenzi_proxy::export::cursor::read(&log).unwrap();
+        assert_eq!(read, Some(fenzi_proxy::export::Cursor::start()));
+        // One that exists (a session shipped part of this log) is protected as it is.
+        let shipped = fenzi_proxy::export::Cursor {
+            seq: 7,
+            offset: 1_000,
+            ..fenzi_proxy::export::Cursor::start()
+        };
+        fenzi_proxy::export::cursor::write(&log, &shipped).unwrap();
+        protected_cursor(&log).unwrap();
+        assert_eq!(
+            fenzi_proxy::export::cursor::read(&log).unwrap(),
+            Some(shipped)
+        );
+        std::fs::remove_file(&cursor).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", &cursor).unwrap();
+        assert!(protected_cursor(&log).is_err());
     }
 
     #[test]
