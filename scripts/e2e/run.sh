@@ -335,8 +335,10 @@ expect_line "echo refused by its argument rule in each mode" \
     "denied  POST $K/mcp tools/call echo  policy_denied$" 4
 expect_line "add refused by its argument rules in each mode" \
     "denied  POST $K/mcp tools/call add  policy_denied$" 4
-expect_line "the private resource refused in each mode" "denied  POST $K/mcp resources/read  policy_denied$" 2
-expect_line "the unlisted prompt refused in each mode" "denied  POST $K/mcp prompts/get  policy_denied$" 2
+expect_line "the private resource refused in each mode, named" \
+    "denied  POST $K/mcp resources/read notes://private/keys  policy_denied$" 2
+expect_line "the unlisted prompt refused in each mode, named" \
+    "denied  POST $K/mcp prompts/get exfiltrate  policy_denied$" 2
 expect_line "the third add refused by its rate limit" "denied  POST $K/mcp tools/call add  rate_limited$" 1
 check "each argument and limit denial names its rule in the audit log" "$PY" - "$AUDIT" <<'EOF'
 import json, sys
