@@ -14,9 +14,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use mcp_support::{command, text};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -34,28 +33,7 @@ struct Upstream {
 }
 
 fn upstream() -> Upstream {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
-    leaf.subject_alt_names = vec![SanType::IpAddress("127.0.0.1".parse().unwrap())];
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf_cert.der().clone()],
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
-    )
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (acceptor, ca_pem) = mcp_support::loopback_tls();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -99,7 +77,7 @@ fn upstream() -> Upstream {
     });
     Upstream {
         port,
-        ca_pem: ca_cert.pem(),
+        ca_pem,
         called,
         _runtime: runtime,
     }

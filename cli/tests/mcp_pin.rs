@@ -4,15 +4,14 @@
 //! second as JSON, and records every request, so the tests check what the command sent (session
 //! id, protocol version, the token, the closing DELETE) as well as what it printed and wrote.
 
+mod mcp_support;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
-use rustls::ServerConfig;
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::path::Path;
@@ -112,27 +111,7 @@ struct Server {
 }
 
 fn server() -> Server {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
-    leaf.subject_alt_names = vec![SanType::IpAddress("127.0.0.1".parse().unwrap())];
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
-    let config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![leaf_cert.der().clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
-            )
-            .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (acceptor, ca_pem) = mcp_support::loopback_tls();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -174,7 +153,7 @@ fn server() -> Server {
     });
     Server {
         port,
-        ca_pem: ca_cert.pem(),
+        ca_pem,
         script,
         _runtime: runtime,
     }

@@ -5,15 +5,14 @@
 //! tampered kept copy, the machine file's `team:`, the merge under the team policy, and
 //! `fenzi proxy` refusing to start without a good copy.
 
+mod mcp_support;
+
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
-use rustls::ServerConfig;
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -53,27 +52,7 @@ impl Server {
 }
 
 fn server() -> Server {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
-    leaf.subject_alt_names = vec![SanType::IpAddress("127.0.0.1".parse().unwrap())];
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
-    let config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![leaf_cert.der().clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
-            )
-            .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (acceptor, ca_pem) = mcp_support::loopback_tls();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -120,7 +99,7 @@ fn server() -> Server {
     });
     Server {
         port,
-        ca_pem: ca_cert.pem(),
+        ca_pem,
         files,
         _runtime: runtime,
     }

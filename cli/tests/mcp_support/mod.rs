@@ -352,3 +352,35 @@ pub fn listening_addr(child: &mut Child) -> String {
         .unwrap_or_else(|| panic!("not a listening line: {first:?}"))
         .to_string()
 }
+
+/// A TLS acceptor for a loopback server, with a certificate for 127.0.0.1 issued by a CA made now,
+/// and that CA's PEM (what the client is told to trust, e.g. with `--upstream-ca`).
+pub fn loopback_tls() -> (tokio_rustls::TlsAcceptor, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    };
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf.subject_alt_names = vec![SanType::IpAddress("127.0.0.1".parse().unwrap())];
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf_cert.der().clone()],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    (acceptor, ca_cert.pem())
+}
