@@ -114,23 +114,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let missing = secrets.missing_line();
     // Kept for the flush at exit, whose error says more than the proxy's audit-sink error would.
     let audit = writer.clone();
-    let proxy = {
-        let _runtime = runtime.enter();
-        let builder = Proxy::builder(policy, Arc::new(writer))
-            .options(options)
-            .secrets(secrets.set)
-            .lock_files(args.policy.lock_files());
-        let builder = match args.tuning.wants_metrics() {
-            true => builder.metrics(),
-            false => builder,
-        };
-        match control {
-            Some(socket) => builder.control_socket(socket),
-            None => builder,
-        }
-        .build()
-        .context("cannot start the proxy")?
-    };
+    let builder = Proxy::builder(policy, Arc::new(writer))
+        .options(options)
+        .secrets(secrets.set)
+        .lock_files(args.policy.lock_files());
+    let proxy = session::build_proxy(&runtime, builder, &args.tuning, control)?;
     session::write_ca(&ca_dir, proxy.ca_pem())?;
     session::report_export_lag(&proxy, exporter.as_ref());
     let metrics_line = match metrics {

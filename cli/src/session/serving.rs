@@ -56,6 +56,28 @@ pub fn refused_records(writer: &AuditWriter) -> Option<String> {
     })
 }
 
+/// Builds the session's proxy inside `runtime` (where it starts its tasks), as `fenzi proxy` and
+/// `fenzi run` both do: `builder` with metrics when `--metrics` asked for them, and the control
+/// socket when the policy can hold calls.
+pub fn build_proxy(
+    runtime: &tokio::runtime::Runtime,
+    builder: fenzi_proxy::ProxyBuilder,
+    flags: &ProxyFlags,
+    control: Option<fenzi_proxy::confirm::ControlSocket>,
+) -> Result<Proxy> {
+    let _runtime = runtime.enter();
+    let builder = match flags.wants_metrics() {
+        true => builder.metrics(),
+        false => builder,
+    };
+    match control {
+        Some(socket) => builder.control_socket(socket),
+        None => builder,
+    }
+    .build()
+    .context("cannot start the proxy")
+}
+
 /// Flags that tune the proxy, shared by `fenzi proxy` and `fenzi run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProxyFlags {

@@ -119,23 +119,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(missing) = secrets.missing_line() {
         eprintln!("fenzi run: {missing}");
     }
-    let proxy = {
-        let _enter = runtime.enter();
-        let builder = Proxy::builder(policy.clone(), Arc::new(writer.clone()))
-            .options(options)
-            .secrets(secrets.set)
-            .lock_files(args.policy.lock_files());
-        let builder = match args.tuning.wants_metrics() {
-            true => builder.metrics(),
-            false => builder,
-        };
-        match control {
-            Some(socket) => builder.control_socket(socket),
-            None => builder,
-        }
-        .build()
-        .context("cannot start the proxy")?
-    };
+    let builder = Proxy::builder(policy.clone(), Arc::new(writer.clone()))
+        .options(options)
+        .secrets(secrets.set)
+        .lock_files(args.policy.lock_files());
+    let proxy = session::build_proxy(&runtime, builder, &args.tuning, control)?;
     let ca_path = session::write_ca(&session_dir, proxy.ca_pem())?;
     session::report_export_lag(&proxy, exporter.as_ref());
     if let Some(listener) = metrics {
