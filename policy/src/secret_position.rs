@@ -34,11 +34,10 @@ pub enum SecretPosition {
     Body,
 }
 
-/// The headers a position may not name: the proxy removes them (hop by hop) or writes them itself,
-/// so a placeholder there is never forwarded.
-pub const UNNAMEABLE_HEADERS: &[&str] = &[
-    "host",
-    "content-length",
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus `Expect`, which the
+/// proxy's own server answers. The proxy strips exactly these (`fenzi_proxy`'s `head.rs`), which is
+/// why a position may not name them: one list, so the two cannot drift apart.
+pub const HOP_BY_HOP_HEADERS: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -50,6 +49,15 @@ pub const UNNAMEABLE_HEADERS: &[&str] = &[
     "upgrade",
     "expect",
 ];
+
+/// Whether a position may not name this header: the proxy removes it (hop by hop) or writes it
+/// itself (`Host`, `Content-Length`), so a placeholder there is never forwarded.
+pub fn is_unnameable_header(name: &str) -> bool {
+    ["host", "content-length"]
+        .iter()
+        .chain(HOP_BY_HOP_HEADERS)
+        .any(|h| h.eq_ignore_ascii_case(name))
+}
 
 /// Why a position's text was refused; the loader words it (never quoting an invalid name).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,13 +88,10 @@ impl SecretPosition {
         match kind {
             "header" if name.is_empty() => Err(PositionError::EmptyName("header")),
             "header" if !is_http_token(name) => Err(PositionError::BadHeaderName),
-            "header" => match UNNAMEABLE_HEADERS
-                .iter()
-                .find(|h| h.eq_ignore_ascii_case(name))
-            {
-                Some(_) => Err(PositionError::UnnameableHeader(name.to_string())),
-                None => Ok(SecretPosition::Header(name.to_string())),
-            },
+            "header" if is_unnameable_header(name) => {
+                Err(PositionError::UnnameableHeader(name.to_string()))
+            }
+            "header" => Ok(SecretPosition::Header(name.to_string())),
             "query" if name.is_empty() => Err(PositionError::EmptyName("query")),
             "query" if !is_query_name(name) => Err(PositionError::BadQueryName),
             "query" => Ok(SecretPosition::Query(name.to_string())),

@@ -3,24 +3,10 @@
 //! origin-form target an upstream expects.
 
 use crate::secrets::scrub;
+use fenzi_policy::secret_position::HOP_BY_HOP_HEADERS;
 use http::header::{CONNECTION, HOST};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri, Version};
-
-/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus `Expect`, which the proxy's
-/// own server has already answered.
-const HOP_BY_HOP: [&str; 10] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "expect",
-];
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -34,7 +20,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for &name in HOP_BY_HOP_HEADERS {
         headers.remove(name);
     }
 }
