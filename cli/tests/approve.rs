@@ -10,14 +10,11 @@ mod mcp_support;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use mcp_support::{command, text};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -33,46 +30,21 @@ struct Upstream {
 }
 
 fn upstream() -> Upstream {
-    let (acceptor, ca_pem) = mcp_support::loopback_tls();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
     let called = Arc::new(Mutex::new(Vec::new()));
     let seen = called.clone();
-    runtime.spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, seen) = (acceptor.clone(), seen.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let seen = seen.clone();
-                    async move {
-                        let body = req.into_body().collect().await.unwrap().to_bytes();
-                        let msg: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                        let tool = msg["params"]["name"].as_str().unwrap_or("-").to_string();
-                        seen.lock().unwrap().push(tool.clone());
-                        let answer = json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
-                            "content": [{"type": "text", "text": format!("ran {tool}")}]}});
-                        Ok::<_, Infallible>(
-                            Response::builder()
-                                .header("content-type", "application/json")
-                                .body(Full::new(Bytes::from(answer.to_string())))
-                                .unwrap(),
-                        )
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
+    let (port, ca_pem, runtime) = mcp_support::https_server(move |req: Request<Incoming>| {
+        let seen = seen.clone();
+        async move {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let msg: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let tool = msg["params"]["name"].as_str().unwrap_or("-").to_string();
+            seen.lock().unwrap().push(tool.clone());
+            let answer = json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "content": [{"type": "text", "text": format!("ran {tool}")}]}});
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(answer.to_string())))
+                .unwrap()
         }
     });
     Upstream {

@@ -9,11 +9,8 @@ mod mcp_support;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use std::convert::Infallible;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -111,44 +108,18 @@ struct Server {
 }
 
 fn server() -> Server {
-    let (acceptor, ca_pem) = mcp_support::loopback_tls();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
     let script = Arc::new(Mutex::new(Script::default()));
     let shared = script.clone();
-    runtime.spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let (acceptor, script) = (acceptor.clone(), shared.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let script = script.clone();
-                    async move {
-                        let (parts, body) = req.into_parts();
-                        let body = body
-                            .collect()
-                            .await
-                            .map(|c| c.to_bytes())
-                            .unwrap_or_default();
-                        Ok::<_, Infallible>(answer(&script, &parts, &body))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
+    let (port, ca_pem, runtime) = mcp_support::https_server(move |req: Request<Incoming>| {
+        let script = shared.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            answer(&script, &parts, &body)
         }
     });
     Server {

@@ -10,11 +10,8 @@ mod mcp_support;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -52,49 +49,20 @@ impl Server {
 }
 
 fn server() -> Server {
-    let (acceptor, ca_pem) = mcp_support::loopback_tls();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
     let files: Files = Arc::default();
     let shared = files.clone();
-    runtime.spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let (acceptor, files) = (acceptor.clone(), shared.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let files = files.clone();
-                    async move {
-                        let (status, body) = files
-                            .lock()
-                            .unwrap()
-                            .get(req.uri().path())
-                            .cloned()
-                            .unwrap_or((404, b"not found".to_vec()));
-                        Ok::<_, Infallible>(
-                            Response::builder()
-                                .status(status)
-                                .body(Full::new(Bytes::from(body)))
-                                .unwrap(),
-                        )
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
+    let (port, ca_pem, runtime) = mcp_support::https_server(move |req: Request<Incoming>| {
+        let (status, body) = shared
+            .lock()
+            .unwrap()
+            .get(req.uri().path())
+            .cloned()
+            .unwrap_or((404, b"not found".to_vec()));
+        async move {
+            Response::builder()
+                .status(status)
+                .body(Full::new(Bytes::from(body)))
+                .unwrap()
         }
     });
     Server {

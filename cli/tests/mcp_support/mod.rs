@@ -384,3 +384,43 @@ pub fn loopback_tls() -> (tokio_rustls::TlsAcceptor, String) {
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     (acceptor, ca_cert.pem())
 }
+
+/// An HTTPS server on 127.0.0.1 (certificate from [`loopback_tls`]) answering every request with
+/// `handle`, on a runtime of its own: returns its port, the CA's PEM and the runtime (the server
+/// lives as long as it does).
+pub fn https_server<F, Fut>(handle: F) -> (u16, String, tokio::runtime::Runtime)
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + 'static,
+{
+    let (acceptor, ca_pem) = loopback_tls();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    runtime.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, handle) = (acceptor.clone(), handle.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |req| {
+                    let answer = handle(req);
+                    async move { Ok::<_, std::convert::Infallible>(answer.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (port, ca_pem, runtime)
+}
