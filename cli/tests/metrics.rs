@@ -6,48 +6,11 @@ mod mcp_support;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A plain-HTTP MCP server on loopback: every POST gets a JSON-RPC result for its id.
-fn mcp_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || answer(stream));
-        }
-    });
-    port
-}
-
-fn answer(mut stream: TcpStream) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let (mut length, mut line) = (0usize, String::new());
-    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-        line.clear();
-    }
-    let mut body = vec![0u8; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let reply = serde_json::json!({"jsonrpc": "2.0", "id": request["id"],
-        "result": {"content": [{"type": "text", "text": "ok"}]}})
-    .to_string();
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{reply}",
-        reply.len()
-    );
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fenzi-metrics-{name}-{}", std::process::id()));
@@ -133,7 +96,7 @@ fn stop(mut child: Child) {
 #[test]
 fn fenzi_proxy_serves_metrics_that_count_what_it_logged() {
     let dir = temp_dir("counts");
-    let upstream = mcp_server();
+    let upstream = mcp_support::plain_mcp_server();
     std::fs::write(
         dir.join("fenzi.yaml"),
         format!(

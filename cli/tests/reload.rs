@@ -11,50 +11,11 @@ mod mcp_support;
 
 use fenzi_policy::engine::Policy;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A plain-HTTP MCP server: every POST gets a JSON-RPC result for its id.
-fn mcp_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || answer(stream));
-        }
-    });
-    port
-}
-
-fn answer(mut stream: TcpStream) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut length = 0usize;
-    let mut line = String::new();
-    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-        line.clear();
-    }
-    let mut body = vec![0u8; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let reply = serde_json::json!({"jsonrpc": "2.0", "id": request["id"],
-        "result": {"content": [{"type": "text", "text": "ok"}]}})
-    .to_string();
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{reply}",
-        reply.len()
-    );
-}
 
 struct Session {
     dir: PathBuf,
@@ -85,7 +46,7 @@ impl Session {
         let dir = std::env::temp_dir().join(format!("fenzi-reload-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let upstream = mcp_server();
+        let upstream = mcp_support::plain_mcp_server();
         std::fs::write(
             dir.join("mcp.yaml"),
             MACHINE.replace("PORT", &upstream.to_string()),

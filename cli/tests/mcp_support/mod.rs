@@ -424,3 +424,43 @@ where
     });
     (port, ca_pem, runtime)
 }
+
+/// A plain-HTTP MCP server on loopback, one thread per connection: every POST gets a JSON-RPC
+/// result (`ok`) for its id, and the connection closes. Returns its port.
+pub fn plain_mcp_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || answer_ok(stream));
+        }
+    });
+    port
+}
+
+fn answer_ok(mut stream: std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let (mut length, mut line) = (0usize, String::new());
+    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+        line.clear();
+    }
+    let mut body = vec![0u8; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let request: serde_json::Value =
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let reply = serde_json::json!({"jsonrpc": "2.0", "id": request["id"],
+        "result": {"content": [{"type": "text", "text": "ok"}]}})
+    .to_string();
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+}
