@@ -39,8 +39,8 @@ pub struct ProxyOptions {
     pub ca_validity: Duration,
     /// Extra roots trusted for upstream TLS, beside the webpki roots (`--upstream-ca`).
     pub upstream_roots: Vec<CertificateDer<'static>>,
-    /// Upstream connections kept for reuse per destination (host, port, TLS), shared by every client
-    /// connection of the session. Beyond it the oldest is closed.
+    /// Upstream connections kept for reuse per destination (host, port, TLS) and connection shard,
+    /// shared by every client connection the shard serves. Beyond it the oldest is closed.
     pub max_idle_upstream: usize,
     /// A kept upstream connection unused for this long is closed.
     pub upstream_idle_timeout: Duration,

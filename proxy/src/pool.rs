@@ -5,8 +5,9 @@
 //! Reuse never widens what admission decided. A pooled connection is keyed by host, port and TLS, and
 //! remembers the address it was dialled to; [`Pool::take`] hands it out only when that address is
 //! among the addresses the request's own admission checked just now. Idle connections are closed after
-//! `upstream_idle_timeout` (and at most `max_idle_upstream` are kept per destination), so an idle
-//! session holds no upstream sockets for long.
+//! `upstream_idle_timeout` (and at most `max_idle_upstream` are kept per destination and shard), so an
+//! idle session holds no upstream sockets for long. On a proxy served by connection shards
+//! ([`crate::shards`]) each shard reuses only the connections it drives.
 
 use crate::body::Body;
 use crate::options::ProxyOptions;
@@ -50,26 +51,34 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// A ready connection for `key` to one of `allowed`, the most recently used first, and one this
-    /// thread's shard drives before any other: a connection driven on another thread costs a
-    /// cross-thread wake-up each way of every call.
-    pub fn take(&self, key: &PoolKey, allowed: &[SocketAddr]) -> Option<UpstreamConn> {
-        let shard = crate::shards::current();
+    /// A ready connection for `key` to one of `allowed`, the most recently used first. For a shard
+    /// (`shard`, the caller's [`crate::shards::current`]) only a connection that shard drives is
+    /// handed out: one driven on another thread costs
+    /// a cross-thread wake-up each way of every call for as long as it is reused (at one client
+    /// connection that doubled the CPU of a call, docs/benchmarks.md), while dialling a shard its
+    /// own costs one handshake. So each shard keeps its own idle connections, as each nginx worker
+    /// keeps its own upstream keep-alive cache.
+    pub fn take(
+        &self,
+        key: &PoolKey,
+        allowed: &[SocketAddr],
+        shard: Option<usize>,
+    ) -> Option<UpstreamConn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let conns = idle.get_mut(key)?;
         conns.retain(|c| !c.conn.sender.is_closed());
-        let usable = |c: &IdleConn| c.conn.sender.is_ready() && allowed.contains(&c.conn.addr);
-        let at = conns
-            .iter()
-            .rposition(|c| c.conn.shard == shard && usable(c))
-            .or_else(|| conns.iter().rposition(usable))?;
+        let at = conns.iter().rposition(|c| {
+            (shard.is_none() || c.conn.shard == shard)
+                && c.conn.sender.is_ready()
+                && allowed.contains(&c.conn.addr)
+        })?;
         Some(conns.remove(at).conn)
     }
 
     /// Hands a connection back. It becomes ready again once its response body has been read; a
     /// connection that is never ready again (a long event stream) waits here until it closes or is
-    /// pushed out. Beyond `cap` per destination the oldest is dropped (hyper finishes a response in
-    /// flight on it, then closes it).
+    /// pushed out. Beyond `cap` per destination and shard the oldest of that shard is dropped (hyper
+    /// finishes a response in flight on it, then closes it).
     pub fn put(self: &Arc<Self>, key: PoolKey, conn: UpstreamConn, options: &ProxyOptions) {
         let cap = options.max_idle_upstream;
         if cap == 0 {
@@ -84,8 +93,11 @@ impl Pool {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let conns = idle.entry(key).or_default();
         conns.retain(|c| !c.conn.sender.is_closed());
-        if conns.len() >= cap {
-            conns.remove(0);
+        let same_shard = |c: &IdleConn| c.conn.shard == conn.shard;
+        if conns.iter().filter(|c| same_shard(c)).count() >= cap
+            && let Some(oldest) = conns.iter().position(same_shard)
+        {
+            conns.remove(oldest);
         }
         conns.push(IdleConn {
             conn,
@@ -131,5 +143,78 @@ async fn expire_idle(pool: Weak<Pool>, max_idle: Duration) {
         if dropped > 0 {
             tracing::debug!(dropped, "closed idle upstream connections");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper_util::rt::TokioIo;
+
+    /// A ready HTTP/1.1 client connection over an in-memory pipe, as if dialled by `shard`.
+    async fn conn(shard: Option<usize>, addr: SocketAddr) -> UpstreamConn {
+        let (ours, theirs) = tokio::io::duplex(1024);
+        // The far end is held open for the whole test, so the connection stays ready.
+        std::mem::forget(theirs);
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(ours))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        sender.ready().await.unwrap();
+        UpstreamConn {
+            sender,
+            addr,
+            shard,
+        }
+    }
+
+    fn key() -> PoolKey {
+        PoolKey {
+            host: Host::parse("upstream.test").unwrap(),
+            port: 443,
+            tls: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shard_takes_only_the_connections_it_drives() {
+        let pool = Arc::new(Pool::default());
+        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let options = ProxyOptions::default();
+        pool.put(key(), conn(Some(0), addr).await, &options);
+
+        assert!(
+            pool.take(&key(), &[addr], Some(1)).is_none(),
+            "shard 1 dials its own"
+        );
+        let taken = pool
+            .take(&key(), &[addr], Some(0))
+            .expect("shard 0 reuses its own");
+        assert_eq!(taken.shard, Some(0));
+        pool.put(key(), taken, &options);
+        // Off the shards (a proxy served on the caller's runtime) any connection is reused.
+        assert!(pool.take(&key(), &[addr], None).is_some());
+    }
+
+    #[tokio::test]
+    async fn the_idle_cap_holds_per_shard() {
+        let pool = Arc::new(Pool::default());
+        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let options = ProxyOptions {
+            max_idle_upstream: 2,
+            ..ProxyOptions::default()
+        };
+        for shard in [0, 0, 0, 1] {
+            pool.put(key(), conn(Some(shard), addr).await, &options);
+        }
+        let mut taken = Vec::new();
+        while let Some(c) = pool.take(&key(), &[addr], Some(0)) {
+            taken.push(c);
+        }
+        assert_eq!(taken.len(), 2, "shard 0 keeps at most two");
+        assert!(
+            pool.take(&key(), &[addr], Some(1)).is_some(),
+            "shard 0's overflow did not push out shard 1's connection"
+        );
     }
 }

@@ -150,7 +150,9 @@ impl Upstream {
     }
 
     fn take_pooled(&self, session: &SessionContext) -> Option<UpstreamConn> {
-        session.upstreams.take(&self.key, &self.dest.addrs)
+        session
+            .upstreams
+            .take(&self.key, &self.dest.addrs, crate::shards::current())
     }
 
     fn keep(&self, session: &SessionContext, conn: UpstreamConn) {
