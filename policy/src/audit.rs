@@ -160,6 +160,54 @@ pub fn to_line(record: &AuditRecord) -> String {
     }
 }
 
+/// A record's line without the four fields its writer assigns (`ts`, `seq`, `session`, `prev`),
+/// serialised ahead: a writer that must assign those under a lock (the chain is one sequence) then
+/// only splices them in, instead of serialising the whole record while others wait.
+/// [`LineFields::line`] gives exactly the line [`to_line`] gives for the whole record.
+#[derive(Debug, Clone)]
+pub struct LineFields {
+    /// The serialised fields from `decision` up to and including the comma before `prev`.
+    middle: String,
+}
+
+/// How [`to_line`] starts when `ts` and `session` are empty and `seq` is 0.
+const BLANK_HEAD: &str = r#"{"ts":"","seq":0,"session":"","#;
+/// How [`to_line`] ends when `prev` is empty.
+const BLANK_TAIL: &str = r#""prev":""}"#;
+
+impl LineFields {
+    /// The fields of `record` other than `ts`, `seq`, `session` and `prev`, which are ignored.
+    pub fn new(mut record: AuditRecord) -> LineFields {
+        record.ts.clear();
+        record.seq = 0;
+        record.session.clear();
+        record.prev.clear();
+        let mut line = to_line(&record);
+        // The field order is the struct's: `ts`, `seq`, `session` first, `prev` last (tested).
+        assert!(
+            line.starts_with(BLANK_HEAD) && line.ends_with(BLANK_TAIL),
+            "audit record fields out of the order LineFields splices"
+        );
+        line.truncate(line.len() - BLANK_TAIL.len());
+        line.drain(..BLANK_HEAD.len());
+        LineFields { middle: line }
+    }
+
+    /// The whole line (no newline), given the writer's fields. `ts` (RFC 3339) and `prev` (hex) need
+    /// no escaping; `session` is spliced as given, so it must be the id as a line holds it (escaped
+    /// like any string of the line, without its quotes).
+    pub fn line(&self, ts: &str, seq: u64, session: &str, prev: &str) -> String {
+        use std::fmt::Write;
+        let mut line = String::with_capacity(self.middle.len() + ts.len() + prev.len() + 96);
+        let _ = write!(
+            line,
+            r#"{{"ts":"{ts}","seq":{seq},"session":"{session}",{}"prev":"{prev}"}}"#,
+            self.middle
+        );
+        line
+    }
+}
+
 /// Whether every byte is printable ASCII (space to `~`), so nothing in it [`needs_escape`].
 fn is_printable_ascii(text: &str) -> bool {
     text.bytes().all(|b| (0x20..0x7f).contains(&b))
@@ -464,6 +512,32 @@ mod tests {
             prompt: None,
             resource: None,
             prev: prev.into(),
+        }
+    }
+
+    proptest::proptest! {
+        /// Splicing the writer's fields into [`LineFields`] gives the very line [`to_line`] gives,
+        /// whatever the other fields hold (clipped, escaped, absent).
+        #[test]
+        fn line_fields_splice_to_the_same_line(
+            tool in "\\PC{0,600}",
+            path in proptest::option::of("[ -~\u{80}-\u{10ffff}]{0,700}"),
+            rpc_id in proptest::option::of("\\PC{0,20}"),
+            hidden in proptest::option::of(0u64..1000),
+            secrets in proptest::collection::vec("[A-Z_]{1,8}", 0..3),
+            seq in 1u64..u64::MAX,
+        ) {
+            let mut whole = record(seq, &"ab".repeat(32), &tool);
+            whole.path = path;
+            whole.rpc_id = rpc_id;
+            whole.hidden = hidden;
+            whole.secrets = secrets;
+            whole.policy = Some("cd".repeat(32));
+            let fields = LineFields::new(whole.clone());
+            proptest::prop_assert_eq!(
+                fields.line(&whole.ts, whole.seq, &whole.session, &whole.prev),
+                to_line(&whole)
+            );
         }
     }
 

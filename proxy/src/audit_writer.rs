@@ -52,7 +52,7 @@
 //! dropped and the sync thread has made the log durable one last time.
 
 use fenzi_policy::Reason;
-use fenzi_policy::audit::{self, AuditRecord, GENESIS, Head, Outcome};
+use fenzi_policy::audit::{self, AuditRecord, GENESIS, Head, LineFields, Outcome};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -128,11 +128,12 @@ impl AuditEntry {
         }
     }
 
-    fn into_record(self, ts: String, seq: u64, session: &str, prev: String) -> AuditRecord {
-        AuditRecord {
-            ts,
-            seq,
-            session: session.to_string(),
+    /// The record's line without the writer's fields (`ts`, `seq`, `session`, `prev`).
+    fn into_fields(self) -> LineFields {
+        LineFields::new(AuditRecord {
+            ts: String::new(),
+            seq: 0,
+            session: String::new(),
             decision: self.outcome,
             reason: self.reason.map(|r| r.code().to_string()),
             method: self.method,
@@ -152,8 +153,8 @@ impl AuditEntry {
             client: self.client.map(|c| c.to_string()),
             prompt: self.prompt,
             resource: self.resource,
-            prev,
-        }
+            prev: String::new(),
+        })
     }
 }
 
@@ -293,6 +294,13 @@ struct LogFile {
     wake: Condvar,
 }
 
+/// `text` as [`audit::to_line`] writes a string's content: JSON-escaped, invisible characters as
+/// `\uXXXX`, without the quotes.
+fn spliceable(text: &str) -> String {
+    let quoted = audit::escape_invisible(&serde_json::Value::from(text).to_string());
+    quoted[1..quoted.len() - 1].to_string()
+}
+
 /// The chain's tail and the sync bookkeeping, all under one lock so that seq order is file order and
 /// the sync thread's snapshot is always of a line already written.
 struct State {
@@ -300,6 +308,8 @@ struct State {
     file: File,
     /// The file's length up to the end of the last whole line: what a failed write is cut back to.
     len: u64,
+    /// The session id as it stands between the quotes of a line (JSON-escaped, invisible characters
+    /// escaped as [`audit::to_line`] does), ready to be spliced in.
     session: String,
     next_seq: u64,
     /// Hash of the last line written (`prev` of the next record).
@@ -396,7 +406,7 @@ impl AuditWriter {
             state: Mutex::new(State {
                 file,
                 len: existing.len() as u64,
-                session: session.to_string(),
+                session: spliceable(session),
                 next_seq: tail.next_seq,
                 prev: tail.prev,
                 unsynced: 0,
@@ -479,31 +489,28 @@ impl LogFile {
     /// Writes one record's line: seq, `prev`, serialisation and write(2) all under the lock. A
     /// record refused (its request denied) is counted.
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
+        // Everything but the writer's own fields is serialised before the lock is taken: the lock
+        // is what every other request's record waits for.
+        let fields = entry.into_fields();
         let mut guard = self.lock()?;
-        let written = self.append_locked(&mut guard, entry);
+        let written = self.append_locked(&mut guard, &fields);
         if written.is_err() {
             guard.refused += 1;
         }
         written
     }
 
-    fn append_locked(&self, st: &mut State, entry: AuditEntry) -> Result<u64, AuditError> {
+    fn append_locked(&self, st: &mut State, fields: &LineFields) -> Result<u64, AuditError> {
         if let Some(first) = &st.failed {
             return Err(self.unavailable(first.clone()));
         }
         let seq = st.next_seq;
-        let record = entry.into_record(
-            audit::format_timestamp(now_ms()),
-            seq,
-            &st.session,
-            std::mem::take(&mut st.prev),
-        );
-        let mut line = audit::to_line(&record);
+        let ts = audit::format_timestamp(now_ms());
+        let mut line = fields.line(&ts, seq, &st.session, &st.prev);
         let hash = audit::line_hash(line.as_bytes());
         line.push('\n');
         if let Err((error, stored)) = write_line(&st.file, line.as_bytes()) {
             // The tail stays where it was: the next record follows the last whole line.
-            st.prev = record.prev;
             return Err(self.refuse(st, error, stored));
         }
         st.len += line.len() as u64;

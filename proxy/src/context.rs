@@ -154,9 +154,13 @@ impl ConnGuard {
         self.conn.track(inner)
     }
 
-    /// Resolves once shutdown has begun.
-    pub async fn stopping(&mut self) {
-        let _ = self.stop.wait_for(|stop| *stop).await;
+    /// Resolves once shutdown has begun. Raced against a connection in `select!`, it is polled only
+    /// when the stop signal woke the task, not on each of the connection's own wake-ups
+    /// ([`crate::woken`]).
+    pub fn stopping(&mut self) -> impl std::future::Future<Output = ()> + Send + '_ {
+        crate::woken::only_when_woken(async move {
+            let _ = self.stop.wait_for(|stop| *stop).await;
+        })
     }
 
     /// A request head on this connection is complete and handed to the service: the connection is

@@ -6,10 +6,20 @@ use crate::secrets::scrub;
 use fenzi_policy::secret_position::HOP_BY_HOP_HEADERS;
 use http::header::{CONNECTION, HOST};
 use http::request::Parts;
+use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri, Version};
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most heads carry none: one pass over the names present (header names are lowercase) is
+    // cheaper than ten removals by name, each parsing and hashing it. Without a `Connection`
+    // header no other name can be listed for removal, and `Connection` is itself on the list.
+    if !headers
+        .keys()
+        .any(|name| HOP_BY_HOP_HEADERS.contains(&name.as_str()))
+    {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
@@ -38,8 +48,16 @@ pub(crate) fn prepare_request(parts: &mut Parts, host: HeaderValue, scrubbed: bo
 
 /// The request head as it goes upstream: the origin-form target (path and query only) over HTTP/1.1.
 pub(crate) fn to_origin_form(parts: &mut Parts) {
-    let origin_form = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    parts.uri = Uri::try_from(origin_form).unwrap_or_else(|_| Uri::from_static("/"));
+    // The path and query as they were parsed (a cheap clone of shared bytes), not parsed again.
+    let mut origin_form = http::uri::Parts::default();
+    origin_form.path_and_query = Some(
+        parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+    );
+    parts.uri = Uri::from_parts(origin_form).unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
 }
 
@@ -73,5 +91,36 @@ mod tests {
         let mut left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn a_hop_by_hop_header_without_connection_is_removed_too() {
+        let mut headers = HeaderMap::new();
+        headers.insert("te", HeaderValue::from_static("trailers"));
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        strip_hop_by_hop(&mut headers);
+        let left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["content-type"]);
+    }
+
+    #[test]
+    fn origin_form_keeps_path_and_query_only() {
+        let (mut parts, ()) = http::Request::builder()
+            .uri("https://web.test:8443/a/b?x=1&y=%20")
+            .version(Version::HTTP_2)
+            .body(())
+            .unwrap()
+            .into_parts();
+        to_origin_form(&mut parts);
+        assert_eq!(parts.uri.to_string(), "/a/b?x=1&y=%20");
+        assert_eq!(parts.uri.authority(), None);
+        assert_eq!(parts.version, Version::HTTP_11);
+        let (mut parts, ()) = http::Request::builder()
+            .uri("https://web.test")
+            .body(())
+            .unwrap()
+            .into_parts();
+        to_origin_form(&mut parts);
+        assert_eq!(parts.uri.to_string(), "/");
     }
 }

@@ -68,6 +68,7 @@ mod respond;
 mod response;
 mod tunnel;
 mod upstream;
+mod woken;
 
 pub use audit_sink::AuditSink;
 pub use body::{Body, BoxError};

@@ -114,6 +114,21 @@ async fn concurrent_records_get_consecutive_seqs_and_the_log_verifies_with_its_h
     assert_eq!(read_head(&path).seq, 400);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_id_that_needs_escaping_is_written_as_json_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("odd.jsonl");
+    // Quote, backslash, a control character and a bidi override: each escaped in the line.
+    let session = "s\"1\\\u{1}\u{202e}";
+    let w = AuditWriter::open(&path, session).unwrap();
+    record_concurrently(&w, 2, 3).await;
+    w.flush().await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(r#""session":"s\"1\\\u0001\u202e""#), "{text}");
+    assert!(records(&path).iter().all(|r| r.session == session));
+    assert_eq!(verify(&path).unwrap().records, 6);
+}
+
 #[tokio::test]
 async fn the_head_follows_without_an_explicit_flush() {
     let dir = tempfile::tempdir().unwrap();

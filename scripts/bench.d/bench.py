@@ -391,6 +391,7 @@ class Bench:
         self.tiny = self.start_tinyproxy("tinyproxy")
         self.mitm = self.start_mitm("mitmproxy")
         self.nginx = self.start_nginx("nginx", certs)
+        self.floor = self.start_floor("floor", certs)
         self.secret = self.start_fenzi_secret()
 
     def start_fenzi(self, name: str, config: str, env: dict | None = None, binary: str | None = None,
@@ -468,6 +469,18 @@ http {{
         wait_port(port, p)
         self.pids[name] = p.pid
         return p, port
+
+    def start_floor(self, name: str, certs: Path):
+        """proxy/examples/floor_proxy.rs: nginx's job done with fenzi's libraries (tokio, hyper,
+        rustls) and nothing else, so the table separates fenzi's own work from the stack's."""
+        if not self.args.floor:
+            return None
+        p = self.procs.start(name, [self.args.floor, "--cert", str(certs / "server.pem"),
+                                    "--key", str(certs / "server-key.pem"), "--ca", str(certs / "test-ca.pem"),
+                                    "--upstream", str(self.port['mcp']), "--threads", str(os.cpu_count() or 2)])
+        m = first_line(self.work / f"{name}.out", r"^listening on 127\.0\.0\.1:(\d+)$", p)
+        self.pids[name] = p.pid
+        return p, int(m.group(1))
 
     def start_mitm(self, name: str):
         port = free_port()
@@ -630,6 +643,11 @@ http {{
             # A reverse proxy: the client talks TLS to nginx itself, no CONNECT.
             url = f"https://127.0.0.1:{self.nginx[1]}/mcp"
             contenders.append({"label": "nginx", "proc": "nginx",
+                               "oha": {**common, "url": url, "cacert": self.upstream_ca}})
+        if self.floor:
+            # The same, with fenzi's libraries and no policy (proxy/examples/floor_proxy.rs).
+            url = f"https://127.0.0.1:{self.floor[1]}/mcp"
+            contenders.append({"label": "floor", "proc": "floor",
                                "oha": {**common, "url": url, "cacert": self.upstream_ca}})
         contenders.append({"label": "mitmproxy", "proc": "mitmproxy",
                            "oha": {**common, "cacert": self.mitm[2], "proxy": self.mitm[1]}})
@@ -1155,6 +1173,8 @@ def main() -> int:
     p.add_argument("--download-mib", type=int, default=100)
     p.add_argument("--tunnels", type=int, default=1000)
     p.add_argument("--nginx", default=None, help="nginx binary (the re-encrypting contender)")
+    p.add_argument("--floor", default=None,
+                   help="floor_proxy binary (the same two hops with hyper and rustls, no policy)")
     p.add_argument("--sse-events", type=int, default=10000,
                    help="events in the mcp_sse_stream scenario's stream")
     p.add_argument("--only", type=lambda s: set(s.split(",")), default=None,
