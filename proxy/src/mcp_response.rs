@@ -299,10 +299,9 @@ fn unreadable(subject: &Subject, reading: &Reading, error: ResponseError) -> Ref
 
 /// The media type of a `Content-Type` value, lower case, without parameters.
 fn media_type(value: Option<&HeaderValue>) -> String {
-    let text = value.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let text = text.unwrap_or_default();
-    let media = text.split(';').next().unwrap_or_default();
-    media.trim().to_ascii_lowercase()
+    let bytes = value.map_or(&[][..], HeaderValue::as_bytes);
+    let media = bytes.split(|&b| b == b';').next().unwrap_or_default();
+    String::from_utf8_lossy(media.trim_ascii()).to_ascii_lowercase()
 }
 
 /// An event stream from an MCP server, read and passed on event by event.

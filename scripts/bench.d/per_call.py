@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""What one intercepted MCP `tools/call` costs each proxy thread: CPU, context switches and (with
+--strace) system calls per call, for one or more fenzi builds side by side in alternating rounds.
+
+    scripts/bench --per-call [--calls 40000] [--connections 32] [--rounds 2] [--strace]
+                             [--floor] [LABEL=FENZI_BINARY ...]
+
+Run through `scripts/bench`, which installs oha and the venv and builds fenzi, `bench_upstream` and
+`floor_proxy`. Without binaries it measures the build `scripts/bench` made (label `fenzi`); with
+--floor also proxy/examples/floor_proxy.rs (the same two TLS hops with no policy). Each run starts the
+upstream and a fresh proxy (audit log on, in the work directory), warms up with 500 calls, reads
+/proc/PID/task/*/stat and status before and after `oha -n CALLS -c CONNECTIONS`, and prints per
+thread: CPU per call (user + system), voluntary and involuntary switches per call. --strace adds one
+more run of each under `strace -f -c` (slow: its per-call counts are what matters, not its times).
+The numbers are this machine's, side by side in one run; compare builds, not machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def threads(pid: int) -> dict[str, list[int]]:
+    """Per thread (named `comm#tid-order`): [cpu ticks, voluntary, involuntary switches]."""
+    out = {}
+    tasks = sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda p: int(p.name))
+    for i, task in enumerate(tasks):
+        try:
+            comm = (task / "comm").read_text().strip()
+            stat = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            status = (task / "status").read_text()
+        except FileNotFoundError:
+            continue
+        v = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
+        nv = int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
+        out[f"{comm}#{i}"] = [int(stat[11]) + int(stat[12]), v, nv]
+    return out
+
+
+def wait_line(path: Path, pattern: str, proc: subprocess.Popen, what: str) -> re.Match:
+    for _ in range(200):
+        if path.exists():
+            m = re.search(pattern, path.read_text(), re.M)
+            if m:
+                return m
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise SystemExit(f"per-call: {what} did not start: {path.read_text()[-2000:] if path.exists() else ''}")
+
+
+class Run:
+    def __init__(self, args, work: Path, certs: Path, mcp_port: int):
+        self.args, self.work, self.certs, self.mcp = args, work, certs, mcp_port
+
+    def start(self, label: str, binary: str) -> tuple[subprocess.Popen, list[str]]:
+        """Starts one proxy; returns it and the oha arguments that reach the upstream through it."""
+        out, err = self.work / f"{label}.out", self.work / f"{label}.err"
+        common = ["--no-tui", "--ipv4", "-c", str(self.args.connections), "-m", "POST",
+                  "-D", str(self.work / "call.json"), "-T", "application/json",
+                  "-H", "Accept: application/json, text/event-stream"]
+        if label == "floor":
+            p = subprocess.Popen([binary, "--cert", str(self.certs / "server.pem"),
+                                  "--key", str(self.certs / "server-key.pem"),
+                                  "--ca", str(self.certs / "test-ca.pem"), "--upstream", str(self.mcp)],
+                                 stdout=open(out, "w"), stderr=open(err, "w"))
+            port = wait_line(out, r"listening on 127\.0\.0\.1:(\d+)", p, label).group(1)
+            return p, common + ["--cacert", str(self.certs / "test-ca.pem"), f"https://127.0.0.1:{port}/mcp"]
+        audit = self.work / f"{label}.jsonl"
+        for stale in self.work.glob(f"{label}.jsonl*"):
+            stale.unlink()
+        ca = self.work / f"{label}-ca"
+        p = subprocess.Popen([binary, "proxy", "--config", str(self.work / "fenzi.yaml"), "--no-machine",
+                              "--listen", "127.0.0.1:0", "--audit", str(audit), "--ca-dir", str(ca),
+                              "--upstream-ca", str(self.certs / "test-ca.pem"), "--drain-timeout", "1s"],
+                             stdout=open(out, "w"), stderr=open(err, "w"),
+                             env=dict(os.environ, XDG_CONFIG_HOME=str(self.work / "xdg"),
+                                      XDG_STATE_HOME=str(self.work / "xdg")))
+        port = wait_line(out, r"^listening on 127\.0\.0\.1:(\d+)$", p, label).group(1)
+        return p, common + ["-x", f"http://127.0.0.1:{port}", "--cacert", str(ca / "ca.pem"),
+                            f"https://127.0.0.1:{self.mcp}/mcp"]
+
+    def oha(self, argv: list[str], calls: int) -> dict:
+        done = subprocess.run([self.args.oha, "-n", str(calls), "--output-format", "json", *argv],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise SystemExit(f"per-call: oha failed: {done.stderr[-1000:]}")
+        data = json.loads(done.stdout)
+        ok = sum(n for code, n in data["statusCodeDistribution"].items() if code == "200")
+        if ok != calls:
+            raise SystemExit(f"per-call: {calls - ok} of {calls} calls were not answered 200: {data['statusCodeDistribution']}")
+        return data
+
+    def measure(self, label: str, binary: str) -> dict:
+        p, argv = self.start(label, binary)
+        try:
+            self.oha(argv, 500)
+            time.sleep(float(os.environ.get("PER_CALL_SETTLE", "0")))
+            before = threads(p.pid)
+            data = self.oha(argv, self.args.calls)
+            after = threads(p.pid)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+        n = self.args.calls
+        per = {}
+        for name, (cpu, v, nv) in after.items():
+            c0, v0, nv0 = before.get(name, [0, 0, 0])
+            if (cpu - c0, v - v0, nv - nv0) != (0, 0, 0):
+                per[name] = ((cpu - c0) * 1e6 / TICK / n, (v - v0) / n, (nv - nv0) / n)
+        return {"rps": data["summary"]["requestsPerSec"], "p50_ms": data["latencyPercentiles"]["p50"] * 1000,
+                "cpu_us": sum(x[0] for x in per.values()), "threads": per}
+
+    def strace(self, label: str, binary: str) -> list[tuple[str, float]]:
+        p, argv = self.start(label, binary)
+        out = self.work / f"{label}.strace"
+        try:
+            self.oha(argv, 500)
+            s = subprocess.Popen(["strace", "-f", "-c", "-o", str(out), "-p", str(p.pid)],
+                                 stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            calls = max(self.args.calls // 10, 1000)
+            self.oha(argv, calls)
+            s.terminate()
+            s.wait(timeout=30)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+        rows = []
+        for line in out.read_text().splitlines():
+            f = line.split()
+            if len(f) >= 5 and f[0][0].isdigit() and f[-1] != "total":
+                rows.append((f[-1], int(f[3]) / calls))
+        return sorted(rows, key=lambda r: -r[1])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fenzi", required=True)
+    p.add_argument("--upstream", required=True)
+    p.add_argument("--oha", required=True)
+    p.add_argument("--floor-binary", required=True)
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--calls", type=int, default=40000)
+    p.add_argument("--connections", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--strace", action="store_true")
+    p.add_argument("--floor", action="store_true")
+    p.add_argument("builds", nargs="*", metavar="LABEL=FENZI_BINARY")
+    args = p.parse_args()
+
+    contenders = [tuple(b.split("=", 1)) for b in args.builds] or [("fenzi", args.fenzi)]
+    if args.floor:
+        contenders.append(("floor", args.floor_binary))
+    work = args.work / "per-call"
+    work.mkdir(parents=True, exist_ok=True)
+    certs = work / "certs"
+    subprocess.run([args.python, str(ROOT / "testdata/e2e/gen_certs.py"), str(certs)], check=True)
+    (work / "call.json").write_text(json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x" * 900}}}))
+    up_out = work / "upstream.out"
+    up = subprocess.Popen([args.upstream, "--cert", str(certs / "server.pem"), "--key", str(certs / "server-key.pem"),
+                           "--download-bytes", "1000"], stdout=open(up_out, "w"), stderr=subprocess.STDOUT)
+    try:
+        mcp = int(wait_line(up_out, r"mcp=(\d+)", up, "bench_upstream").group(1))
+        (work / "fenzi.yaml").write_text(
+            f"version: 1\nmcp:\n  bench:\n    url: https://127.0.0.1:{mcp}/mcp\n    tools:\n      allow: [echo]\n")
+        run = Run(args, work, certs, mcp)
+        results: dict[str, list[dict]] = {label: [] for label, _ in contenders}
+        for r in range(args.rounds):
+            for label, binary in (contenders if r % 2 == 0 else contenders[::-1]):
+                res = run.measure(label, binary)
+                results[label].append(res)
+                print(f"per-call: round {r + 1} {label:<12} {res['rps']:>8.0f} req/s  p50 {res['p50_ms']:.3f} ms"
+                      f"  {res['cpu_us']:.1f} us CPU/call", file=sys.stderr)
+        print(f"\n{args.calls} tools/call over {args.connections} connection(s), {args.rounds} rounds; "
+              "per call, median of rounds (CPU in us; switches voluntary / involuntary)")
+        for label, rounds in results.items():
+            mid = sorted(rounds, key=lambda x: x["cpu_us"])[len(rounds) // 2]
+            print(f"\n{label}: {mid['rps']:.0f} req/s, p50 {mid['p50_ms']:.3f} ms, {mid['cpu_us']:.1f} us CPU/call "
+                  f"(rounds: {', '.join(format(x['cpu_us'], '.1f') for x in rounds)})")
+            for name, (cpu, v, nv) in sorted(mid["threads"].items(), key=lambda kv: -kv[1][0]):
+                print(f"  {name.split('#')[0]:<20} {cpu:7.1f} us  {v:5.2f} / {nv:5.2f}")
+        if args.strace:
+            for label, binary in contenders:
+                print(f"\n{label}: system calls per call (strace -f -c)")
+                for name, per in run.strace(label, binary)[:12]:
+                    print(f"  {name:<16} {per:6.2f}")
+    finally:
+        up.terminate()
+        up.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
