@@ -29,6 +29,8 @@ pub(crate) enum Handling {
 #[derive(Debug, Clone)]
 pub(crate) struct Destination {
     pub host: Host,
+    /// `host` as records name it, made once for every request's subject.
+    pub host_text: String,
     pub port: u16,
     pub handling: Handling,
     /// The admitting decision (its rule names the policy entry).
@@ -73,7 +75,8 @@ impl Destination {
 
     /// The audit subject of a request with `method` on `path` (no query) to this destination.
     pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
-        let mut subject = Subject::new(self.client, method, self.host.to_string(), self.port, path);
+        let mut subject =
+            Subject::new(self.client, method, self.host_text.clone(), self.port, path);
         subject.server = self.server_name().map(str::to_string);
         subject.under(&self.policy)
     }
@@ -87,7 +90,7 @@ pub(crate) async fn admit(
     subject: &Subject,
 ) -> Result<Destination, Refusal> {
     let live = session.live.current();
-    let subject = &subject.under(&live.hash);
+    let subject = &subject.clone().under(&live.hash);
     let route = live
         .policy
         .route(host, port)
@@ -122,6 +125,7 @@ pub(crate) async fn admit(
     }
     Ok(Destination {
         host: host.clone(),
+        host_text: host.to_string(),
         port,
         handling,
         decision,

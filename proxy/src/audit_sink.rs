@@ -75,11 +75,9 @@ impl Subject {
     }
 
     /// This subject, decided under the policy whose hash is `policy`.
-    pub fn under(&self, policy: &Arc<str>) -> Subject {
-        Subject {
-            policy: Some(policy.clone()),
-            ..self.clone()
-        }
+    pub fn under(mut self, policy: &Arc<str>) -> Subject {
+        self.policy = Some(policy.clone());
+        self
     }
 
     fn entry(

@@ -117,25 +117,24 @@ pub(crate) fn checked_authority<B>(
     port: u16,
     default_port: u16,
 ) -> Result<HeaderValue, String> {
-    let mut named: Vec<&str> = Vec::new();
     let mut hosts = req.headers().get_all(HOST).iter();
-    if let Some(value) = hosts.next() {
-        if hosts.next().is_some() {
-            return Err("the request has more than one Host header".to_string());
-        }
-        named.push(
+    let host_header = hosts.next();
+    if hosts.next().is_some() {
+        return Err("the request has more than one Host header".to_string());
+    }
+    let host_text = match host_header {
+        Some(value) => Some(
             value
                 .to_str()
                 .map_err(|_| "the Host header is not ASCII text".to_string())?,
-        );
-    }
-    if let Some(authority) = req.uri().authority() {
-        named.push(authority.as_str());
-    }
-    let Some(first) = named.first().copied() else {
+        ),
+        None => None,
+    };
+    let uri_authority = req.uri().authority().map(|a| a.as_str());
+    let Some(first) = host_text.or(uri_authority) else {
         return Err("the request names no host (no Host header or :authority)".to_string());
     };
-    for text in &named {
+    for text in host_text.iter().chain(uri_authority.iter()) {
         if text.contains('@') {
             return Err(format!("the authority {text:?} carries credentials"));
         }
@@ -147,7 +146,12 @@ pub(crate) fn checked_authority<B>(
             ));
         }
     }
-    HeaderValue::from_str(first).map_err(|_| format!("the host {first:?} is not a valid header"))
+    match host_header {
+        // The first authority is the Host header's: forwarded as it came (a shared, cheap clone).
+        Some(value) => Ok(value.clone()),
+        None => HeaderValue::from_str(first)
+            .map_err(|_| format!("the host {first:?} is not a valid header")),
+    }
 }
 
 #[cfg(test)]
