@@ -135,7 +135,13 @@ async fn try_forward(
 ) -> Result<Response<Full<Bytes>>, Error> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
-    let mut sender = match IDLE.with(|idle| idle.borrow_mut().pop()) {
+    // An idle connection the upstream has closed meanwhile is dropped, not used.
+    let idle = IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        idle.retain(|s| !s.is_closed());
+        idle.pop()
+    });
+    let mut sender = match idle {
         Some(sender) => sender,
         None => connect(config).await?,
     };

@@ -644,8 +644,9 @@ http {{
             url = f"https://127.0.0.1:{self.nginx[1]}/mcp"
             contenders.append({"label": "nginx", "proc": "nginx",
                                "oha": {**common, "url": url, "cacert": self.upstream_ca}})
-        if self.floor:
-            # The same, with fenzi's libraries and no policy (proxy/examples/floor_proxy.rs).
+        if self.floor and keepalive:
+            # The same, with fenzi's libraries and no policy (proxy/examples/floor_proxy.rs); its
+            # kept-alive path only: it is the floor under a call, not a proxy for every case.
             url = f"https://127.0.0.1:{self.floor[1]}/mcp"
             contenders.append({"label": "floor", "proc": "floor",
                                "oha": {**common, "url": url, "cacert": self.upstream_ca}})
