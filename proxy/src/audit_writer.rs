@@ -1,8 +1,9 @@
 //! The audit log writer: appends hash-chained records (README, `fenzi log`) to one JSON Lines file and keeps
 //! the head file beside it.
 //!
-//! Writing happens in the caller. [`AuditWriter::record`] takes one lock, assigns the sequence number,
-//! serialises the record with its `prev` hash and writes the line with write(2) before it returns. So a
+//! Writing happens in the caller. [`AuditWriter::record`] serialises the record's own fields
+//! ([`LineFields`]), then takes one lock, assigns the sequence number, splices in the timestamp, seq,
+//! session and `prev` hash and writes the line with write(2) before it returns. So a
 //! request is never forwarded before its record is in the file, sequence numbers follow file order, and
 //! a failed write is seen by exactly the caller that must deny. The write is done inline, not through
 //! `spawn_blocking` or another thread: one write(2) of one line into the page cache takes microseconds,
@@ -486,8 +487,9 @@ impl LogFile {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes one record's line: seq, `prev`, serialisation and write(2) all under the lock. A
-    /// record refused (its request denied) is counted.
+    /// Writes one record's line: its fields serialised first, then the timestamp, seq and `prev`
+    /// spliced in and the line written with write(2), under the lock. A record refused (its request
+    /// denied) is counted.
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
         // Everything but the writer's own fields is serialised before the lock is taken: the lock
         // is what every other request's record waits for.
