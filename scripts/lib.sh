@@ -38,6 +38,29 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
+# pinned_venv WHO PYTHON VENV REQUIREMENTS STAMP [IMPORTS]: makes VENV with PYTHON (installing
+# python3-venv when the interpreter cannot), installs the pinned REQUIREMENTS whenever they differ
+# from the copy kept at STAMP, and with IMPORTS (a Python import statement) checks the venv works.
+pinned_venv() {
+    local who=$1 python=$2 venv=$3 req=$4 stamp=$5 imports=${6:-}
+    if [ ! -x "$venv/bin/python" ]; then
+        if ! "$python" -m venv "$venv" 2>/dev/null; then
+            rm -rf "$venv"
+            apt_install "$who" python3-venv
+            "$python" -m venv "$venv"
+        fi
+    fi
+    if ! cmp -s "$req" "$stamp"; then
+        echo "$who: installing $(grep -c '^[a-zA-Z]' "$req") pinned Python packages into $venv" >&2
+        "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$req"
+        cp "$req" "$stamp"
+    fi
+    if [ -n "$imports" ] && ! "$venv/bin/python" -c "$imports"; then
+        echo "$who: the venv at $venv is broken; remove it and run again" >&2
+        exit 1
+    fi
+}
+
 pass() { echo "PASS $*"; PASSES=$((PASSES + 1)); }
 fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
 skip() { echo "SKIP $*"; SKIPS=$((SKIPS + 1)); }

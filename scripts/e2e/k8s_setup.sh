@@ -25,19 +25,4 @@ if [ "${1:-}" = "--fence" ]; then
 fi
 
 command -v "$PYTHON" >/dev/null 2>&1 || apt_install "k8s setup" python3 python3-venv
-if [ ! -x "$VENV/bin/python" ]; then
-    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
-        rm -rf "$VENV"
-        apt_install "k8s setup" python3-venv
-        "$PYTHON" -m venv "$VENV"
-    fi
-fi
-if ! cmp -s "$REQ" "$STAMP"; then
-    echo "k8s setup: installing $(grep -c '^[a-zA-Z]' "$REQ") pinned packages into $VENV" >&2
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
-    cp "$REQ" "$STAMP"
-fi
-"$VENV/bin/python" -c 'import kubernetes_validate, yaml, dockerfile' || {
-    echo "k8s setup: the venv at $VENV is broken; remove it and run again" >&2
-    exit 1
-}
+pinned_venv "k8s setup" "$PYTHON" "$VENV" "$REQ" "$STAMP" 'import kubernetes_validate, yaml, dockerfile'

@@ -24,20 +24,4 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
     exit 1
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
-        rm -rf "$VENV"
-        apt_install "setup" python3-venv
-        "$PYTHON" -m venv "$VENV"
-    fi
-fi
-
-if ! cmp -s "$REQ" "$STAMP"; then
-    echo "setup: installing $(grep -c '^[a-z]' "$REQ") pinned packages into $VENV" >&2
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
-    cp "$REQ" "$STAMP"
-fi
-"$VENV/bin/python" -c 'import mcp, uvicorn, cryptography, yaml' || {
-    echo "setup: the venv at $VENV is broken; remove it and run again" >&2
-    exit 1
-}
+pinned_venv "setup" "$PYTHON" "$VENV" "$REQ" "$STAMP" 'import mcp, uvicorn, cryptography, yaml'
