@@ -38,6 +38,14 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
+# build_fenzi: FENZI names the fenzi binary a test script drives: the caller's, or a debug build
+# made now (a failed build is a FAIL line and exit 1).
+build_fenzi() {
+    [ -n "${FENZI:-}" ] && return
+    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
+    FENZI="$(cargo_target_dir)/debug/fenzi"
+}
+
 # pinned_venv WHO PYTHON VENV REQUIREMENTS STAMP [IMPORTS]: makes VENV with PYTHON (installing
 # python3-venv when the interpreter cannot), installs the pinned REQUIREMENTS whenever they differ
 # from the copy kept at STAMP, and with IMPORTS (a Python import statement) checks the venv works.

@@ -57,10 +57,7 @@ bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; e
 PY="$ROOT/.venv/bin/python"
 E2E="$ROOT/testdata/e2e"
 
-if [ -z "${FENZI:-}" ]; then
-    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-    FENZI="$(cargo_target_dir)/debug/fenzi"
-fi
+build_fenzi
 
 # Claude Code from npm, pinned, installed once into the cache.
 CLAUDE_BIN="$CLAUDE_DIR/node_modules/.bin/claude"

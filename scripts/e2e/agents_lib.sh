@@ -13,10 +13,7 @@ agent_prelude() {
     PY="$ROOT/.venv/bin/python"
     E2E="$ROOT/testdata/e2e"
     FIX="$ROOT/testdata/agents/$2"
-    if [ -z "${FENZI:-}" ]; then
-        cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-        FENZI="$(cargo_target_dir)/debug/fenzi"
-    fi
+    build_fenzi
 }
 
 # start_token_server: the official MCP SDK server over TLS (a test CA made here), requiring a random

@@ -19,10 +19,7 @@ source "$ROOT/scripts/lib.sh"
 
 bash scripts/e2e/k8s_setup.sh || { echo "FAIL setup: scripts/e2e/k8s_setup.sh failed"; exit 1; }
 PY="$ROOT/.venv-k8s/bin/python"
-if [ -z "${FENZI:-}" ]; then
-    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-    FENZI="$(cargo_target_dir)/debug/fenzi"
-fi
+build_fenzi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-k8s-manifests.XXXXXX")
 trap 'rm -rf "$WORK"; echo "k8s manifests: $PASSES passed, $FAILS failed"' EXIT
 

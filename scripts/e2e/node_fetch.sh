@@ -30,10 +30,7 @@ if ! cmp -s testdata/e2e/node/package.json "$NODE_DIR/package.json"; then
 fi
 cp testdata/e2e/node/client.mjs "$NODE_DIR/"
 
-if [ -z "${FENZI:-}" ]; then
-    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-    FENZI="$(cargo_target_dir)/debug/fenzi"
-fi
+build_fenzi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-node.XXXXXX")
 export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" FENZI_CREDSTORE=memory
 cleanup() {

@@ -16,10 +16,7 @@ source "$ROOT/scripts/lib.sh"
 
 bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
 PY="$ROOT/.venv/bin/python"
-if [ -z "${FENZI:-}" ]; then
-    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-    FENZI="$(cargo_target_dir)/debug/fenzi"
-fi
+build_fenzi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-otelcol.XXXXXX")
 export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" FENZI_CREDSTORE=memory
 cleanup() {

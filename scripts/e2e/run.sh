@@ -39,10 +39,7 @@ E2E="$ROOT/testdata/e2e"
 
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
-if [ -z "${FENZI:-}" ]; then
-    cargo build -q -p fenzi --bin fenzi || { echo "FAIL build: cargo build -p fenzi"; exit 1; }
-    FENZI="$(cargo_target_dir)/debug/fenzi"
-fi
+build_fenzi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-e2e.XXXXXX")
 export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" # hermetic: no user files
