@@ -15,7 +15,7 @@ use mcp_support::{command, text};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -93,14 +93,10 @@ impl Session {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let port = first
-            .trim()
-            .strip_prefix("listening on 127.0.0.1:")
-            .unwrap_or_else(|| panic!("{first:?}"))
+        let addr = mcp_support::listening_addr(&mut child);
+        let port = addr
+            .strip_prefix("127.0.0.1:")
+            .unwrap_or_else(|| panic!("not on 127.0.0.1: {addr:?}"))
             .parse()
             .unwrap();
         Session { child, port, ca }

@@ -6,7 +6,6 @@
 mod mcp_support;
 
 use mcp_support::{command, random_hex};
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -35,11 +34,7 @@ fn session(dir: &Path, value: &str, extra: &[&str]) -> (u32, String) {
         .env("FENZI_SECRET_MODEL_KEY", value)
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.starts_with("listening on "), "{first:?}");
+    mcp_support::listening_addr(&mut child);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     let placeholders = ca_dir.join("placeholders.env");
     let out = (

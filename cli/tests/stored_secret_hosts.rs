@@ -8,7 +8,7 @@ mod mcp_support;
 
 use fenzi_proxy::credstore::{CredentialStore, KernelKeyring};
 use mcp_support::{command, fenzi, kernel_keyring_or_skip, random_hex, text};
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 
@@ -50,11 +50,7 @@ fn proxy_session(dir: &Path) -> (String, String) {
         .env("FENZI_CREDSTORE", "keyutils")
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.starts_with("listening on "), "{first:?}");
+    mcp_support::listening_addr(&mut child);
     let placeholders = std::fs::read_to_string(ca_dir.join("placeholders.env")).unwrap();
     // SIGTERM: a clean shutdown, after which stderr is complete.
     Command::new("kill")
