@@ -20,23 +20,22 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn fenzi_proxy(dir: &Path, metrics: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_fenzi"));
-    command
-        .args(["proxy", "--config", "fenzi.yaml", "--listen", "127.0.0.1:0"])
-        .args([
+    mcp_support::command(
+        dir,
+        &[
+            "proxy",
+            "--config",
+            "fenzi.yaml",
+            "--listen",
+            "127.0.0.1:0",
             "--audit",
             "audit.jsonl",
             "--ca-dir",
             "ca",
             "--metrics",
             metrics,
-        ])
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join("xdg"))
-        .env("FENZI_CREDSTORE", "memory")
-        .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG");
-    command
+        ],
+    )
 }
 
 /// Sends one request (absolute-form through the proxy, or to the metrics listener) and returns

@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -139,26 +139,20 @@ fn start_proxy(dir: &Path, otlp: &str, run: usize) -> Proxy {
 
 fn start_proxy_with(dir: &Path, extra: &[&str], run: usize) -> Proxy {
     let stderr = dir.join(format!("stderr-{run}"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
-        .args([
-            "proxy",
-            "--config",
-            "fenzi.yaml",
-            "--listen",
-            "127.0.0.1:0",
-            "--audit",
-            "audit.jsonl",
-            "--ca-dir",
-            "ca",
-        ])
+    let args = [
+        "proxy",
+        "--config",
+        "fenzi.yaml",
+        "--listen",
+        "127.0.0.1:0",
+        "--audit",
+        "audit.jsonl",
+        "--ca-dir",
+        "ca",
+    ];
+    let mut child = mcp_support::command(dir, &args)
         .args(extra)
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join("xdg"))
         .env("XDG_STATE_HOME", dir.join("state"))
-        .env("FENZI_CREDSTORE", "memory")
-        .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();

@@ -57,26 +57,20 @@ impl Session {
             project(upstream, "read", "github.com"),
         )
         .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
-            .args([
-                "proxy",
-                "--config",
-                "fenzi.yaml",
-                "--machine",
-                "mcp.yaml",
-                "--listen",
-                "127.0.0.1:0",
-                "--audit",
-                "audit.jsonl",
-                "--ca-dir",
-                "ca",
-            ])
-            .current_dir(&dir)
-            .env("XDG_CONFIG_HOME", dir.join("xdg"))
-            .env("FENZI_CREDSTORE", "memory")
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::piped())
+        let args = [
+            "proxy",
+            "--config",
+            "fenzi.yaml",
+            "--machine",
+            "mcp.yaml",
+            "--listen",
+            "127.0.0.1:0",
+            "--audit",
+            "audit.jsonl",
+            "--ca-dir",
+            "ca",
+        ];
+        let mut child = mcp_support::command(&dir, &args)
             .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
             .spawn()
             .unwrap();
