@@ -28,6 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import first_line  # noqa: E402  (waits for a process's line, naming its stderr if not)
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -48,18 +51,6 @@ def threads(pid: int) -> dict[str, list[int]]:
     return out
 
 
-def wait_line(path: Path, pattern: str, proc: subprocess.Popen, what: str) -> re.Match:
-    for _ in range(200):
-        if path.exists():
-            m = re.search(pattern, path.read_text(), re.M)
-            if m:
-                return m
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise SystemExit(f"per-call: {what} did not start: {path.read_text()[-2000:] if path.exists() else ''}")
-
-
 class Run:
     def __init__(self, args, work: Path, certs: Path, mcp_port: int):
         self.args, self.work, self.certs, self.mcp = args, work, certs, mcp_port
@@ -75,7 +66,7 @@ class Run:
                                   "--key", str(self.certs / "server-key.pem"),
                                   "--ca", str(self.certs / "test-ca.pem"), "--upstream", str(self.mcp)],
                                  stdout=open(out, "w"), stderr=open(err, "w"))
-            port = wait_line(out, r"listening on 127\.0\.0\.1:(\d+)", p, label).group(1)
+            port = first_line(out, r"listening on 127\.0\.0\.1:(\d+)", p).group(1)
             return p, common + ["--cacert", str(self.certs / "test-ca.pem"), f"https://127.0.0.1:{port}/mcp"]
         audit = self.work / f"{label}.jsonl"
         for stale in self.work.glob(f"{label}.jsonl*"):
@@ -87,7 +78,7 @@ class Run:
                              stdout=open(out, "w"), stderr=open(err, "w"),
                              env=dict(os.environ, XDG_CONFIG_HOME=str(self.work / "xdg"),
                                       XDG_STATE_HOME=str(self.work / "xdg")))
-        port = wait_line(out, r"^listening on 127\.0\.0\.1:(\d+)$", p, label).group(1)
+        port = first_line(out, r"^listening on 127\.0\.0\.1:(\d+)$", p).group(1)
         return p, common + ["-x", f"http://127.0.0.1:{port}", "--cacert", str(ca / "ca.pem"),
                             f"https://127.0.0.1:{self.mcp}/mcp"]
 
@@ -175,7 +166,7 @@ def main() -> int:
     up = subprocess.Popen([args.upstream, "--cert", str(certs / "server.pem"), "--key", str(certs / "server-key.pem"),
                            "--download-bytes", "1000"], stdout=open(up_out, "w"), stderr=subprocess.STDOUT)
     try:
-        mcp = int(wait_line(up_out, r"mcp=(\d+)", up, "bench_upstream").group(1))
+        mcp = int(first_line(up_out, r"mcp=(\d+)", up).group(1))
         (work / "fenzi.yaml").write_text(
             f"version: 1\nmcp:\n  bench:\n    url: https://127.0.0.1:{mcp}/mcp\n    tools:\n      allow: [echo]\n")
         run = Run(args, work, certs, mcp)
