@@ -193,9 +193,16 @@ impl LineFields {
         LineFields { middle: line }
     }
 
+    /// `session` as a line holds it between its quotes (JSON-escaped, invisible characters as
+    /// `\uXXXX`, as [`to_line`] writes every string): what [`LineFields::line`] takes. Made once
+    /// per writer, not per record.
+    pub fn session_text(session: &str) -> String {
+        let quoted = escape_invisible(&serde_json::Value::from(session).to_string());
+        quoted[1..quoted.len() - 1].to_string()
+    }
+
     /// The whole line (no newline), given the writer's fields. `ts` (RFC 3339) and `prev` (hex) need
-    /// no escaping; `session` is spliced as given, so it must be the id as a line holds it (escaped
-    /// like any string of the line, without its quotes).
+    /// no escaping; `session` is spliced as given: pass [`LineFields::session_text`] of the id.
     pub fn line(&self, ts: &str, seq: u64, session: &str, prev: &str) -> String {
         use std::fmt::Write;
         let mut line = String::with_capacity(self.middle.len() + ts.len() + prev.len() + 96);
@@ -526,6 +533,7 @@ mod tests {
             hidden in proptest::option::of(0u64..1000),
             secrets in proptest::collection::vec("[A-Z_]{1,8}", 0..3),
             seq in 1u64..u64::MAX,
+            session in "[ -~\u{80}-\u{10ffff}]{1,40}",
         ) {
             let mut whole = record(seq, &"ab".repeat(32), &tool);
             whole.path = path;
@@ -533,9 +541,11 @@ mod tests {
             whole.hidden = hidden;
             whole.secrets = secrets;
             whole.policy = Some("cd".repeat(32));
+            whole.session = session;
             let fields = LineFields::new(whole.clone());
+            let session = LineFields::session_text(&whole.session);
             proptest::prop_assert_eq!(
-                fields.line(&whole.ts, whole.seq, &whole.session, &whole.prev),
+                fields.line(&whole.ts, whole.seq, &session, &whole.prev),
                 to_line(&whole)
             );
         }

@@ -295,13 +295,6 @@ struct LogFile {
     wake: Condvar,
 }
 
-/// `text` as [`audit::to_line`] writes a string's content: JSON-escaped, invisible characters as
-/// `\uXXXX`, without the quotes.
-fn spliceable(text: &str) -> String {
-    let quoted = audit::escape_invisible(&serde_json::Value::from(text).to_string());
-    quoted[1..quoted.len() - 1].to_string()
-}
-
 /// The chain's tail and the sync bookkeeping, all under one lock so that seq order is file order and
 /// the sync thread's snapshot is always of a line already written.
 struct State {
@@ -309,8 +302,7 @@ struct State {
     file: File,
     /// The file's length up to the end of the last whole line: what a failed write is cut back to.
     len: u64,
-    /// The session id as it stands between the quotes of a line (JSON-escaped, invisible characters
-    /// escaped as [`audit::to_line`] does), ready to be spliced in.
+    /// The session id as a line holds it ([`LineFields::session_text`]), ready to be spliced in.
     session: String,
     next_seq: u64,
     /// Hash of the last line written (`prev` of the next record).
@@ -407,7 +399,7 @@ impl AuditWriter {
             state: Mutex::new(State {
                 file,
                 len: existing.len() as u64,
-                session: spliceable(session),
+                session: LineFields::session_text(session),
                 next_seq: tail.next_seq,
                 prev: tail.prev,
                 unsynced: 0,
