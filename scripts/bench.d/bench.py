@@ -555,12 +555,12 @@ http {{
                 with PeakRss(pid) as rss:
                     res = self.oha.run(**c["oha"], out=out)
                 res["peak_rss_kib"] = rss.peak
-                res["proxy_cpu_s"] = None if c.get("no_cpu") else rss.cpu
+                res["proxy_cpu_s"] = rss.cpu
                 # CPU the proxy spent per answered request (all its threads and child processes, such
                 # as nginx's workers; user + system).
                 res["proxy_cpu_us_per_req"] = (res["proxy_cpu_s"] * 1e6 / res["ok"]) if res["proxy_cpu_s"] is not None and res["ok"] else None
                 # Thread context switches in the proxy per answered request (wake-ups and hand-offs).
-                res["proxy_switches_per_req"] = (rss.switches / res["ok"]) if rss.switches is not None and res["ok"] and not c.get("no_cpu") else None
+                res["proxy_switches_per_req"] = (rss.switches / res["ok"]) if rss.switches is not None and res["ok"] else None
                 entry["contenders"][c["label"]]["rounds"].append(res)
                 log(f"  round {r + 1} {c['label']:<10} {res['rps']:>9.0f} req/s  p50 {fmt(res['p50_ms'])} ms"
                     f"  p99 {fmt(res['p99_ms'])} ms  rss {mib(rss.peak)}  cpu/req {fmt(res['proxy_cpu_us_per_req'], 1)} us"
