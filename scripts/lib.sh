@@ -74,6 +74,17 @@ fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
 skip() { echo "SKIP $*"; SKIPS=$((SKIPS + 1)); }
 info() { echo "     $*"; }
 section() { printf '\n== %s\n' "$*"; }
+# relay_results PREFIX FILE: the PASS/FAIL lines another program wrote to FILE count as ours, each
+# name prefixed with PREFIX.
+relay_results() {
+    local prefix=$1 file=$2 line
+    while IFS= read -r line; do
+        case "$line" in
+            PASS\ *) pass "$prefix${line#PASS }" ;;
+            FAIL\ *) fail "$prefix${line#FAIL }" ;;
+        esac
+    done <"$file"
+}
 check() { # check NAME COMMAND...: PASS when the command succeeds
     local name=$1; shift
     if "$@"; then pass "$name"; else fail "$name"; fi

@@ -25,15 +25,10 @@ trap 'rm -rf "$WORK"; echo "k8s manifests: $PASSES passed, $FAILS failed"' EXIT
 
 # relay CMD...: CMD's PASS/FAIL lines become ours; CMD failing without a FAIL line is one.
 relay() {
-    local line rc
+    local rc
     "$@" >"$WORK/relay.out" 2>&1
     rc=$?
-    while IFS= read -r line; do
-        case "$line" in
-            PASS\ *) pass "${line#PASS }" ;;
-            FAIL\ *) fail "${line#FAIL }" ;;
-        esac
-    done <"$WORK/relay.out"
+    relay_results "" "$WORK/relay.out"
     if [ "$rc" -ne 0 ] && ! grep -q '^FAIL' "$WORK/relay.out"; then
         fail "$* exited $rc: $(tail -n 5 "$WORK/relay.out")"
     fi

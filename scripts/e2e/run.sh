@@ -63,16 +63,11 @@ trap 'exit 130' INT TERM
 # $PROXY trusting $CA_PEM, its output in $WORK/OUT.{out,err}; each of its PASS/FAIL lines becomes one
 # of ours, prefixed by LABEL; a client that fails without saying why is a failure with its stderr.
 run_client() {
-    local label=$1 out=$2 rc line; shift 2
+    local label=$1 out=$2 rc; shift 2
     HTTPS_PROXY=$PROXY SSL_CERT_FILE=$CA_PEM timeout 180 \
         "$PY" "$E2E/${CLIENT:-mcp_client.py}" "$@" >"$WORK/$out.out" 2>"$WORK/$out.err"
     rc=$?
-    while IFS= read -r line; do
-        case "$line" in
-            PASS\ *) pass "$label${line#PASS }" ;;
-            FAIL\ *) fail "$label${line#FAIL }" ;;
-        esac
-    done <"$WORK/$out.out"
+    relay_results "$label" "$WORK/$out.out"
     if [ "$rc" -ne 0 ] && ! grep -q '^FAIL' "$WORK/$out.out"; then
         fail "${label}mcp client exited $rc (stderr follows)"
         tail -n 20 "$WORK/$out.err" | sed 's/^/    /'
