@@ -180,6 +180,11 @@ fn expect(out: &Output, code: i32, stdout: &[&str], stderr: &[&str]) {
     }
 }
 
+/// A check that ran on the kept copy of serial `serial` (exit 0), its stderr saying each of `why`.
+fn keeps_copy(out: &Output, serial: u32, why: &[&str]) {
+    expect(out, 0, &[&format!("serial {serial} (the kept copy)")], why);
+}
+
 const PROJECT: &str = "version: 1\nhosts: [api.corp.example]\nmcp:\n  linear:\n    url: https://mcp.linear.app/mcp\n    tools: {allow: [get_issue]}\n";
 
 /// A port nothing listens on.
@@ -291,10 +296,9 @@ fn a_bad_or_missing_signature_is_refused_and_the_kept_copy_stays() {
         200,
         &signer.sign(team_policy(6, "a.example").as_bytes()),
     );
-    expect(
+    keeps_copy(
         &place.check(&url, &[]),
-        0,
-        &["serial 5 (the kept copy)"],
+        5,
         &[
             "does not match the policy's bytes",
             "using the kept copy, serial 5",
@@ -302,10 +306,9 @@ fn a_bad_or_missing_signature_is_refused_and_the_kept_copy_stays() {
     );
     // No signature at all (404).
     server.serve("/team/fenzi.yaml.minisig", 404, b"");
-    expect(
+    keeps_copy(
         &place.check(&url, &[]),
-        0,
-        &["serial 5 (the kept copy)"],
+        5,
         &["404", "using the kept copy, serial 5"],
     );
 }
@@ -320,20 +323,18 @@ fn rollback_and_reused_serials_are_refused() {
     let kept = std::fs::read(place.kept()).unwrap();
 
     server.publish(&signer, &team_policy(3, "b.example"));
-    expect(
+    keeps_copy(
         &place.check(&url, &[]),
-        0,
-        &["serial 4 (the kept copy)"],
+        4,
         &[
             "(serial 3) is older than the kept copy (serial 4)",
             "using serial 4",
         ],
     );
     server.publish(&signer, &team_policy(4, "b.example"));
-    expect(
+    keeps_copy(
         &place.check(&url, &[]),
-        0,
-        &["serial 4 (the kept copy)"],
+        4,
         &["a changed policy must raise its serial"],
     );
     assert_eq!(
@@ -370,20 +371,18 @@ fn an_unreachable_server_keeps_the_last_good_copy_and_without_one_fails_closed()
     expect(&place.check(&url, &[]), 0, &["serial 2 (fetched)"], &[]);
     // Too large is no answer either: the bound holds whatever the server sends.
     server.serve("/team/fenzi.yaml", 200, &vec![b'#'; 2 << 20]);
-    expect(
+    keeps_copy(
         &place.check(&url, &[]),
-        0,
-        &["serial 2 (the kept copy)"],
+        2,
         &[
             "larger than the 1048576-byte bound",
             "using the kept copy, serial 2",
         ],
     );
     server.serve("/team/fenzi.yaml", 503, b"down for maintenance");
-    expect(
+    keeps_copy(
         &place.check(&url, &[]),
-        0,
-        &["serial 2 (the kept copy)"],
+        2,
         &["503 Service Unavailable", "using the kept copy, serial 2"],
     );
 }
