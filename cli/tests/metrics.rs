@@ -20,22 +20,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn fenzi_proxy(dir: &Path, metrics: &str) -> Command {
-    mcp_support::command(
-        dir,
-        &[
-            "proxy",
-            "--config",
-            "fenzi.yaml",
-            "--listen",
-            "127.0.0.1:0",
-            "--audit",
-            "audit.jsonl",
-            "--ca-dir",
-            "ca",
-            "--metrics",
-            metrics,
-        ],
-    )
+    mcp_support::proxy_command(dir, &["--metrics", metrics])
 }
 
 /// Sends one request (absolute-form through the proxy, or to the metrics listener) and returns

@@ -139,19 +139,7 @@ fn start_proxy(dir: &Path, otlp: &str, run: usize) -> Proxy {
 
 fn start_proxy_with(dir: &Path, extra: &[&str], run: usize) -> Proxy {
     let stderr = dir.join(format!("stderr-{run}"));
-    let args = [
-        "proxy",
-        "--config",
-        "fenzi.yaml",
-        "--listen",
-        "127.0.0.1:0",
-        "--audit",
-        "audit.jsonl",
-        "--ca-dir",
-        "ca",
-    ];
-    let mut child = mcp_support::command(dir, &args)
-        .args(extra)
+    let mut child = mcp_support::proxy_command(dir, extra)
         .env("XDG_STATE_HOME", dir.join("state"))
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()

@@ -57,20 +57,7 @@ impl Session {
             project(upstream, "read", "github.com"),
         )
         .unwrap();
-        let args = [
-            "proxy",
-            "--config",
-            "fenzi.yaml",
-            "--machine",
-            "mcp.yaml",
-            "--listen",
-            "127.0.0.1:0",
-            "--audit",
-            "audit.jsonl",
-            "--ca-dir",
-            "ca",
-        ];
-        let mut child = mcp_support::command(&dir, &args)
+        let mut child = mcp_support::proxy_command(&dir, &["--machine", "mcp.yaml"])
             .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
             .spawn()
             .unwrap();

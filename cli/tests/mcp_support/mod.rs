@@ -54,6 +54,27 @@ pub fn command(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// [`command`] for `fenzi proxy` in `dir` with the files a test session uses there (`fenzi.yaml`,
+/// `audit.jsonl`, `ca/`), listening on a port the kernel picks, then `extra`.
+pub fn proxy_command(dir: &Path, extra: &[&str]) -> Command {
+    let mut cmd = command(
+        dir,
+        &[
+            "proxy",
+            "--config",
+            "fenzi.yaml",
+            "--listen",
+            "127.0.0.1:0",
+            "--audit",
+            "audit.jsonl",
+            "--ca-dir",
+            "ca",
+        ],
+    );
+    cmd.args(extra);
+    cmd
+}
+
 /// The kernel keyring, or `None` (having said so) where this machine has none to use;
 /// `FENZI_REQUIRE_KEYRING=1` makes its absence a failure (CI machines have one).
 pub fn kernel_keyring_or_skip(test: &str) -> Option<fenzi_proxy::credstore::KernelKeyring> {
