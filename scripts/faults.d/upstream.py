@@ -11,7 +11,8 @@ caller can assert what reached the upstream instead of assuming it.
 
 Modes (what happens once the request has been read):
   ok           answers 200 with a short body (a healthy upstream, for counting)
-  refuse       nothing listens: the port is bound to learn a free number, then closed at once
+  refuse       nothing listens: the port stays bound (so no other listener or process gets the
+               same number) but never listens, so a connection attempt is refused
   reset        closes the connection with SO_LINGER 0, so the peer gets a TCP RST
   stall        never answers; keeps the connection open until the peer closes it
   cut-length   sends a 200 head with Content-Length 100000 and 1000 bytes of body, then closes
@@ -124,13 +125,21 @@ def serve_one(conn, name: str, mode: str, tls: ssl.SSLContext | None, events: Ev
             pass
 
 
+# Sockets of `refuse` listeners, held open for the life of the process.
+HELD: list[socket.socket] = []
+
+
 def listen(name: str, mode: str, addr: str, tls: ssl.SSLContext | None, events: Events) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if mode != "refuse":
+        # Not on a refuse socket: two SO_REUSEADDR sockets that do not listen may share a port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((addr, 0))
     port = sock.getsockname()[1]
     if mode == "refuse":
-        sock.close()
+        # Bound but not listening: Linux answers a SYN with RST, and the number stays ours. (Closing
+        # it let the next listener draw the same port, and the policy then named one port twice.)
+        HELD.append(sock)
         return port
     sock.listen(128)
 
