@@ -25,9 +25,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-HTTP_PORT=$(free_port)
-DEAD_PORT=$(free_port)
+# Two free ports drawn while both are held, so they differ (one drawn after the other was closed
+# could be the same number, and the policy would name it twice).
+read -r HTTP_PORT DEAD_PORT < <("$PY" -c 'import socket
+held = [socket.socket() for _ in range(2)]
+for s in held: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in held))')
 mkdir -p "$WORK/www" && echo hello >"$WORK/www/index.html"
 "$PY" -m http.server "$HTTP_PORT" --bind 127.0.0.1 --directory "$WORK/www" \
     >"$WORK/http.out" 2>"$WORK/http.err" &
