@@ -2,7 +2,7 @@
 """What one intercepted MCP `tools/call` costs each proxy thread: CPU, context switches and (with
 --strace) system calls per call, for one or more fenzi builds side by side in alternating rounds.
 
-    scripts/bench --per-call [--calls 40000] [--connections 32] [--rounds 2] [--strace]
+    scripts/bench --per-call [--calls 40000] [--connections 32] [--rounds 2] [--strace] [--perf]
                              [--floor] [LABEL=FENZI_BINARY ...]
 
 Run through `scripts/bench`, which installs oha and the venv and builds fenzi, `bench_upstream` and
@@ -12,6 +12,8 @@ upstream and a fresh proxy (audit log on, in the work directory), warms up with 
 /proc/PID/task/*/stat and status before and after `oha -n CALLS -c CONNECTIONS`, and prints per
 thread: CPU per call (user + system), voluntary and involuntary switches per call. --strace adds one
 more run of each under `strace -f -c` (slow: its per-call counts are what matters, not its times).
+--perf adds one more run of each under `perf record` (no call graph) and prints the functions with the
+most CPU of their own, in microseconds per call.
 The numbers are this machine's, side by side in one run; compare builds, not machines.
 """
 
@@ -113,6 +115,32 @@ class Run:
         return {"rps": data["summary"]["requestsPerSec"], "p50_ms": data["latencyPercentiles"]["p50"] * 1000,
                 "cpu_us": sum(x[0] for x in per.values()), "threads": per}
 
+    def perf(self, label: str, binary: str, top: int = 30) -> list[tuple[str, float]]:
+        """Self CPU per call (us) of the `top` busiest symbols, from `perf record -F 4999`."""
+        p, argv = self.start(label, binary)
+        data = self.work / f"{label}.perf.data"
+        freq = 4999
+        try:
+            self.oha(argv, 500)
+            rec = subprocess.Popen(["perf", "record", "-q", "-F", str(freq), "-o", str(data), "-p", str(p.pid)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            self.oha(argv, self.args.calls)
+            rec.send_signal(2)
+            rec.wait(timeout=60)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+        report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym",
+                                 "--stdio", "-F", "sample,sym"], capture_output=True, text=True).stdout
+        rows = []
+        for line in report.splitlines():
+            f = line.split(None, 1)
+            if len(f) == 2 and f[0].isdigit():
+                sym = re.sub(r"^\[[.k]\]\s*", "", f[1].strip())
+                rows.append((sym, int(f[0]) / freq * 1e6 / self.args.calls))
+        return sorted(rows, key=lambda r: -r[1])[:top]
+
     def strace(self, label: str, binary: str) -> list[tuple[str, float]]:
         p, argv = self.start(label, binary)
         out = self.work / f"{label}.strace"
@@ -148,6 +176,7 @@ def main() -> int:
     p.add_argument("--connections", type=int, default=32)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--strace", action="store_true")
+    p.add_argument("--perf", action="store_true")
     p.add_argument("--floor", action="store_true")
     p.add_argument("builds", nargs="*", metavar="LABEL=FENZI_BINARY")
     args = p.parse_args()
@@ -190,6 +219,12 @@ def main() -> int:
                 print(f"\n{label}: system calls per call (strace -f -c)")
                 for name, per in run.strace(label, binary)[:12]:
                     print(f"  {name:<16} {per:6.2f}")
+        if args.perf:
+            for label, binary in contenders:
+                print(f"\n{label}: own CPU per call of the busiest functions (perf record, us; "
+                      "the run under perf is slower)")
+                for name, per in run.perf(label, binary):
+                    print(f"  {per:6.2f}  {name[:110]}")
     finally:
         up.terminate()
         up.wait(timeout=30)
