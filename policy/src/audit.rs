@@ -166,8 +166,11 @@ pub fn to_line(record: &AuditRecord) -> String {
 /// [`LineFields::line`] gives exactly the line [`to_line`] gives for the whole record.
 #[derive(Debug, Clone)]
 pub struct LineFields {
-    /// The serialised fields from `decision` up to and including the comma before `prev`.
-    middle: String,
+    /// The record's line cut off before `"prev"`; from `start` on, the serialised fields from
+    /// `decision` up to and including the comma before `prev`. (The blank head is skipped, not
+    /// drained: that would move the whole text once more per record.)
+    line: String,
+    start: usize,
 }
 
 /// How [`to_line`] starts when `ts` and `session` are empty and `seq` is 0.
@@ -189,8 +192,10 @@ impl LineFields {
             "audit record fields out of the order LineFields splices"
         );
         line.truncate(line.len() - BLANK_TAIL.len());
-        line.drain(..BLANK_HEAD.len());
-        LineFields { middle: line }
+        LineFields {
+            line,
+            start: BLANK_HEAD.len(),
+        }
     }
 
     /// `session` as a line holds it between its quotes (JSON-escaped, invisible characters as
@@ -205,12 +210,22 @@ impl LineFields {
     /// no escaping; `session` is spliced as given: pass [`LineFields::session_text`] of the id.
     pub fn line(&self, ts: &str, seq: u64, session: &str, prev: &str) -> String {
         use std::fmt::Write;
-        let mut line = String::with_capacity(self.middle.len() + ts.len() + prev.len() + 96);
-        let _ = write!(
-            line,
-            r#"{{"ts":"{ts}","seq":{seq},"session":"{session}",{}"prev":"{prev}"}}"#,
-            self.middle
-        );
+        let middle = &self.line[self.start..];
+        let mut line =
+            String::with_capacity(middle.len() + ts.len() + session.len() + prev.len() + 64);
+        // Pieces pushed one by one: this runs under the writer's lock, and the formatting
+        // machinery of one `write!` of the whole line costs more than the copies.
+        line.push_str(r#"{"ts":""#);
+        line.push_str(ts);
+        line.push_str(r#"","seq":"#);
+        let _ = write!(line, "{seq}");
+        line.push_str(r#","session":""#);
+        line.push_str(session);
+        line.push_str(r#"","#);
+        line.push_str(middle);
+        line.push_str(r#""prev":""#);
+        line.push_str(prev);
+        line.push_str(r#""}"#);
         line
     }
 }

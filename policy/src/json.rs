@@ -301,7 +301,7 @@ fn parse_inner<'a>(
         pos: 0,
         max_depth: limits.max_depth.min(MAX_DEPTH_CAP),
         keep_depth,
-        keys: Vec::new(),
+        keys: Vec::with_capacity(16),
         spans: spans.then(Vec::new),
         list_keys,
         elements: Vec::new(),
@@ -436,7 +436,8 @@ impl<'a> Parser<'a> {
 
     /// The value at `pos` (whitespace already skipped), containers included, without recursion.
     fn document(&mut self) -> Result<Value, JsonError> {
-        let mut stack: Vec<Frame> = Vec::new();
+        // Room for the nesting of a typical JSON-RPC message, so the stacks are not regrown per call.
+        let mut stack: Vec<Frame> = Vec::with_capacity(8);
         'value: loop {
             // Values directly inside the innermost open container are kept if that container is.
             let keep = stack.len() <= self.keep_depth;
@@ -468,7 +469,7 @@ impl<'a> Parser<'a> {
                         let keys_start = self.keys.len();
                         let key = self.key(keys_start)?;
                         stack.push(Frame::Object {
-                            members: build.then(Vec::new),
+                            members: build.then(|| Vec::with_capacity(4)),
                             span,
                             element,
                             keys_start,

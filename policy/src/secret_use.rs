@@ -283,7 +283,8 @@ impl SecretUse {
 /// Decides what may happen to the placeholders seen in one request. `bindings` may be the policy's
 /// whole list or only those bound to this host: a secret absent from it counts as bound nowhere.
 pub fn decide(bindings: &[SecretBinding], facts: &RequestFacts<'_>) -> SecretUse {
-    let authority = facts.host.authority(facts.port);
+    // Formatted only where a message names it: most requests use no secret, and this runs on each.
+    let authority = || facts.host.authority(facts.port);
     let binding_of = |name: &str| bindings.iter().find(|b| b.name == name);
     let bound_here = |b: &SecretBinding| b.is_bound_to(facts.host, facts.port);
 
@@ -304,7 +305,7 @@ pub fn decide(bindings: &[SecretBinding], facts: &RequestFacts<'_>) -> SecretUse
     }
 
     if !elsewhere.is_empty() || !clear_text.is_empty() {
-        return deny(bindings, &authority, &elsewhere, &clear_text);
+        return deny(bindings, &authority(), &elsewhere, &clear_text);
     }
 
     // Bound here, over TLS: a secret with positions may be seen only in them.
@@ -317,7 +318,7 @@ pub fn decide(bindings: &[SecretBinding], facts: &RequestFacts<'_>) -> SecretUse
         })
         .collect();
     if !outside.is_empty() {
-        return deny_positions(&authority, &outside);
+        return deny_positions(&authority(), &outside);
     }
 
     let mut substitute: Vec<Grant> = vec![];
@@ -367,10 +368,7 @@ pub fn decide(bindings: &[SecretBinding], facts: &RequestFacts<'_>) -> SecretUse
     let secrets: Vec<String> = secrets.into_iter().collect();
 
     let decision = if secrets.is_empty() {
-        Decision::allow(
-            "no secret used",
-            format!("no secret is substituted on this request to {authority}"),
-        )
+        Decision::allow("no secret used", "no secret is substituted on this request")
     } else {
         Decision::allow(
             secrets
@@ -379,9 +377,10 @@ pub fn decide(bindings: &[SecretBinding], facts: &RequestFacts<'_>) -> SecretUse
                 .collect::<Vec<_>>()
                 .join(", "),
             format!(
-                "{} {} bound to {authority}",
+                "{} {} bound to {}",
                 list(&secrets),
-                if secrets.len() == 1 { "is" } else { "are" }
+                if secrets.len() == 1 { "is" } else { "are" },
+                authority()
             ),
         )
     };

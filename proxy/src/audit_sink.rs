@@ -18,20 +18,19 @@ use std::sync::Arc;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Something that durably records audit entries. `record` must have written the entry when it returns
-/// `Ok`; an `Err` makes the proxy deny the request with `audit_unavailable`.
+/// `Ok`; an `Err` makes the proxy deny the request with `audit_unavailable`. It is called on the
+/// connection's own thread and must not wait on anything slow: the production writer does one
+/// write(2) (see [`crate::audit_writer`] for why inline, and why not a future: a boxed future per
+/// record cost an allocation and moves of the entry for a call that never waits).
 pub trait AuditSink: Send + Sync + 'static {
-    fn record(&self, entry: AuditEntry) -> BoxFuture<'_, Result<u64, String>>;
+    fn record(&self, entry: AuditEntry) -> Result<u64, String>;
     /// Makes everything recorded so far durable (called at shutdown).
     fn flush(&self) -> BoxFuture<'_, Result<(), String>>;
 }
 
 impl AuditSink for AuditWriter {
-    fn record(&self, entry: AuditEntry) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async move {
-            AuditWriter::record(self, entry)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    fn record(&self, entry: AuditEntry) -> Result<u64, String> {
+        AuditWriter::append(self, entry).map_err(|e| e.to_string())
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), String>> {

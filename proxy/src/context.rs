@@ -59,18 +59,24 @@ pub(crate) struct AuditUnavailable;
 impl SessionContext {
     /// Writes one record. The write failure is logged here; the caller answers 503 (through
     /// [`crate::refusal::Refusal`]) and forwards nothing.
-    pub async fn record(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
+    pub async fn record(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
+        // Nothing here waits: the future holds the entry and no other state (see AuditSink).
+        self.record_now(entry)
+    }
+
+    fn record_now(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
         if entry.policy.is_none() {
-            entry.policy = Some(self.live.current().hash.clone());
+            // `load`, not `current`: no reference count taken on the shared policy.
+            entry.policy = Some(self.live.load_hash());
         }
         let entry = self.redacted(entry);
         let Some(metrics) = &self.metrics else {
-            return self.write(entry).await;
+            return self.write(entry);
         };
         // Counted as the log has it: only a record that was written, under its own labels.
         let cell = metrics.cell(entry.outcome, entry.reason, entry.server.as_deref());
         let timer = metrics.audit_append();
-        let written = self.write(entry).await;
+        let written = self.write(entry);
         drop(timer);
         if written.is_ok() {
             metrics.recorded(cell);
@@ -78,8 +84,8 @@ impl SessionContext {
         written
     }
 
-    async fn write(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
-        match self.audit.record(entry).await {
+    fn write(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
+        match self.audit.record(entry) {
             Ok(_) => Ok(()),
             Err(e) => {
                 tracing::error!("audit record failed, denying: {e}");

@@ -42,7 +42,8 @@ pub(crate) async fn exchange(
     let session = cx.session;
     match phases(cx, req, host).await {
         Ok(response) => response,
-        Err(refusal) => refusal.answer(session).await,
+        // Boxed: a refusal's future is large, and every allowed call would carry (and move) it.
+        Err(refusal) => Box::pin(refusal.answer(session)).await,
     }
 }
 

@@ -38,6 +38,28 @@ pub(crate) async fn hold_confirm_calls(
     secrets: &[String],
     entries: &mut [AuditEntry],
 ) -> Result<(), Refusal> {
+    let holds_any = decision.messages.iter().any(|m| {
+        m.tool
+            .as_deref()
+            .is_some_and(|tool| server.confirm.matching(tool).is_some())
+    });
+    if !holds_any {
+        return Ok(());
+    }
+    // A hold is rare and waits long: its state lives on the heap, so that the future of every
+    // other call (which contains this one's) stays small and cheap to move.
+    Box::pin(hold(cx, server, decision, parts, body, secrets, entries)).await
+}
+
+async fn hold(
+    cx: &RequestContext<'_>,
+    server: &McpServer,
+    decision: &McpDecision,
+    parts: &Parts,
+    body: &[u8],
+    secrets: &[String],
+    entries: &mut [AuditEntry],
+) -> Result<(), Refusal> {
     let held: Vec<(usize, &str, String)> = decision
         .messages
         .iter()

@@ -66,6 +66,12 @@ impl LivePolicy {
         self.current.load_full()
     }
 
+    /// The hash of the policy in force now, read without taking a reference to that policy (a
+    /// record made outside a request names it).
+    pub fn load_hash(&self) -> Arc<str> {
+        self.current.load().hash.clone()
+    }
+
     /// Waits for any other reload to finish; the next one starts when the guard is dropped.
     pub async fn one_reload_at_a_time(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.reloading.lock().await

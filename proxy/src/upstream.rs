@@ -140,7 +140,9 @@ impl Upstream {
                 },
             }
         }
-        let mut conn = self.connect(session).await?;
+        // Dialling is the rare path (a shard reuses its connections) and its future is most of
+        // this one's size: on the heap, it is not moved with every call.
+        let mut conn = Box::pin(self.connect(session)).await?;
         let response = timeout(wait, conn.sender.send_request(req))
             .await
             .map_err(|_| ProxyError::UpstreamTimeout(wait))?
@@ -156,9 +158,7 @@ impl Upstream {
     }
 
     fn keep(&self, session: &SessionContext, conn: UpstreamConn) {
-        session
-            .upstreams
-            .put(self.key.clone(), conn, &session.options);
+        session.upstreams.put(&self.key, conn, &session.options);
     }
 
     async fn connect(&self, session: &SessionContext) -> Result<UpstreamConn, ProxyError> {

@@ -62,15 +62,13 @@ impl MemorySink {
 }
 
 impl AuditSink for MemorySink {
-    fn record(&self, entry: AuditEntry) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async move {
-            if self.fail.load(Ordering::SeqCst) {
-                return Err("disk full".to_string());
-            }
-            let mut entries = self.entries.lock().unwrap();
-            entries.push(entry);
-            Ok(entries.len() as u64)
-        })
+    fn record(&self, entry: AuditEntry) -> Result<u64, String> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err("disk full".to_string());
+        }
+        let mut entries = self.entries.lock().unwrap();
+        entries.push(entry);
+        Ok(entries.len() as u64)
     }
     fn flush(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Ok(()) })
@@ -108,12 +106,10 @@ impl FileSink {
 }
 
 impl AuditSink for FileSink {
-    fn record(&self, entry: AuditEntry) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async move {
-            let seq = self.writer.record(entry).await.map_err(|e| e.to_string())?;
-            self.count.fetch_add(1, Ordering::SeqCst);
-            Ok(seq)
-        })
+    fn record(&self, entry: AuditEntry) -> Result<u64, String> {
+        let seq = self.writer.append(entry).map_err(|e| e.to_string())?;
+        self.count.fetch_add(1, Ordering::SeqCst);
+        Ok(seq)
     }
     fn flush(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move { self.writer.flush().await.map_err(|e| e.to_string()) })
