@@ -115,8 +115,9 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "URL", value_parser = super::export::parse_otlp_url)]
     pub(super) otlp: Option<fenzi_proxy::export::Endpoint>,
     /// Threads serving connections, each its own connections start to finish (with the upstream
-    /// connections they use) [default: one per CPU for `fenzi proxy`, 1 for `fenzi run`, whose one
-    /// agent makes few calls at once].
+    /// connections they use) [default: half the CPUs, rounded up, for `fenzi proxy` (it shares the
+    /// machine with the agents it serves); 1 for `fenzi run`, whose one agent makes few calls at
+    /// once]. On a machine that only proxies, one per CPU gets the most out of it.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (port 0 picks a free
@@ -164,14 +165,12 @@ impl ProxyFlags {
     }
 
     /// The proxy options these flags ask for, on top of the defaults: `--threads` shards, else
-    /// `default_threads` (`None`: one per CPU).
+    /// `default_threads` (`None`: [`shared_machine_shards`]).
     pub fn options(&self, default_threads: Option<usize>) -> Result<ProxyOptions> {
         let threads = self.threads.map(usize::from).or(default_threads);
         let mut options = ProxyOptions {
             max_connections: self.max_connections.max(1),
-            shards: threads.unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
-            }),
+            shards: threads.unwrap_or_else(shared_machine_shards),
             ..ProxyOptions::default()
         };
         let set = |slot: &mut Duration, value: Option<Duration>| {
@@ -239,6 +238,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("a timeout must be more than zero".to_string());
     }
     Ok(duration)
+}
+
+/// Shards for a proxy that shares its machine with the programs it serves: half the CPUs the
+/// process may use (cgroup quotas count), rounded up. Measured on two cores shared with the load
+/// and the upstream (docs/benchmarks.md, issue 18, round three), one shard served an intercepted
+/// call with 25 µs of CPU and two with 31: two half-idle threads sleep and are woken (an IPI on a
+/// VM) far more often than one busy thread, and the agent's own processes want the other cores.
+/// Only a call much heavier than the wake-ups (a 93 KB `tools/list`) gained from the second.
+fn shared_machine_shards() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .div_ceil(2)
 }
 
 #[cfg(test)]
