@@ -135,6 +135,9 @@ pub(crate) fn checked_authority<B>(
         return Err("the request names no host (no Host header or :authority)".to_string());
     };
     for text in host_text.iter().chain(uri_authority.iter()) {
+        if names_target_canonically(text, target, port, default_port) {
+            continue;
+        }
         if text.contains('@') {
             return Err(format!("the authority {text:?} carries credentials"));
         }
@@ -154,9 +157,105 @@ pub(crate) fn checked_authority<B>(
     }
 }
 
+/// Whether `text` is the target written the one way fenzi writes it (lower-case name or dotted
+/// IPv4, then `:port` unless the port is the default, no leading zero), byte for byte: what nearly
+/// every client sends, so it is accepted without the full parse (and its allocations) on every
+/// request. Any other spelling takes the full parse, which may accept it too. An IPv6 target always
+/// takes the parse.
+fn names_target_canonically(text: &str, target: &Host, port: u16, default_port: u16) -> bool {
+    use std::io::Write;
+    let mut dotted = [0u8; 15];
+    let canonical = match target {
+        Host::Name(name) => name.as_str(),
+        Host::Ip(std::net::IpAddr::V4(v4)) => {
+            let mut free = &mut dotted[..];
+            if write!(free, "{v4}").is_err() {
+                return false;
+            }
+            let len = 15 - free.len();
+            std::str::from_utf8(&dotted[..len]).unwrap_or_default()
+        }
+        Host::Ip(std::net::IpAddr::V6(_)) => return false,
+    };
+    let Some(rest) = text
+        .strip_prefix(canonical)
+        .filter(|_| !canonical.is_empty())
+    else {
+        return false;
+    };
+    if rest.is_empty() {
+        return port == default_port;
+    }
+    let Some(digits) = rest.strip_prefix(':') else {
+        return false;
+    };
+    !digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits.parse::<u16>() == Ok(port)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_canonical_authority_is_one_the_full_parse_accepts() {
+        let targets = [host("mcp.example.com"), host("127.0.0.1"), host("::1")];
+        let texts = [
+            "mcp.example.com",
+            "mcp.example.com:443",
+            "mcp.example.com:8443",
+            "mcp.example.com:0443",
+            "mcp.example.com:",
+            "mcp.example.com.",
+            "MCP.example.com",
+            "mcp.example.com.evil",
+            "mcp.example.comx:443",
+            "127.0.0.1",
+            "127.0.0.1:443",
+            "127.0.0.1:8443",
+            "127.0.0.10:443",
+            "127.000.0.1:443",
+            "[::1]:443",
+            "",
+            ":443",
+        ];
+        for target in &targets {
+            for port in [443, 8443] {
+                for text in texts {
+                    if names_target_canonically(text, target, port, 443) {
+                        let (parsed, named) = split_authority(text).unwrap();
+                        assert_eq!(&parsed, target, "{text}");
+                        assert_eq!(named.unwrap_or(443), port, "{text}");
+                    }
+                }
+            }
+        }
+        assert!(names_target_canonically(
+            "127.0.0.1:8443",
+            &targets[1],
+            8443,
+            443
+        ));
+        assert!(names_target_canonically(
+            "mcp.example.com",
+            &targets[0],
+            443,
+            443
+        ));
+        assert!(!names_target_canonically(
+            "mcp.example.com",
+            &targets[0],
+            8443,
+            443
+        ));
+        assert!(!names_target_canonically(
+            "[::1]:443",
+            &targets[2],
+            443,
+            443
+        ));
+    }
 
     #[test]
     fn logged_authorities_carry_no_userinfo_and_no_unparsed_text() {
