@@ -110,13 +110,22 @@ impl Pool {
     ) -> Option<UpstreamConn> {
         let mut idle = self.parts[part].lock();
         let conns = idle.get_mut(key)?;
-        conns.retain(|c| !c.conn.sender.is_closed());
-        let at = conns.iter().rposition(|c| {
-            (shard.is_none() || c.conn.shard == shard)
-                && c.conn.sender.is_ready()
-                && allowed.contains(&c.conn.addr)
-        })?;
-        Some(conns.remove(at).conn)
+        // Newest first, dropping the closed ones met on the way: a call stops at the first ready
+        // connection instead of checking every idle one (the sweep drops the rest).
+        let mut at = conns.len();
+        while at > 0 {
+            at -= 1;
+            let c = &conns[at].conn;
+            if c.sender.is_closed() {
+                conns.remove(at);
+            } else if (shard.is_none() || c.shard == shard)
+                && c.sender.is_ready()
+                && allowed.contains(&c.addr)
+            {
+                return Some(conns.remove(at).conn);
+            }
+        }
+        None
     }
 
     /// Hands a connection back. It becomes ready again once its response body has been read; a
@@ -143,9 +152,14 @@ impl Pool {
         let Some(conns) = idle.get_mut(key) else {
             return;
         };
-        conns.retain(|c| !c.conn.sender.is_closed());
         let same_shard = |c: &IdleConn| c.conn.shard == conn.shard;
-        if conns.iter().filter(|c| same_shard(c)).count() >= cap
+        let full = |conns: &Vec<IdleConn>| conns.iter().filter(|c| same_shard(c)).count() >= cap;
+        // Closed connections are dropped only when they would take a place (take and the sweep
+        // drop them too): checking each on every call cost an atomic read per idle connection.
+        if full(conns) {
+            conns.retain(|c| !c.conn.sender.is_closed());
+        }
+        if full(conns)
             && let Some(oldest) = conns.iter().position(same_shard)
         {
             conns.remove(oldest);
@@ -228,6 +242,47 @@ mod tests {
             addr,
             shard,
         }
+    }
+
+    /// A connection whose far end has hung up, once the pool's view of it says closed.
+    async fn closed_conn(shard: Option<usize>, addr: SocketAddr) -> UpstreamConn {
+        let (ours, theirs) = tokio::io::duplex(1024);
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(ours))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        drop(theirs);
+        for _ in 0..200 {
+            if sender.is_closed() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(sender.is_closed());
+        UpstreamConn {
+            sender,
+            addr,
+            shard,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_passed_over_and_dropped() {
+        let pool = Arc::new(Pool::default());
+        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let options = ProxyOptions::default();
+        pool.put(&key(), conn(Some(0), addr).await, &options);
+        pool.put(&key(), closed_conn(Some(0), addr).await, &options);
+        assert!(
+            pool.take(&key(), &[addr], Some(0)).is_some(),
+            "the open one"
+        );
+        assert!(pool.take(&key(), &[addr], Some(0)).is_none());
+        let part = pool.parts[part_of(Some(0))].lock();
+        assert!(
+            part.get(&key()).is_none_or(Vec::is_empty),
+            "the closed one is gone"
+        );
     }
 
     fn key() -> PoolKey {
