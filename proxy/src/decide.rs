@@ -113,8 +113,12 @@ pub(crate) async fn decide(
     // The time a person takes to answer is theirs, not the decision's.
     drop(timer);
     // Last of all: a person is asked only about a call that would otherwise go.
-    if let Some((server, decision)) = &mcp {
-        held::hold_confirm_calls(
+    // A hold is rare and waits long: its state lives on the heap, so that the future every call
+    // builds and moves (which would contain the hold's) stays small.
+    if let Some((server, decision)) = &mcp
+        && held::holds_any(server, decision)
+    {
+        Box::pin(held::hold_confirm_calls(
             cx,
             server,
             decision,
@@ -122,7 +126,7 @@ pub(crate) async fn decide(
             &unsubstituted,
             &use_.secrets,
             &mut entries,
-        )
+        ))
         .await?;
     }
     for mut entry in entries {

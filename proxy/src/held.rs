@@ -25,33 +25,21 @@ use fenzi_policy::{Decision, Reason};
 use http::request::Parts;
 use std::sync::Arc;
 
+/// Whether `decision` (allowed, to `server`) has a call `tools.confirm` holds: only then is
+/// [`hold_confirm_calls`] needed.
+pub(crate) fn holds_any(server: &McpServer, decision: &McpDecision) -> bool {
+    decision.messages.iter().any(|m| {
+        m.tool
+            .as_deref()
+            .is_some_and(|tool| server.confirm.matching(tool).is_some())
+    })
+}
+
 /// Holds the confirm calls of `decision` (allowed, to `server`) until a person answers. `Ok` when
 /// there are none or every one was confirmed (`entries`, the request's records, then name who
 /// answered); else the `not_confirmed` refusal. `body` is the request as the client sent it
 /// (placeholders, not values), `secrets` the secrets its records name.
 pub(crate) async fn hold_confirm_calls(
-    cx: &RequestContext<'_>,
-    server: &McpServer,
-    decision: &McpDecision,
-    parts: &Parts,
-    body: &[u8],
-    secrets: &[String],
-    entries: &mut [AuditEntry],
-) -> Result<(), Refusal> {
-    let holds_any = decision.messages.iter().any(|m| {
-        m.tool
-            .as_deref()
-            .is_some_and(|tool| server.confirm.matching(tool).is_some())
-    });
-    if !holds_any {
-        return Ok(());
-    }
-    // A hold is rare and waits long: its state lives on the heap, so that the future of every
-    // other call (which contains this one's) stays small and cheap to move.
-    Box::pin(hold(cx, server, decision, parts, body, secrets, entries)).await
-}
-
-async fn hold(
     cx: &RequestContext<'_>,
     server: &McpServer,
     decision: &McpDecision,

@@ -226,44 +226,44 @@ async fn expire_idle(pool: Weak<Pool>, max_idle: Duration) {
 mod tests {
     use super::*;
     use hyper_util::rt::TokioIo;
+    use tokio::io::DuplexStream;
 
-    /// A ready HTTP/1.1 client connection over an in-memory pipe, as if dialled by `shard`.
-    async fn conn(shard: Option<usize>, addr: SocketAddr) -> UpstreamConn {
-        let (ours, theirs) = tokio::io::duplex(1024);
-        // The far end is held open for the whole test, so the connection stays ready.
-        std::mem::forget(theirs);
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(ours))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        sender.ready().await.unwrap();
-        UpstreamConn {
-            sender,
-            addr,
-            shard,
-        }
-    }
-
-    /// A connection whose far end has hung up, once the pool's view of it says closed.
-    async fn closed_conn(shard: Option<usize>, addr: SocketAddr) -> UpstreamConn {
+    /// An HTTP/1.1 client connection over an in-memory pipe, as if dialled by `shard`, and the
+    /// pipe's far end (the upstream).
+    async fn dialled(shard: Option<usize>, addr: SocketAddr) -> (UpstreamConn, DuplexStream) {
         let (ours, theirs) = tokio::io::duplex(1024);
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(ours))
             .await
             .unwrap();
         tokio::spawn(connection);
+        let conn = UpstreamConn {
+            sender,
+            addr,
+            shard,
+        };
+        (conn, theirs)
+    }
+
+    /// A ready connection; its far end is held open for the whole test.
+    async fn conn(shard: Option<usize>, addr: SocketAddr) -> UpstreamConn {
+        let (mut conn, theirs) = dialled(shard, addr).await;
+        std::mem::forget(theirs);
+        conn.sender.ready().await.unwrap();
+        conn
+    }
+
+    /// A connection whose far end has hung up, once the pool's view of it says closed.
+    async fn closed_conn(shard: Option<usize>, addr: SocketAddr) -> UpstreamConn {
+        let (conn, theirs) = dialled(shard, addr).await;
         drop(theirs);
         for _ in 0..200 {
-            if sender.is_closed() {
+            if conn.sender.is_closed() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert!(sender.is_closed());
-        UpstreamConn {
-            sender,
-            addr,
-            shard,
-        }
+        assert!(conn.sender.is_closed());
+        conn
     }
 
     #[tokio::test]
