@@ -268,9 +268,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_connection_is_passed_over_and_dropped() {
-        let pool = Arc::new(Pool::default());
-        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
-        let options = ProxyOptions::default();
+        let (pool, addr, options) = (fresh(), upstream(), ProxyOptions::default());
         pool.put(&key(), conn(Some(0), addr).await, &options);
         pool.put(&key(), closed_conn(Some(0), addr).await, &options);
         assert!(
@@ -285,6 +283,14 @@ mod tests {
         );
     }
 
+    fn fresh() -> Arc<Pool> {
+        Arc::new(Pool::default())
+    }
+
+    fn upstream() -> SocketAddr {
+        "192.0.2.1:443".parse().unwrap()
+    }
+
     fn key() -> PoolKey {
         PoolKey {
             host: Host::parse("upstream.test").unwrap(),
@@ -295,9 +301,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_shard_takes_only_the_connections_it_drives() {
-        let pool = Arc::new(Pool::default());
-        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
-        let options = ProxyOptions::default();
+        let (pool, addr, options) = (fresh(), upstream(), ProxyOptions::default());
         pool.put(&key(), conn(Some(0), addr).await, &options);
 
         assert!(
@@ -315,9 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn shards_that_share_a_part_still_take_only_their_own() {
-        let pool = Arc::new(Pool::default());
-        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
-        let options = ProxyOptions::default();
+        let (pool, addr, options) = (fresh(), upstream(), ProxyOptions::default());
         let (one, other) = (1, 1 + PARTS);
         assert_eq!(part_of(Some(one)), part_of(Some(other)));
         pool.put(&key(), conn(Some(one), addr).await, &options);
@@ -332,8 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_idle_cap_holds_per_shard() {
-        let pool = Arc::new(Pool::default());
-        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let (pool, addr) = (fresh(), upstream());
         let options = ProxyOptions {
             max_idle_upstream: 2,
             ..ProxyOptions::default()
