@@ -8,7 +8,8 @@
 //! a failed write is seen by exactly the caller that must deny. The write is done inline, not through
 //! `spawn_blocking` or another thread: one write(2) of one line into the page cache takes microseconds,
 //! and handing it to a thread and back cost more than the write itself (two cross-thread wake-ups per
-//! record, see docs/benchmarks.md). `record` stays `async` for its callers; it never yields.
+//! record, see docs/benchmarks.md). [`AuditWriter::append`] is that plain call (what the proxy's
+//! sink calls); `record` is the same for async callers, and never yields.
 //!
 //! Durability is batched and off the acknowledgement path: a background thread (`fenzi-audit-sync`,
 //! a plain thread because every step is blocking file I/O and `open` may run before any runtime
