@@ -197,8 +197,8 @@ fn check(team: &Layer, machine: &Layer, project: &Layer) -> Result<bool, TestCas
 #[test]
 fn the_merge_never_allows_what_an_upper_layer_denies() {
     // About 4% of random triples load (the rest are refused, which is checked too): 4,000 cases
-    // load about 155 (136–174 in six runs), so the bound below is about four deviations away (1,500 cases loaded 57–82, and
-    // a bound of 50 failed a CI run).
+    // load about 155 (136–174 in six runs), so the bound below is about four deviations away
+    // (1,500 cases loaded 57–82, and a bound of 50 failed a CI run).
     let mut runner = TestRunner::new(RunnerConfig {
         cases: 4000,
         failure_persistence: None,
