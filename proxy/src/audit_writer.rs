@@ -1,15 +1,14 @@
 //! The audit log writer: appends hash-chained records (README, `fenzi log`) to one JSON Lines file and keeps
 //! the head file beside it.
 //!
-//! Writing happens in the caller. [`AuditWriter::record`] serialises the record's own fields
+//! Writing happens in the caller. [`AuditWriter::append`] serialises the record's own fields
 //! ([`LineFields`]), then takes one lock, assigns the sequence number, splices in the timestamp, seq,
 //! session and `prev` hash and writes the line with write(2) before it returns. So a
 //! request is never forwarded before its record is in the file, sequence numbers follow file order, and
 //! a failed write is seen by exactly the caller that must deny. The write is done inline, not through
 //! `spawn_blocking` or another thread: one write(2) of one line into the page cache takes microseconds,
 //! and handing it to a thread and back cost more than the write itself (two cross-thread wake-ups per
-//! record, see docs/benchmarks.md). [`AuditWriter::append`] is that plain call (what the proxy's
-//! sink calls); `record` is the same for async callers, and never yields.
+//! record, see docs/benchmarks.md). So [`AuditWriter::append`] is a plain call, not a future.
 //!
 //! Durability is batched and off the acknowledgement path: a background thread (`fenzi-audit-sync`,
 //! a plain thread because every step is blocking file I/O and `open` may run before any runtime
@@ -484,15 +483,8 @@ impl AuditWriter {
     /// was, and the next call tries again, unless the error is [`AuditError::Unavailable`] (or the
     /// first failure it names): then the writer has stopped for good.
     ///
-    /// Runs to completion without yielding: the write is done inline under the log's lock (see the
-    /// module documentation for why).
-    pub async fn record(&self, entry: AuditEntry) -> Result<u64, AuditError> {
-        self.append(entry)
-    }
-
-    /// [`AuditWriter::record`] as the plain function it is: what the proxy's [`AuditSink`] calls.
-    ///
-    /// [`AuditSink`]: crate::audit_sink::AuditSink
+    /// A plain call: the write is done inline under the log's lock (see the module documentation
+    /// for why), on the caller's thread.
     pub fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
         self.inner.log.append(entry)
     }

@@ -58,13 +58,9 @@ pub(crate) struct AuditUnavailable;
 
 impl SessionContext {
     /// Writes one record. The write failure is logged here; the caller answers 503 (through
-    /// [`crate::refusal::Refusal`]) and forwards nothing.
-    pub async fn record(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
-        // Nothing here waits: the future holds the entry and no other state (see AuditSink).
-        self.record_now(entry)
-    }
-
-    fn record_now(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
+    /// [`crate::refusal::Refusal`]) and forwards nothing. Nothing here waits (see [`AuditSink`]):
+    /// the future holds the entry and nothing else.
+    pub async fn record(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
         if entry.policy.is_none() {
             // `load`, not `current`: no reference count taken on the shared policy.
             entry.policy = Some(self.live.load_hash());

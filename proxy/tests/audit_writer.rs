@@ -78,7 +78,7 @@ async fn record_concurrently(w: &AuditWriter, tasks: usize, each: usize) -> Vec<
         handles.push(tokio::spawn(async move {
             let mut seqs = Vec::new();
             for i in 0..each {
-                seqs.push(w.record(entry(&format!("tool_{t}_{i}"))).await.unwrap());
+                seqs.push(w.append(entry(&format!("tool_{t}_{i}"))).unwrap());
             }
             seqs
         }));
@@ -134,8 +134,8 @@ async fn the_head_follows_without_an_explicit_flush() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.jsonl");
     let w = AuditWriter::open(&path, "s").unwrap();
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 1);
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 2);
+    assert_eq!(w.append(entry("echo")).unwrap(), 1);
+    assert_eq!(w.append(entry("echo")).unwrap(), 2);
     // The record is in the file as soon as record() returns.
     assert_eq!(read_lines(&path).len(), 2);
     let start = Instant::now();
@@ -155,7 +155,7 @@ async fn reopening_continues_the_chain_and_a_second_writer_is_locked_out() {
     let path = dir.path().join("a.jsonl");
     let w = AuditWriter::open(&path, "first").unwrap();
     for _ in 0..3 {
-        w.record(entry("echo")).await.unwrap();
+        w.append(entry("echo")).unwrap();
     }
     assert!(matches!(
         AuditWriter::open(&path, "other"),
@@ -165,8 +165,8 @@ async fn reopening_continues_the_chain_and_a_second_writer_is_locked_out() {
     drop(w);
 
     let w = reopen(&path, "second").unwrap();
-    assert_eq!(w.record(entry("add")).await.unwrap(), 4);
-    assert_eq!(w.record(entry("add")).await.unwrap(), 5);
+    assert_eq!(w.append(entry("add")).unwrap(), 4);
+    assert_eq!(w.append(entry("add")).unwrap(), 5);
     w.flush().await.unwrap();
     let recs = records(&path);
     let sessions: Vec<&str> = recs.iter().map(|r| r.session.as_str()).collect();
@@ -182,7 +182,7 @@ async fn reopening_continues_the_chain_and_a_second_writer_is_locked_out() {
 async fn log_with_three(path: &Path) {
     let w = AuditWriter::open(path, "s").unwrap();
     for t in ["echo", "add", "echo"] {
-        w.record(entry(t)).await.unwrap();
+        w.append(entry(t)).unwrap();
     }
     w.flush().await.unwrap();
     drop(w);
@@ -293,7 +293,7 @@ async fn read_only_files_and_directories_fail() {
     let path = sub.join("a.jsonl");
     let w = AuditWriter::open(&path, "s").unwrap();
     std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o500)).unwrap();
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 1);
+    assert_eq!(w.append(entry("echo")).unwrap(), 1);
     let err = w.flush().await.unwrap_err();
     assert!(
         matches!(
@@ -307,7 +307,7 @@ async fn read_only_files_and_directories_fail() {
         "{err}"
     );
     assert!(err.to_string().contains("no head file yet"), "{err}");
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 2);
+    assert_eq!(w.append(entry("echo")).unwrap(), 2);
     std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o700)).unwrap();
     w.flush().await.unwrap();
     assert_eq!(read_head(&path).seq, 2);
@@ -324,8 +324,8 @@ async fn control_and_invisible_characters_in_fields_are_escaped() {
         path: Some(format!("/mcp?{hostile}")),
         ..entry(hostile)
     };
-    w.record(e).await.unwrap();
-    w.record(entry("echo")).await.unwrap();
+    w.append(e).unwrap();
+    w.append(entry("echo")).unwrap();
     w.flush().await.unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let text = String::from_utf8(bytes).unwrap();
@@ -357,7 +357,7 @@ async fn ten_thousand_records_verify() {
     // Continuing a big log still verifies it first, and the chain goes on.
     drop(w);
     let w = reopen(&path, "s2").unwrap();
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 10_001);
+    assert_eq!(w.append(entry("echo")).unwrap(), 10_001);
     w.flush().await.unwrap();
     assert_eq!(verify(&path).unwrap().records, 10_001);
 }
@@ -379,7 +379,7 @@ async fn dropping_the_last_handle_makes_the_log_durable_and_names_it_in_the_head
     let w = AuditWriter::open(&path, "s").unwrap();
     let w2 = w.clone();
     for _ in 0..3 {
-        w.record(entry("echo")).await.unwrap();
+        w.append(entry("echo")).unwrap();
     }
     drop(w);
     // Another handle is still alive: the writer keeps the file (and its lock).
@@ -387,13 +387,13 @@ async fn dropping_the_last_handle_makes_the_log_durable_and_names_it_in_the_head
         AuditWriter::open(&path, "other"),
         Err(AuditError::Locked { .. })
     ));
-    assert_eq!(w2.record(entry("add")).await.unwrap(), 4);
+    assert_eq!(w2.append(entry("add")).unwrap(), 4);
     drop(w2);
     // No flush: the last drop alone syncs, writes the head and lets go of the file.
     let w = reopen(&path, "s2").unwrap();
     assert_eq!(read_head(&path).seq, 4);
     assert_eq!(verify(&path).unwrap().records, 4);
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 5);
+    assert_eq!(w.append(entry("echo")).unwrap(), 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -407,7 +407,7 @@ async fn a_flush_covers_every_record_written_before_it_while_others_keep_recordi
         let path = path.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..20 {
-                let seq = w.record(entry(&format!("t{t}_{i}"))).await.unwrap();
+                let seq = w.append(entry(&format!("t{t}_{i}"))).unwrap();
                 w.flush().await.unwrap();
                 let head = read_head(&path).seq;
                 assert!(
@@ -436,11 +436,8 @@ fn the_head_never_names_a_line_that_is_not_in_the_file() {
             let w = w.clone();
             let finished = finished.clone();
             std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .build()
-                    .unwrap();
                 for n in 0..PER_WRITER {
-                    rt.block_on(w.record(entry(&format!("t{t}_{n}")))).unwrap();
+                    w.append(entry(&format!("t{t}_{n}"))).unwrap();
                 }
                 finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             })
@@ -502,7 +499,7 @@ async fn a_head_that_cannot_be_rewritten_is_left_behind_and_catches_up() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.jsonl");
     let w = AuditWriter::open(&path, "s").unwrap();
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 1);
+    assert_eq!(w.append(entry("echo")).unwrap(), 1);
     w.flush().await.unwrap();
     assert_eq!(read_head(&path).seq, 1);
     // A non-empty directory where the head's temporary file goes: creating it fails, even as root.
@@ -511,7 +508,7 @@ async fn a_head_that_cannot_be_rewritten_is_left_behind_and_catches_up() {
     std::fs::write(blocker.join("x"), "occupied").unwrap();
 
     for seq in 2..=4 {
-        assert_eq!(w.record(entry("echo")).await.unwrap(), seq);
+        assert_eq!(w.append(entry("echo")).unwrap(), seq);
     }
     let err = w.flush().await.unwrap_err();
     assert!(
@@ -533,14 +530,14 @@ async fn a_head_that_cannot_be_rewritten_is_left_behind_and_catches_up() {
         "{msg}"
     );
     // Records go on, and the log verifies with its lagging head.
-    assert_eq!(w.record(entry("add")).await.unwrap(), 5);
+    assert_eq!(w.append(entry("add")).unwrap(), 5);
     assert_eq!(read_head(&path).seq, 1);
     assert_eq!(verify(&path).unwrap().records, 5);
     assert_eq!(w.refused(), 0);
 
     // Once the head can be written, the next batch brings it up to date, without a flush.
     std::fs::remove_dir_all(&blocker).unwrap();
-    assert_eq!(w.record(entry("add")).await.unwrap(), 6);
+    assert_eq!(w.append(entry("add")).unwrap(), 6);
     eventually("the head never caught up", || read_head(&path).seq == 6).await;
     w.flush().await.unwrap();
     assert_eq!(verify(&path).unwrap().records, 6);
@@ -647,7 +644,7 @@ async fn short_write_case(dir: &Path) {
     let path = dir.join("a.jsonl");
     let w = AuditWriter::open(&path, "s").unwrap();
     for seq in 1..=3 {
-        assert_eq!(w.record(entry("echo")).await.unwrap(), seq);
+        assert_eq!(w.append(entry("echo")).unwrap(), seq);
     }
     w.flush().await.unwrap();
     let whole = std::fs::read(&path).unwrap();
@@ -664,7 +661,7 @@ async fn short_write_case(dir: &Path) {
     assert_eq!(copy.write(b"x").unwrap_err().raw_os_error(), Some(EFBIG));
 
     for _ in 0..3 {
-        let err = w.record(entry("refused")).await.unwrap_err();
+        let err = w.append(entry("refused")).unwrap_err();
         assert!(
             matches!(err, AuditError::Write { .. }) && os_error(&err) == Some(EFBIG),
             "{err}"
@@ -679,7 +676,7 @@ async fn short_write_case(dir: &Path) {
 
     // Room again: the chain goes on from the last whole record, with no gap in seq.
     limit_file_size(None);
-    assert_eq!(w.record(entry("after")).await.unwrap(), 4);
+    assert_eq!(w.append(entry("after")).unwrap(), 4);
     w.flush().await.unwrap();
     assert_eq!(verify(&path).unwrap().records, 4);
     assert_eq!(read_head(&path).seq, 4);
@@ -690,7 +687,7 @@ async fn short_write_case(dir: &Path) {
     assert_eq!(tools, ["echo", "echo", "echo", "after"]);
     drop(w);
     let w = reopen(&path, "s2").unwrap();
-    assert_eq!(w.record(entry("echo")).await.unwrap(), 5);
+    assert_eq!(w.append(entry("echo")).unwrap(), 5);
     w.flush().await.unwrap();
     assert_eq!(verify(&path).unwrap().records, 5);
 }
@@ -711,13 +708,13 @@ async fn uncuttable_case() {
     let path = PathBuf::from(format!("/proc/self/fd/{}", memfd.as_raw_fd()));
     let w = AuditWriter::open(&path, "s").unwrap();
     for seq in 1..=2 {
-        assert_eq!(w.record(entry("echo")).await.unwrap(), seq);
+        assert_eq!(w.append(entry("echo")).unwrap(), seq);
     }
     let whole = std::fs::read(&path).unwrap();
     fcntl_add_seals(&memfd, SealFlags::SHRINK).unwrap();
     limit_file_size(Some(whole.len() as u64 + 100));
 
-    let err = w.record(entry("torn")).await.unwrap_err();
+    let err = w.append(entry("torn")).unwrap_err();
     assert!(
         matches!(err, AuditError::Torn { last: 2, len, .. } if len == whole.len() as u64),
         "{err}"
@@ -732,7 +729,7 @@ async fn uncuttable_case() {
     // Stopped for good: even with room again nothing may follow the partial line.
     limit_file_size(None);
     for _ in 0..2 {
-        let err = w.record(entry("after")).await.unwrap_err();
+        let err = w.append(entry("after")).unwrap_err();
         assert!(
             matches!(&err, AuditError::Unavailable { first, .. } if matches!(**first, AuditError::Torn { .. })),
             "{err}"
@@ -795,7 +792,7 @@ async fn full_disk_case(dir: &Path) {
     let path = dir.join("audit/a.jsonl");
     let w = AuditWriter::open(&path, "s").unwrap();
     for seq in 1..=5 {
-        assert_eq!(w.record(entry("echo")).await.unwrap(), seq);
+        assert_eq!(w.append(entry("echo")).unwrap(), seq);
     }
     w.flush().await.unwrap();
     let mut fill = std::fs::File::create(dir.join("fill")).unwrap();
@@ -810,7 +807,7 @@ async fn full_disk_case(dir: &Path) {
     // The log's last page still has room; records go there until one crosses its end.
     let mut written: u64 = 5;
     let err = loop {
-        match w.record(entry("while_full")).await {
+        match w.append(entry("while_full")) {
             Ok(seq) => {
                 written += 1;
                 assert_eq!(seq, written);
@@ -826,7 +823,7 @@ async fn full_disk_case(dir: &Path) {
     let at_refusal = std::fs::read(&path).unwrap();
     assert_eq!(whole_lines(&at_refusal).len() as u64, written);
     for _ in 0..3 {
-        let err = w.record(entry("refused")).await.unwrap_err();
+        let err = w.append(entry("refused")).unwrap_err();
         assert!(os_error(&err) == Some(ENOSPC), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), at_refusal);
     }
@@ -846,14 +843,14 @@ async fn full_disk_case(dir: &Path) {
 
     // Room again: the next record is written, and the chain and head go on.
     std::fs::remove_file(dir.join("fill")).unwrap();
-    assert_eq!(w.record(entry("after")).await.unwrap(), written + 1);
+    assert_eq!(w.append(entry("after")).unwrap(), written + 1);
     w.flush().await.unwrap();
     assert_eq!(verify(&path).unwrap().records as u64, written + 1);
     assert_eq!(read_head(&path).seq, written + 1);
     assert_eq!(w.refused(), 4);
     drop(w);
     let w = reopen(&path, "s2").unwrap();
-    assert_eq!(w.record(entry("echo")).await.unwrap(), written + 2);
+    assert_eq!(w.append(entry("echo")).unwrap(), written + 2);
     w.flush().await.unwrap();
     assert_eq!(verify(&path).unwrap().records as u64, written + 2);
 }

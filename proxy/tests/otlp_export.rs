@@ -261,14 +261,13 @@ fn config(url: &str, log: &Path, notes: &Notes) -> ExportConfig {
     }
 }
 
-async fn write(writer: &AuditWriter, n: usize) {
+fn write(writer: &AuditWriter, n: usize) {
     for i in 0..n {
         writer
-            .record(AuditEntry {
+            .append(AuditEntry {
                 path: Some(format!("/item/{i}")),
                 ..AuditEntry::new(Outcome::Allowed, None, "GET", "example.com", 80)
             })
-            .await
             .unwrap();
     }
 }
@@ -368,7 +367,7 @@ fn cursor_of(log: &Path) -> export::Cursor {
 async fn every_record_arrives_in_order_through_failures_stalls_and_429() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 10).await;
+    write(&writer, 10);
     let receiver = Receiver::start(&[
         Act::Ok,
         Act::Status(500),
@@ -385,7 +384,7 @@ async fn every_record_arrives_in_order_through_failures_stalls_and_429() {
     let progress = exporter.progress();
     // Records keep coming while the exporter ships and retries.
     for _ in 0..8 {
-        write(&writer, 5).await;
+        write(&writer, 5);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     writer.flush().await.unwrap();
@@ -417,7 +416,7 @@ async fn every_record_arrives_in_order_through_failures_stalls_and_429() {
 async fn a_partial_success_is_not_sent_again() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 20).await;
+    write(&writer, 20);
     writer.flush().await.unwrap();
     let receiver = Receiver::start(&[Act::Ok, Act::Partial(2)]).await;
     let notes = Notes::default();
@@ -443,7 +442,7 @@ async fn a_partial_success_is_not_sent_again() {
 async fn a_4xx_stops_the_export_once_and_a_restart_resumes_from_the_cursor() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 10).await;
+    write(&writer, 10);
     writer.flush().await.unwrap();
     let receiver = Receiver::start(&[Act::Ok, Act::Status(400)]).await;
     let notes = Notes::default();
@@ -455,7 +454,7 @@ async fn a_4xx_stops_the_export_once_and_a_restart_resumes_from_the_cursor() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // No loop: more records and more time bring no more requests.
-    write(&writer, 5).await;
+    write(&writer, 5);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(receiver.got().len(), 2);
     assert_eq!(
@@ -487,7 +486,7 @@ async fn a_4xx_stops_the_export_once_and_a_restart_resumes_from_the_cursor() {
     writer.flush().await.unwrap();
     drop(writer);
     let writer = reopen(&log, "s2").await;
-    write(&writer, 5).await;
+    write(&writer, 5);
     writer.flush().await.unwrap();
     let second = Receiver::start(&[]).await;
     let exporter = Exporter::start(config(&second.url(), &log, &notes)).unwrap();
@@ -514,7 +513,7 @@ async fn a_4xx_stops_the_export_once_and_a_restart_resumes_from_the_cursor() {
 async fn a_receiver_that_restarts_loses_nothing() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 10).await;
+    write(&writer, 10);
     let receiver = Receiver::start(&[]).await;
     let notes = Notes::default();
     let exporter = Exporter::start(config(&receiver.url(), &log, &notes)).unwrap();
@@ -525,7 +524,7 @@ async fn a_receiver_that_restarts_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (addr, script) = receiver.stop().await;
-    write(&writer, 10).await;
+    write(&writer, 10);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         progress.acked(),
@@ -534,7 +533,7 @@ async fn a_receiver_that_restarts_loses_nothing() {
     );
     assert!(progress.lag() >= 10, "lag {}", progress.lag());
     let receiver = Receiver::on(addr, script, &[]).await;
-    write(&writer, 3).await;
+    write(&writer, 3);
     writer.flush().await.unwrap();
     let report = exporter.drain(Duration::from_secs(5)).await;
     assert!(report.caught_up(), "{report}");
@@ -546,7 +545,7 @@ async fn a_receiver_that_restarts_loses_nothing() {
 async fn the_drain_gives_up_on_time_and_says_how_far_it_got() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 12).await;
+    write(&writer, 12);
     writer.flush().await.unwrap();
     let receiver = Receiver::start(&[Act::Ok]).await;
     receiver
@@ -583,7 +582,7 @@ async fn the_drain_gives_up_on_time_and_says_how_far_it_got() {
 async fn a_cursor_that_does_not_fit_the_log_ships_it_again_and_a_changed_log_stops_it() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 5).await;
+    write(&writer, 5);
     writer.flush().await.unwrap();
     // A cursor for another file at this path.
     export::cursor::write(
@@ -632,7 +631,7 @@ async fn a_cursor_that_does_not_fit_the_log_ships_it_again_and_a_changed_log_sto
 async fn https_is_verified_against_the_extra_roots() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 9).await;
+    write(&writer, 9);
     writer.flush().await.unwrap();
     let pki = common::TestPki::new();
     let receiver = Receiver::tls(pki.server_config(&["127.0.0.1"])).await;
@@ -666,7 +665,7 @@ async fn https_is_verified_against_the_extra_roots() {
 async fn a_request_out_when_the_drain_begins_is_cut_at_its_deadline() {
     let (_dir, log) = log_path();
     let writer = AuditWriter::open(&log, "s1").unwrap();
-    write(&writer, 3).await;
+    write(&writer, 3);
     writer.flush().await.unwrap();
     let receiver = Receiver::start(&[Act::Stall(Duration::from_secs(30))]).await;
     let notes = Notes::default();
