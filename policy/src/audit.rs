@@ -209,7 +209,6 @@ impl LineFields {
     /// The whole line (no newline), given the writer's fields. `ts` (RFC 3339) and `prev` (hex) need
     /// no escaping; `session` is spliced as given: pass [`LineFields::session_text`] of the id.
     pub fn line(&self, ts: &str, seq: u64, session: &str, prev: &str) -> String {
-        use std::fmt::Write;
         let middle = &self.line[self.start..];
         let mut line =
             String::with_capacity(middle.len() + ts.len() + session.len() + prev.len() + 64);
@@ -218,7 +217,7 @@ impl LineFields {
         line.push_str(r#"{"ts":""#);
         line.push_str(ts);
         line.push_str(r#"","seq":"#);
-        let _ = write!(line, "{seq}");
+        line.push_str(itoa::Buffer::new().format(seq));
         line.push_str(r#","session":""#);
         line.push_str(session);
         line.push_str(r#"","#);

@@ -159,37 +159,23 @@ impl AuditEntry {
     }
 }
 
-/// `addr` as `Display` writes it. An IPv4 peer (nearly every record's) is written by hand: the
-/// formatting machinery costs several times the few bytes it produces, on every record.
+/// `addr` as `Display` writes it. An IPv4 peer (nearly every record's) is written with `itoa`:
+/// the formatting machinery costs several times the few bytes it produces, on every record.
 fn client_text(addr: std::net::SocketAddr) -> String {
     let std::net::SocketAddr::V4(v4) = addr else {
         return addr.to_string();
     };
+    let mut digits = itoa::Buffer::new();
     let mut text = String::with_capacity(21);
     for (i, octet) in v4.ip().octets().into_iter().enumerate() {
         if i > 0 {
             text.push('.');
         }
-        push_decimal(&mut text, u32::from(octet));
+        text.push_str(digits.format(octet));
     }
     text.push(':');
-    push_decimal(&mut text, u32::from(v4.port()));
+    text.push_str(digits.format(v4.port()));
     text
-}
-
-fn push_decimal(text: &mut String, mut n: u32) {
-    let mut digits = [0u8; 10];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // ASCII digits only.
-    text.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// Why the audit log could not be opened, or a record or the head not written. Every variant names the

@@ -163,35 +163,26 @@ pub(crate) fn checked_authority<B>(
 /// request. Any other spelling takes the full parse, which may accept it too. An IPv6 target always
 /// takes the parse.
 fn names_target_canonically(text: &str, target: &Host, port: u16, default_port: u16) -> bool {
-    use std::io::Write;
-    let mut dotted = [0u8; 15];
-    let canonical = match target {
-        Host::Name(name) => name.as_str(),
-        Host::Ip(std::net::IpAddr::V4(v4)) => {
-            let mut free = &mut dotted[..];
-            if write!(free, "{v4}").is_err() {
-                return false;
+    let (host, named) = match text.rsplit_once(':') {
+        // No sign, no leading zero: the port as fenzi writes it.
+        Some((host, digits))
+            if !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            match digits.parse::<u16>() {
+                Ok(named) => (host, named),
+                Err(_) => return false,
             }
-            let len = 15 - free.len();
-            std::str::from_utf8(&dotted[..len]).unwrap_or_default()
         }
-        Host::Ip(std::net::IpAddr::V6(_)) => return false,
+        Some(_) => return false,
+        None => (text, default_port),
     };
-    let Some(rest) = text
-        .strip_prefix(canonical)
-        .filter(|_| !canonical.is_empty())
-    else {
-        return false;
-    };
-    if rest.is_empty() {
-        return port == default_port;
-    }
-    let Some(digits) = rest.strip_prefix(':') else {
-        return false;
-    };
-    !digits.starts_with('0')
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && digits.parse::<u16>() == Ok(port)
+    named == port
+        && match target {
+            Host::Name(name) => !name.is_empty() && host == name,
+            // std's parser takes dotted decimal only, with no leading zeros: fenzi's own spelling.
+            Host::Ip(std::net::IpAddr::V4(v4)) => host.parse::<std::net::Ipv4Addr>() == Ok(*v4),
+            Host::Ip(std::net::IpAddr::V6(_)) => false,
+        }
 }
 
 #[cfg(test)]
@@ -216,6 +207,10 @@ mod tests {
             "127.0.0.1:8443",
             "127.0.0.10:443",
             "127.000.0.1:443",
+            "127.0.0.01:443",
+            "127.1:443",
+            "127.0.0.1:+443",
+            "127.0.0.1:65536",
             "[::1]:443",
             "",
             ":443",
