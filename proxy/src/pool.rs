@@ -145,14 +145,16 @@ impl Pool {
             ));
         }
         let mut idle = self.parts[part_of(conn.shard)].lock();
-        // The key is cloned only for a new destination (a host name's clone allocates).
-        if !idle.contains_key(key) {
-            idle.insert(key.clone(), Vec::new());
-        }
+        let idle_conn = IdleConn {
+            conn,
+            since: Instant::now(),
+        };
         let Some(conns) = idle.get_mut(key) else {
+            // A new destination: the only time the key is cloned (a host name's clone allocates).
+            idle.insert(key.clone(), vec![idle_conn]);
             return;
         };
-        let same_shard = |c: &IdleConn| c.conn.shard == conn.shard;
+        let same_shard = |c: &IdleConn| c.conn.shard == idle_conn.conn.shard;
         let full = |conns: &Vec<IdleConn>| conns.iter().filter(|c| same_shard(c)).count() >= cap;
         // Closed connections are dropped only when they would take a place (take and the sweep
         // drop them too): checking each on every call cost an atomic read per idle connection.
@@ -164,10 +166,7 @@ impl Pool {
         {
             conns.remove(oldest);
         }
-        conns.push(IdleConn {
-            conn,
-            since: Instant::now(),
-        });
+        conns.push(idle_conn);
     }
 
     /// Drops connections idle for `max_idle` or longer (all idle ones for zero) and destinations left
