@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -115,22 +116,28 @@ class Run:
         return {"rps": data["summary"]["requestsPerSec"], "p50_ms": data["latencyPercentiles"]["p50"] * 1000,
                 "cpu_us": sum(x[0] for x in per.values()), "threads": per}
 
-    def perf(self, label: str, binary: str, top: int = 30) -> list[tuple[str, float]]:
-        """Self CPU per call (us) of the `top` busiest symbols, from `perf record -F 4999`."""
+    def traced(self, label: str, binary: str, tracer: list[str], calls: int, stop: signal.Signals) -> None:
+        """`calls` through a fresh proxy, warmed up first, with `tracer -p PID` attached to it for the
+        measured calls only; `stop` ends the tracer (it writes its own output file)."""
         p, argv = self.start(label, binary)
-        data = self.work / f"{label}.perf.data"
-        freq = 4999
         try:
             self.oha(argv, 500)
-            rec = subprocess.Popen(["perf", "record", "-q", "-F", str(freq), "-o", str(data), "-p", str(p.pid)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            t = subprocess.Popen([*tracer, "-p", str(p.pid)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
             time.sleep(0.5)
-            self.oha(argv, self.args.calls)
-            rec.send_signal(2)
-            rec.wait(timeout=60)
+            self.oha(argv, calls)
+            t.send_signal(stop)
+            t.wait(timeout=60)
         finally:
             p.terminate()
             p.wait(timeout=30)
+
+    def perf(self, label: str, binary: str, top: int = 30) -> list[tuple[str, float]]:
+        """Self CPU per call (us) of the `top` busiest symbols, from `perf record -F 4999`."""
+        data = self.work / f"{label}.perf.data"
+        freq = 4999
+        self.traced(label, binary, ["perf", "record", "-q", "-F", str(freq), "-o", str(data)],
+                    self.args.calls, signal.SIGINT)
         report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym",
                                  "--stdio", "-F", "sample,sym"], capture_output=True, text=True).stdout
         rows = []
@@ -142,20 +149,9 @@ class Run:
         return sorted(rows, key=lambda r: -r[1])[:top]
 
     def strace(self, label: str, binary: str) -> list[tuple[str, float]]:
-        p, argv = self.start(label, binary)
         out = self.work / f"{label}.strace"
-        try:
-            self.oha(argv, 500)
-            s = subprocess.Popen(["strace", "-f", "-c", "-o", str(out), "-p", str(p.pid)],
-                                 stderr=subprocess.DEVNULL)
-            time.sleep(0.5)
-            calls = max(self.args.calls // 10, 1000)
-            self.oha(argv, calls)
-            s.terminate()
-            s.wait(timeout=30)
-        finally:
-            p.terminate()
-            p.wait(timeout=30)
+        calls = max(self.args.calls // 10, 1000)
+        self.traced(label, binary, ["strace", "-f", "-c", "-o", str(out)], calls, signal.SIGTERM)
         rows = []
         for line in out.read_text().splitlines():
             f = line.split()
