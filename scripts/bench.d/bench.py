@@ -165,6 +165,14 @@ def cpu_seconds(pid: int) -> float | None:
     return total
 
 
+def machine_ticks() -> tuple[int, int]:
+    """All CPUs' busy and idle (idle + iowait) ticks so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields[:8]) - idle, idle
+
+
 def context_switches(pid: int) -> int | None:
     """Voluntary + involuntary context switches of all of `pid`'s threads, and its live children's,
     so far."""
@@ -209,6 +217,7 @@ class PeakRss:
         self._samples: list[int] = []
 
     def __enter__(self) -> "PeakRss":
+        self._machine0 = machine_ticks()
         if self.pid is None:
             return self
         self.start = status_kib(self.pid, "VmRSS")
@@ -227,6 +236,10 @@ class PeakRss:
             self._stop.wait(0.05)
 
     def __exit__(self, *exc) -> None:
+        busy1, idle1 = machine_ticks()
+        busy0, idle0 = self._machine0
+        self.machine_busy = (busy1 - busy0) / CLK_TCK
+        self.machine_idle = (idle1 - idle0) / CLK_TCK
         if self.pid is None:
             return
         self._stop.set()
@@ -561,10 +574,15 @@ http {{
                 res["proxy_cpu_us_per_req"] = (res["proxy_cpu_s"] * 1e6 / res["ok"]) if res["proxy_cpu_s"] is not None and res["ok"] else None
                 # Thread context switches in the proxy per answered request (wake-ups and hand-offs).
                 res["proxy_switches_per_req"] = (rss.switches / res["ok"]) if rss.switches is not None and res["ok"] else None
+                # The whole machine's CPU per answered request (proxy, load generator, upstream) and
+                # the share of it left idle: a proxy can lose throughput by leaving a core idle.
+                res["machine_cpu_us_per_req"] = (rss.machine_busy * 1e6 / res["ok"]) if res["ok"] else None
+                res["machine_idle_pct"] = 100 * rss.machine_idle / max(rss.machine_busy + rss.machine_idle, 1e-9)
                 entry["contenders"][c["label"]]["rounds"].append(res)
                 log(f"  round {r + 1} {c['label']:<10} {res['rps']:>9.0f} req/s  p50 {fmt(res['p50_ms'])} ms"
                     f"  p99 {fmt(res['p99_ms'])} ms  rss {mib(rss.peak)}  cpu/req {fmt(res['proxy_cpu_us_per_req'], 1)} us"
                     f"  switches/req {fmt(res['proxy_switches_per_req'], 1)}"
+                    f"  machine {fmt(res['machine_cpu_us_per_req'], 1)} us/req idle {res['machine_idle_pct']:.0f}%"
                     f"  errors {res['errors']}")
         for c in contenders:
             agg = entry["contenders"][c["label"]]
