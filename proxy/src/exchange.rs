@@ -40,7 +40,9 @@ pub(crate) async fn exchange(
     host: HeaderValue,
 ) -> Response<Body> {
     let session = cx.session;
-    match phases(cx, req, host).await {
+    // On the heap: the phases' future is kilobytes, and every future that holds it inline
+    // (this one, the tunnel's, hyper's service future) would copy all of it when created.
+    match Box::pin(phases(cx, req, host)).await {
         Ok(response) => response,
         // Boxed: a refusal's future is large, and every allowed call would carry (and move) it.
         Err(refusal) => Box::pin(refusal.answer(session)).await,

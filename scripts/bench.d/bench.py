@@ -579,7 +579,7 @@ http {{
                 res["machine_cpu_us_per_req"] = (rss.machine_busy * 1e6 / res["ok"]) if res["ok"] else None
                 res["machine_idle_pct"] = 100 * rss.machine_idle / max(rss.machine_busy + rss.machine_idle, 1e-9)
                 entry["contenders"][c["label"]]["rounds"].append(res)
-                log(f"  round {r + 1} {c['label']:<10} {res['rps']:>9.0f} req/s  p50 {fmt(res['p50_ms'])} ms"
+                log(f"  round {r + 1} {c['label']:<10} {res['rps']:>9.0f} req/s  p50 {fmt(res['p50_ms'], 3)} ms"
                     f"  p99 {fmt(res['p99_ms'])} ms  rss {mib(rss.peak)}  cpu/req {fmt(res['proxy_cpu_us_per_req'], 1)} us"
                     f"  switches/req {fmt(res['proxy_switches_per_req'], 1)}"
                     f"  machine {fmt(res['machine_cpu_us_per_req'], 1)} us/req idle {res['machine_idle_pct']:.0f}%"
@@ -1113,8 +1113,8 @@ def table(res: dict) -> str:
                 cpu = c.get("proxy_cpu_us_per_req")
                 cpu = "-" if cpu is None else f"{cpu:.0f} us"
                 cs = fmt(c.get("proxy_switches_per_req"), 1)
-                lines.append(f"{name:<20} {who:<24} {c['rps']:>9.0f} {ratio:>8} {fmt(c['p50_ms']):>8} "
-                             f"{fmt(c['p99_ms']):>8} {mib(c['peak_rss_kib']):>10} {cpu:>8} {cs:>6} {c['errors']:>6}  {rounds}")
+                lines.append(f"{name:<20} {who:<24} {c['rps']:>9.0f} {ratio:>8} {fmt(c['p50_ms'], 3):>8} "
+                             f"{fmt(c['p99_ms'], 3):>8} {mib(c['peak_rss_kib']):>10} {cpu:>8} {cs:>6} {c['errors']:>6}  {rounds}")
             kinds = [k for r in c.get("rounds", [c]) for k in (r.get("error_kinds") or {})]
             if kinds:
                 lines.append(f"{'':<20} {'':<24} errors seen: {'; '.join(sorted(set(kinds)))[:200]}")

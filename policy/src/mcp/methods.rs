@@ -79,10 +79,8 @@ fn decide_message(
     message: &Message<'_>,
 ) -> MessageDecision {
     let mut out = MessageDecision {
-        decision: Decision::allow(
-            format!("mcp.{} client-response", server.name),
-            "a response from the client",
-        ),
+        // Every branch below sets the decision; an empty text costs no allocation.
+        decision: Decision::allow(String::new(), String::new()),
         kind: Some(message.kind),
         rpc_method: message.method.map(str::to_owned),
         tool: None,
@@ -92,6 +90,10 @@ fn decide_message(
     };
     let Some(method) = message.method else {
         debug_assert_eq!(message.kind, MessageKind::Response);
+        out.decision = Decision::allow(
+            format!("mcp.{} client-response", server.name),
+            "a response from the client",
+        );
         return out;
     };
     let param = |key: &str| {
