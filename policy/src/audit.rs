@@ -154,9 +154,7 @@ fn push_middle(line: &mut String, r: &AuditRecord) {
     push_field(line, "reason", r.reason.as_deref(), false);
     push_field(line, "method", Some(&r.method), false);
     push_field(line, "host", Some(&r.host), false);
-    line.push_str(r#""port":"#);
-    line.push_str(itoa::Buffer::new().format(r.port));
-    line.push(',');
+    push_number(line, "port", u64::from(r.port));
     push_field(line, "path", r.path.as_deref(), true);
     push_field(line, "server", r.server.as_deref(), false);
     push_field(line, "rpc", r.rpc.as_deref(), true);
@@ -173,15 +171,22 @@ fn push_middle(line: &mut String, r: &AuditRecord) {
     push_field(line, "rule", r.rule.as_deref(), false);
     push_field(line, "source", r.source.as_deref(), false);
     if let Some(hidden) = r.hidden {
-        line.push_str(r#""hidden":"#);
-        line.push_str(itoa::Buffer::new().format(hidden));
-        line.push(',');
+        push_number(line, "hidden", hidden);
     }
     push_field(line, "confirm", r.confirm.as_deref(), false);
     push_field(line, "policy", r.policy.as_deref(), false);
     push_field(line, "client", r.client.as_deref(), false);
     push_field(line, "prompt", r.prompt.as_deref(), true);
     push_field(line, "resource", r.resource.as_deref(), true);
+}
+
+/// `"key":n,`.
+fn push_number(line: &mut String, key: &str, n: u64) {
+    line.push('"');
+    line.push_str(key);
+    line.push_str(r#"":"#);
+    line.push_str(itoa::Buffer::new().format(n));
+    line.push(',');
 }
 
 /// `"key":"value",` when there is a value; a request-derived value (`clipped`) longer than
