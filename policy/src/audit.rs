@@ -226,15 +226,15 @@ fn push_string(line: &mut String, text: &str) {
 #[derive(Debug, Clone)]
 pub struct LineFields {
     /// The serialised fields from `decision` up to and including the comma before `prev`.
-    line: String,
+    middle: String,
 }
 
 impl LineFields {
     /// The fields of `record` other than `ts`, `seq`, `session` and `prev`, which are ignored.
     pub fn new(record: AuditRecord) -> LineFields {
-        let mut line = String::with_capacity(LINE_CAPACITY);
-        push_middle(&mut line, &record);
-        LineFields { line }
+        let mut middle = String::with_capacity(LINE_CAPACITY);
+        push_middle(&mut middle, &record);
+        LineFields { middle }
     }
 
     /// `session` as a line holds it between its quotes (JSON-escaped, invisible characters as
@@ -249,7 +249,7 @@ impl LineFields {
     /// The whole line (no newline), given the writer's fields. `ts` (RFC 3339) and `prev` (hex) need
     /// no escaping; `session` is spliced as given: pass [`LineFields::session_text`] of the id.
     pub fn line(&self, ts: &str, seq: u64, session: &str, prev: &str) -> String {
-        let middle = self.line.as_str();
+        let middle = self.middle.as_str();
         let mut line =
             String::with_capacity(middle.len() + ts.len() + session.len() + prev.len() + 64);
         // Pieces pushed one by one: this runs under the writer's lock, and the formatting

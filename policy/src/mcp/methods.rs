@@ -78,24 +78,45 @@ fn decide_message(
     inventory: &Inventory,
     message: &Message<'_>,
 ) -> MessageDecision {
-    let mut out = MessageDecision {
-        // Every branch below sets the decision; an empty text costs no allocation.
-        decision: Decision::allow(String::new(), String::new()),
+    let mut named = Named::default();
+    let decision = match message.method {
+        Some(method) => decide_request(server, inventory, message, method, &mut named),
+        None => {
+            debug_assert_eq!(message.kind, MessageKind::Response);
+            Decision::allow(
+                format!("mcp.{} client-response", server.name),
+                "a response from the client",
+            )
+        }
+    };
+    MessageDecision {
+        decision,
         kind: Some(message.kind),
         rpc_method: message.method.map(str::to_owned),
-        tool: None,
-        prompt: None,
-        resource: None,
+        tool: named.tool,
+        prompt: named.prompt,
+        resource: named.resource,
         rpc_id: message.id.clone(),
-    };
-    let Some(method) = message.method else {
-        debug_assert_eq!(message.kind, MessageKind::Response);
-        out.decision = Decision::allow(
-            format!("mcp.{} client-response", server.name),
-            "a response from the client",
-        );
-        return out;
-    };
+    }
+}
+
+/// What a request names, for its record.
+#[derive(Default)]
+struct Named {
+    tool: Option<String>,
+    prompt: Option<String>,
+    resource: Option<String>,
+}
+
+/// The decision on a request or notification named `method`; what it names (tool, prompt,
+/// resource) goes into `named`. One expression, so no branch can leave a decision unmade.
+fn decide_request(
+    server: &ServerRule,
+    inventory: &Inventory,
+    message: &Message<'_>,
+    method: &str,
+    named: &mut Named,
+) -> Decision {
     let param = |key: &str| {
         message
             .params
@@ -111,42 +132,41 @@ fn decide_message(
     };
     if method == TOOLS_CALL {
         let name = param("name");
-        out.tool = name.map(str::to_owned);
-        out.decision = match name {
+        named.tool = name.map(str::to_owned);
+        match name {
             Some(name) => {
                 let arguments = message.params.and_then(|p| p.get("arguments"));
                 call(server, inventory, name, arguments)
             }
             None => missing("params.name"),
-        };
+        }
     } else if method == PROMPTS_GET {
-        out.prompt = param("name").map(str::to_owned);
-        out.decision = match param("name") {
+        named.prompt = param("name").map(str::to_owned);
+        match param("name") {
             Some(name) => prompt(server, name),
             None => missing("params.name"),
-        };
+        }
     } else if RESOURCE_METHODS.contains(&method) {
-        out.resource = param("uri").map(str::to_owned);
-        out.decision = match param("uri") {
+        named.resource = param("uri").map(str::to_owned);
+        match param("uri") {
             Some(uri) => resource(server, uri),
             None => missing("params.uri"),
-        };
+        }
     } else if CONNECT_AND_LIST.contains(&method) {
-        out.decision = Decision::allow(
+        Decision::allow(
             format!("mcp.{} connect-and-list", server.name),
             format!("{method} is allowed without listing"),
-        );
+        )
     } else {
-        out.decision = Decision::deny(
+        Decision::deny(
             Reason::PolicyDenied,
             default_deny(server),
             format!(
                 "{} is not allowed: only connecting, listing and allowed tools are",
                 shown(method)
             ),
-        );
+        )
     }
-    out
 }
 
 /// `tools/call NAME` with `arguments`: the tool's own decision ([`tool`]), then, when that allows
