@@ -13,7 +13,11 @@ upstream and a fresh proxy (audit log on, in the work directory), warms up with 
 thread: CPU per call (user + system), voluntary and involuntary switches per call. --strace adds one
 more run of each under `strace -f -c` (slow: its per-call counts are what matters, not its times).
 --perf adds one more run of each under `perf record` (no call graph) and prints the functions with the
-most CPU of their own, in microseconds per call.
+most CPU of their own, in microseconds per call. --callgrind adds one more run of each under valgrind's
+callgrind (--callgrind-calls calls, one connection, counted after the warm-up) and prints the
+instructions per call in user space and the functions with the most of their own: unlike times,
+these counts repeat from run to run on this VM (no hardware counters here), so they tell a change of
+a few percent from noise.
 The numbers are this machine's, side by side in one run; compare builds, not machines.
 """
 
@@ -58,30 +62,34 @@ class Run:
     def __init__(self, args, work: Path, certs: Path, mcp_port: int):
         self.args, self.work, self.certs, self.mcp = args, work, certs, mcp_port
 
-    def start(self, label: str, binary: str) -> tuple[subprocess.Popen, list[str]]:
-        """Starts one proxy; returns it and the oha arguments that reach the upstream through it."""
+    def start(self, label: str, binary: str, wrapper: list[str] | None = None,
+              connections: int | None = None) -> tuple[subprocess.Popen, list[str]]:
+        """Starts one proxy (under `wrapper`, e.g. valgrind, if given); returns it and the oha
+        arguments that reach the upstream through it."""
+        wrapper = wrapper or []
+        wait = 120.0 if wrapper else 30.0
         out, err = self.work / f"{label}.out", self.work / f"{label}.err"
-        common = ["--no-tui", "--ipv4", "-c", str(self.args.connections), "-m", "POST",
+        common = ["--no-tui", "--ipv4", "-c", str(connections or self.args.connections), "-m", "POST",
                   "-D", str(self.work / "call.json"), "-T", "application/json",
                   "-H", "Accept: application/json, text/event-stream"]
         if label == "floor":
-            p = subprocess.Popen([binary, "--cert", str(self.certs / "server.pem"),
+            p = subprocess.Popen([*wrapper, binary, "--cert", str(self.certs / "server.pem"),
                                   "--key", str(self.certs / "server-key.pem"),
                                   "--ca", str(self.certs / "test-ca.pem"), "--upstream", str(self.mcp)],
                                  stdout=open(out, "w"), stderr=open(err, "w"))
-            port = first_line(out, r"listening on 127\.0\.0\.1:(\d+)", p).group(1)
+            port = first_line(out, r"listening on 127\.0\.0\.1:(\d+)", p, wait).group(1)
             return p, common + ["--cacert", str(self.certs / "test-ca.pem"), f"https://127.0.0.1:{port}/mcp"]
         audit = self.work / f"{label}.jsonl"
         for stale in self.work.glob(f"{label}.jsonl*"):
             stale.unlink()
         ca = self.work / f"{label}-ca"
-        p = subprocess.Popen([binary, "proxy", "--config", str(self.work / "fenzi.yaml"), "--no-machine",
+        p = subprocess.Popen([*wrapper, binary, "proxy", "--config", str(self.work / "fenzi.yaml"), "--no-machine",
                               "--listen", "127.0.0.1:0", "--audit", str(audit), "--ca-dir", str(ca),
                               "--upstream-ca", str(self.certs / "test-ca.pem"), "--drain-timeout", "1s"],
                              stdout=open(out, "w"), stderr=open(err, "w"),
                              env=dict(os.environ, XDG_CONFIG_HOME=str(self.work / "xdg"),
                                       XDG_STATE_HOME=str(self.work / "xdg")))
-        port = first_line(out, r"^listening on 127\.0\.0\.1:(\d+)$", p).group(1)
+        port = first_line(out, r"^listening on 127\.0\.0\.1:(\d+)$", p, wait).group(1)
         return p, common + ["-x", f"http://127.0.0.1:{port}", "--cacert", str(ca / "ca.pem"),
                             f"https://127.0.0.1:{self.mcp}/mcp"]
 
@@ -148,6 +156,44 @@ class Run:
                 rows.append((sym, int(f[0]) / freq * 1e6 / self.args.calls))
         return sorted(rows, key=lambda r: -r[1])[:top]
 
+    def callgrind(self, label: str, binary: str, calls: int, top: int = 30) -> tuple[float, list[tuple[str, float]]]:
+        """User-space instructions per call (all threads) and the `top` functions by their own
+        instructions per call, under callgrind; counting starts after a warm-up."""
+        out = self.work / f"{label}.callgrind"
+        out.unlink(missing_ok=True)
+        p, argv = self.start(label, binary, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"], 1)
+        try:
+            self.oha(argv, 200)
+            subprocess.run(["callgrind_control", "-z", str(p.pid)], check=True, capture_output=True)
+            self.oha(argv, calls)
+            subprocess.run(["callgrind_control", "-d", str(p.pid)], check=True, capture_output=True)
+        finally:
+            p.terminate()
+            p.wait(timeout=60)
+        # The dump taken after the measured calls is the first with a number after it.
+        dumps = sorted((f for f in self.work.glob(f"{label}.callgrind.*") if f.suffix[1:].isdigit()),
+                       key=lambda f: int(f.suffix[1:]))
+        if not dumps:
+            raise SystemExit(f"per-call: callgrind wrote no dump for {label}")
+        kept = self.work / f"{label}.callgrind.out"
+        dumps[0].replace(kept)
+        for stale in [out, *dumps[1:]]:
+            stale.unlink(missing_ok=True)
+        report = subprocess.run(["callgrind_annotate", "--inclusive=no", "--tree=none", "--threshold=100", str(kept)],
+                                capture_output=True, text=True, check=True).stdout
+        total, rows = 0.0, []
+        for line in report.splitlines():
+            m = re.match(r"^\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(.*)$", line)
+            if not m:
+                continue
+            n, what = int(m.group(1).replace(",", "")) / calls, m.group(2).strip()
+            if what.startswith("PROGRAM TOTALS"):
+                total = n
+            elif what and not what.startswith(("file:function", "events annotated", "=>", "*")):
+                rows.append((re.sub(r"^\S+?:(?=[^/])", "", what, count=1) if ":" in what else what, n))
+        # The threads' roots (start_thread, the runtime's block_on) count everything below them.
+        return total, sorted((r for r in rows if r[1] < total / 2), key=lambda r: -r[1])[:top]
+
     def strace(self, label: str, binary: str) -> list[tuple[str, float]]:
         out = self.work / f"{label}.strace"
         calls = max(self.args.calls // 10, 1000)
@@ -174,6 +220,8 @@ def main() -> int:
     p.add_argument("--strace", action="store_true")
     p.add_argument("--perf", action="store_true")
     p.add_argument("--floor", action="store_true")
+    p.add_argument("--callgrind", action="store_true")
+    p.add_argument("--callgrind-calls", type=int, default=2000)
     p.add_argument("builds", nargs="*", metavar="LABEL=FENZI_BINARY")
     args = p.parse_args()
 
@@ -221,6 +269,14 @@ def main() -> int:
                       "the run under perf is slower)")
                 for name, per in run.perf(label, binary):
                     print(f"  {per:6.2f}  {name[:110]}")
+        if args.callgrind:
+            for label, binary in contenders:
+                total, rows = run.callgrind(label, binary, args.callgrind_calls)
+                print(f"\n{label}: {total:,.0f} instructions per call in user space, all threads "
+                      f"(callgrind, {args.callgrind_calls} calls on one connection; the dump is "
+                      f"{run.work / (label + '.callgrind.out')}); the functions with the most of their own:")
+                for name, per in rows:
+                    print(f"  {per:9,.0f}  {name[:110]}")
     finally:
         up.terminate()
         up.wait(timeout=30)
