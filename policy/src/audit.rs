@@ -207,11 +207,21 @@ fn push_field(line: &mut String, key: &str, value: Option<&str>, clipped: bool) 
 
 /// `text` as a JSON string, quotes included. JSON already escapes C0 controls; we also escape DEL,
 /// C1 controls and the Unicode line/paragraph separators and bidi overrides ([`needs_escape`]).
-/// Nearly every value is printable ASCII with nothing to escape: copied as it is.
+/// Nearly every value is printable ASCII: copied as it is, with any `"` and `\` escaped on the way.
 fn push_string(line: &mut String, text: &str) {
-    if is_printable_ascii(text) && !text.bytes().any(|b| b == b'"' || b == b'\\') {
+    if is_printable_ascii(text) {
+        // Printable ASCII needs only `"` and `\` escaped (as serde_json does: `\"`, `\\`), and
+        // most texts have neither: a rule names its tool in quotes, so this is not rare.
         line.push('"');
-        line.push_str(text);
+        let mut rest = text;
+        while let Some(at) = rest.find(['"', '\\']) {
+            let (before, after) = rest.split_at(at);
+            line.push_str(before);
+            line.push('\\');
+            line.push_str(&after[..1]);
+            rest = &after[1..];
+        }
+        line.push_str(rest);
         line.push('"');
         return;
     }
@@ -269,9 +279,11 @@ impl LineFields {
     }
 }
 
-/// Whether every byte is printable ASCII (space to `~`), so nothing in it [`needs_escape`].
+/// Whether every byte is printable ASCII (space to `~`), so nothing in it [`needs_escape`]. A fold
+/// with no early exit: the compiler turns it into vector compares.
 fn is_printable_ascii(text: &str) -> bool {
-    text.bytes().all(|b| (0x20..0x7f).contains(&b))
+    text.bytes()
+        .fold(true, |ok, b| ok & (0x20..0x7f).contains(&b))
 }
 
 /// Longest request-derived text kept in a record field.
@@ -482,12 +494,28 @@ pub fn format_timestamp(unix_ms: i64) -> String {
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        sod / 3600,
-        (sod % 3600) / 60,
-        sod % 60
-    )
+    let (hh, mm, ss) = (sod / 3600, (sod % 3600) / 60, sod % 60);
+    if !(0..=9999).contains(&y) {
+        // A year of other than four digits: the formatting machinery's widths, as before.
+        return format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{ms:03}Z");
+    }
+    // Digit by digit into a fixed buffer: this runs for a new record in every millisecond, on the
+    // request's path, and `format!` cost more than the rest of the record's line.
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut value: i64| {
+        for slot in out[at..at + width].iter_mut().rev() {
+            *slot = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(0, 4, y);
+    put(5, 2, m.into());
+    put(8, 2, d.into());
+    put(11, 2, hh);
+    put(14, 2, mm);
+    put(17, 2, ss);
+    put(20, 3, ms);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Parses what [`format_timestamp`] writes back to Unix milliseconds.
@@ -873,5 +901,35 @@ mod tests {
         );
         assert_eq!(parse_timestamp("2026-13-01T00:00:00.000Z"), None);
         assert_eq!(parse_timestamp("garbage"), None);
+    }
+
+    /// The digit-by-digit stamp writes what the formatting machinery wrote, across the whole
+    /// four-digit range and beyond it (where it falls back to `format!`).
+    #[test]
+    fn timestamps_are_written_as_format_wrote_them() {
+        fn by_format(unix_ms: i64) -> String {
+            let (secs, ms) = (unix_ms.div_euclid(1000), unix_ms.rem_euclid(1000));
+            let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+            let (y, m, d) = civil_from_days(days);
+            let (hh, mm, ss) = (sod / 3600, (sod % 3600) / 60, sod % 60);
+            format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{ms:03}Z")
+        }
+        // A fixed-seed walk over ±2,000 years around 1970 and the edges of the four-digit range.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut cases = vec![
+            -62_167_219_200_001,
+            -62_167_219_200_000,
+            253_402_300_799_999,
+        ];
+        cases.push(253_402_300_800_000);
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            cases.push((x % 126_230_400_000_000) as i64 - 63_115_200_000_000);
+        }
+        for ms in cases {
+            assert_eq!(format_timestamp(ms), by_format(ms), "{ms}");
+        }
     }
 }
