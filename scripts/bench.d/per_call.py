@@ -13,7 +13,9 @@ upstream and a fresh proxy (audit log on, in the work directory), warms up with 
 thread: CPU per call (user + system), voluntary and involuntary switches per call. --strace adds one
 more run of each under `strace -f -c` (slow: its per-call counts are what matters, not its times).
 --perf adds one more run of each under `perf record` (no call graph) and prints the functions with the
-most CPU of their own, in microseconds per call. --callgrind adds one more run of each under valgrind's
+most CPU of their own, in microseconds per call. --phases adds one more run of each under `perf record
+--call-graph dwarf` and files every sample of the shard threads under the first phase of the call
+(PHASES, in order) that its stack passes through: the profile of the intercepted path by phase. --callgrind adds one more run of each under valgrind's
 callgrind (--callgrind-calls calls, one connection, counted after the warm-up) and prints the
 instructions per call in user space and the functions with the most of their own: unlike times,
 these counts repeat from run to run on this VM (no hardware counters here), so they tell a change of
@@ -39,6 +41,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import first_line  # noqa: E402  (waits for a process's line, naming its stderr if not)
 
 TICK = os.sysconf("SC_CLK_TCK")
+
+# The phases of an intercepted call, as frames its stack passes through (`--phases`). A sample goes
+# to the first phase in this order that any of its frames names, so a phase inside another (the
+# audit write inside the decision) comes first; the last takes what is left.
+PHASES = [
+    ("audit record: SHA-256 of the line", ["line_hash"]),
+    ("audit record: write(2)", ["write_line"]),
+    ("audit record: fields, line, lock", ["SessionContext::record"]),
+    ("request: strict JSON parse", ["parse_to_depth", "json::parse"]),
+    ("request: MCP classification and rules", ["mcp_enforce::classify"]),
+    ("request: secrets check", ["secrets::"]),
+    ("request: decide, other (records' entries, limits)", ["decide::decide"]),
+    ("request: body read", ["request_body"]),
+    ("upstream send (pool, hyper's client dispatch, timer)", ["upstream::Upstream"]),
+    ("response: strict read", ["mcp_response"]),
+    ("response: head, scrub check, body wrapping", ["response::finish"]),
+    ("request phases, other (head, future moves)", ["exchange::phases", "exchange::exchange"]),
+    ("tunnel checks (authority, SNI)", ["Tunnel::check", "Tunnel::handle"]),
+    ("upstream hop: hyper client, rustls, socket I/O", ["upstream::handshake"]),
+    ("client hop: hyper server, rustls, socket I/O", ["serve_h1", "intercept::serve"]),
+    ("tokio, epoll, scheduler, other", []),
+]
 
 
 def threads(pid: int) -> dict[str, list[int]]:
@@ -194,6 +218,34 @@ class Run:
         # The threads' roots (start_thread, the runtime's block_on) count everything below them.
         return total, sorted((r for r in rows if r[1] < total / 2), key=lambda r: -r[1])[:top]
 
+    def phases(self, label: str, binary: str) -> tuple[float, list[tuple[str, float]], dict[str, float]]:
+        """The shard threads' samples filed by phase (PHASES), in microseconds per call: the CPU per
+        call of a run without the profiler, shared out as the profiled run's samples are."""
+        data = self.work / f"{label}.phases.data"
+        calls = max(self.args.calls // 4, 2000)
+        self.traced(label, binary, ["perf", "record", "-q", "--call-graph", "dwarf,16384", "-F", "999",
+                                    "-o", str(data)], calls, signal.SIGINT)
+        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,sym", "--inline"],
+                                capture_output=True, text=True).stdout
+        data.unlink(missing_ok=True)
+        counts: dict[str, int] = {}
+        threads: dict[str, int] = {}
+        for sample in script.split("\n\n"):
+            lines = [line.strip() for line in sample.strip().splitlines() if line.strip()]
+            if not lines:
+                continue
+            thread = lines[0].split()[0]
+            threads[thread] = threads.get(thread, 0) + 1
+            if not thread.startswith("fenzi-shard"):
+                continue
+            frames = lines[1:]
+            phase = next(name for name, marks in PHASES if not marks or any(m in f for f in frames for m in marks))
+            counts[phase] = counts.get(phase, 0) + 1
+        total = sum(threads.values()) or 1
+        cpu = self.measure(label, binary)["cpu_us"]
+        rows = [(name, counts.get(name, 0) / total * cpu) for name, _ in PHASES]
+        return cpu, rows, {t: n / total * cpu for t, n in threads.items()}
+
     def strace(self, label: str, binary: str) -> list[tuple[str, float]]:
         out = self.work / f"{label}.strace"
         calls = max(self.args.calls // 10, 1000)
@@ -219,6 +271,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--strace", action="store_true")
     p.add_argument("--perf", action="store_true")
+    p.add_argument("--phases", action="store_true")
     p.add_argument("--floor", action="store_true")
     p.add_argument("--callgrind", action="store_true")
     p.add_argument("--callgrind-calls", type=int, default=2000)
@@ -269,6 +322,16 @@ def main() -> int:
                       "the run under perf is slower)")
                 for name, per in run.perf(label, binary):
                     print(f"  {per:6.2f}  {name[:110]}")
+        if args.phases:
+            for label, binary in contenders:
+                cpu, rows, threads = run.phases(label, binary)
+                print(f"\n{label}: {cpu:.1f} us CPU per call, by phase (perf --call-graph dwarf, each shard "
+                      "sample under the first phase its stack passes through; other threads by name):")
+                for name, per in rows:
+                    print(f"  {per:6.2f}  {name}")
+                for thread, per in sorted(threads.items(), key=lambda kv: -kv[1]):
+                    if not thread.startswith("fenzi-shard"):
+                        print(f"  {per:6.2f}  thread {thread}")
         if args.callgrind:
             for label, binary in contenders:
                 total, rows = run.callgrind(label, binary, args.callgrind_calls)
