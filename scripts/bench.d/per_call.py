@@ -222,10 +222,11 @@ class Run:
         """The shard threads' samples filed by phase (PHASES), in microseconds per call: the CPU per
         call of a run without the profiler, shared out as the profiled run's samples are."""
         data = self.work / f"{label}.phases.data"
-        calls = max(self.args.calls // 4, 2000)
-        self.traced(label, binary, ["perf", "record", "-q", "--call-graph", "dwarf,16384", "-F", "999",
+        # Enough samples that a phase of a few percent is not a handful of them.
+        calls = max(self.args.calls // 2, 10000)
+        self.traced(label, binary, ["perf", "record", "-q", "--call-graph", "dwarf,16384", "-F", "1999",
                                     "-o", str(data)], calls, signal.SIGINT)
-        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,sym", "--inline"],
+        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,ip,sym", "--inline"],
                                 capture_output=True, text=True).stdout
         data.unlink(missing_ok=True)
         counts: dict[str, int] = {}
