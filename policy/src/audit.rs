@@ -210,19 +210,9 @@ fn push_field(line: &mut String, key: &str, value: Option<&str>, clipped: bool) 
 /// Nearly every value is printable ASCII: copied as it is, with any `"` and `\` escaped on the way.
 fn push_string(line: &mut String, text: &str) {
     if is_printable_ascii(text) {
-        // Printable ASCII needs only `"` and `\` escaped (as serde_json does: `\"`, `\\`), and
-        // most texts have neither: a rule names its tool in quotes, so this is not rare.
-        line.push('"');
-        let mut rest = text;
-        while let Some(at) = rest.find(['"', '\\']) {
-            let (before, after) = rest.split_at(at);
-            line.push_str(before);
-            line.push('\\');
-            line.push_str(&after[..1]);
-            rest = &after[1..];
-        }
-        line.push_str(rest);
-        line.push('"');
+        // In printable ASCII only `"` and `\` are escaped, as serde_json escapes them: what the
+        // JSON module's writer does (a rule names its tool in quotes, so this is not rare).
+        crate::json::write_string(line, text);
         return;
     }
     let quoted = serde_json::to_string(text).expect("a string always serialises");

@@ -945,21 +945,24 @@ fn find_special(bytes: &[u8], mut i: usize) -> usize {
         let Ok(block) = <&[u8; BLOCK]>::try_from(block) else {
             break;
         };
-        let special = block.iter().fold(0u8, |any, &b| {
-            any | u8::from(b == b'"') | u8::from(b == b'\\') | u8::from(b < 0x20)
-        });
-        if special != 0 {
+        if block.iter().fold(false, |any, &b| any | is_special(b)) {
             break;
         }
         i += BLOCK;
     }
     while let Some(&b) = bytes.get(i) {
-        if b == b'"' || b == b'\\' || b < 0x20 {
+        if is_special(b) {
             return i;
         }
         i += 1;
     }
     i
+}
+
+/// A byte that ends a run of a string's plain text: its closing quote, an escape, or a control byte
+/// (which JSON forbids raw).
+fn is_special(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
 }
 
 #[cfg(test)]
