@@ -10,7 +10,7 @@
 //! and handing it to a thread and back cost more than the write itself (two cross-thread wake-ups per
 //! record, see docs/benchmarks.md). So [`AuditWriter::append`] is a plain call, not a future.
 //!
-//! Durability is batched and off the acknowledgement path: a background thread (`fenzi-audit-sync`,
+//! Durability is batched and off the acknowledgement path: a background thread (`fenzi-audit`,
 //! a plain thread because every step is blocking file I/O and `open` may run before any runtime
 //! exists) calls fdatasync on a duplicate of the log's descriptor at most [`SYNC_INTERVAL`] after the
 //! first unsynced record, or as soon as [`SYNC_RECORDS`] are unsynced, and then rewrites `<log>.head`
