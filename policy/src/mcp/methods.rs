@@ -9,12 +9,12 @@
 //! never normalised).
 
 use super::shape::{self, Message};
-use super::text::{quoted, shown};
+use super::text::{push_shown, quoted, shown};
 use super::{MessageDecision, MessageKind, ServerRule};
 use crate::args;
 use crate::decision::{Decision, Reason};
 use crate::inventory::{CallPin, Inventory};
-use crate::json::Value;
+use crate::json::{self, Value};
 use crate::tool_pattern::ToolPattern;
 
 /// Methods allowed without listing, in every protocol version from 2025-03-26 to 2026-07-28: the
@@ -221,15 +221,23 @@ pub(crate) fn tool(server: &ServerRule, inventory: &Inventory, name: &str) -> De
         ToolVerdict::Changed => changed("its definition differs from the pinned one"),
         ToolVerdict::NotInLock => changed("the tool is not in the lock file"),
         ToolVerdict::Allowed(by) => {
-            let rule = match by {
-                Some(pattern) => format!(
-                    "mcp.{}.tools.allow {}",
-                    server.name,
-                    quoted(pattern.as_str())
-                ),
-                None => format!("mcp.{}.tools.allow_annotated read_only", server.name),
-            };
-            Decision::allow(rule, format!("tools/call {} is allowed", shown(name)))
+            // Every allowed call builds these two texts: pushed in place, not through `format!`
+            // and its temporaries (about 900 instructions a call).
+            let mut rule = String::with_capacity(64);
+            rule.push_str("mcp.");
+            rule.push_str(&server.name);
+            match by {
+                Some(pattern) => {
+                    rule.push_str(".tools.allow ");
+                    json::write_string(&mut rule, pattern.as_str());
+                }
+                None => rule.push_str(".tools.allow_annotated read_only"),
+            }
+            let mut message = String::with_capacity(name.len() + 24);
+            message.push_str("tools/call ");
+            push_shown(&mut message, name);
+            message.push_str(" is allowed");
+            Decision::allow(rule, message)
         }
     }
 }

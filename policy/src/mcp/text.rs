@@ -12,6 +12,17 @@ pub(super) const SHOWN_CHARS: usize = 128;
 /// written as `\u{...}`, and cut at [`SHOWN_CHARS`] characters with a trailing `…`.
 pub(crate) fn shown(s: &str) -> String {
     let mut out = String::with_capacity(s.len().min(SHOWN_CHARS * 2));
+    push_shown(&mut out, s);
+    out
+}
+
+/// [`shown`], appended to `out`.
+pub(crate) fn push_shown(out: &mut String, s: &str) {
+    // Nearly every name is short printable ASCII without a backslash: copied as it is.
+    if s.len() <= SHOWN_CHARS && s.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\') {
+        out.push_str(s);
+        return;
+    }
     for (i, c) in s.chars().enumerate() {
         if i == SHOWN_CHARS {
             out.push('…');
@@ -25,7 +36,6 @@ pub(crate) fn shown(s: &str) -> String {
             c => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
         }
     }
-    out
 }
 
 /// `s` cut at `max` characters (on a character boundary).
@@ -47,6 +57,28 @@ pub(super) fn quoted(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The plain-ASCII shortcut shows a name exactly as the character-by-character escape does.
+        #[test]
+        fn the_shortcut_agrees_with_the_escape(s in "[ -~]{0,140}|[a-z_]{126,131}|\\PC{0,140}") {
+            let mut slow = String::new();
+            for (i, c) in s.chars().enumerate() {
+                if i == SHOWN_CHARS {
+                    slow.push('…');
+                    break;
+                }
+                match c {
+                    '\\' => slow.push_str("\\\\"),
+                    c if c.is_ascii_control() => slow.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+                    c if c.is_ascii() => slow.push(c),
+                    c if c.escape_debug().count() == 1 => slow.push(c),
+                    c => slow.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+                }
+            }
+            proptest::prop_assert_eq!(shown(&s), slow);
+        }
+    }
 
     #[test]
     fn hostile_names_are_escaped_and_bounded() {
