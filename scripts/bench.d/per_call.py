@@ -3,7 +3,7 @@
 --strace) system calls per call, for one or more fenzi builds side by side in alternating rounds.
 
     scripts/bench --per-call [--calls 40000] [--connections 32] [--rounds 2] [--strace] [--perf]
-                             [--floor] [LABEL=FENZI_BINARY ...]
+                             [--floor] [--wakes] [LABEL=FENZI_BINARY ...]
 
 Run through `scripts/bench`, which installs oha and the venv and builds fenzi, `bench_upstream` and
 `floor_proxy`. Without binaries it measures the build `scripts/bench` made (label `fenzi`); with
@@ -19,7 +19,11 @@ most CPU of their own, in microseconds per call. --phases adds one more run of e
 callgrind (--callgrind-calls calls, one connection, counted after the warm-up) and prints the
 instructions per call in user space and the functions with the most of their own: unlike times,
 these counts repeat from run to run on this VM (no hardware counters here), so they tell a change of
-a few percent from noise.
+a few percent from noise. --wakes adds one more run of each under a system-wide scheduler trace (`perf
+record -a -e sched:sched_waking,sched:sched_switch`) and prints, for every hand-over between the load
+generator, the proxy and the upstream, how often it happens per call and how long the woken thread
+waited to run, apart for a thread woken on the waker's CPU and on the other one: at one connection
+most of a call's latency is these waits, not any process's work (docs/benchmarks.md, round six).
 The numbers are this machine's, side by side in one run; compare builds, not machines.
 """
 
@@ -247,6 +251,55 @@ class Run:
         rows = [(name, counts.get(name, 0) / total * cpu) for name, _ in PHASES]
         return cpu, rows, {t: n / total * cpu for t, n in threads.items()}
 
+    def wakes(self, label: str, binary: str) -> tuple[int, list[tuple[str, float, float]]]:
+        """Calls traced, and per hand-over (`waker -> woken, same/other CPU`): wakes per call and the
+        median microseconds from the wake to the woken thread running, from a system-wide trace of
+        the scheduler during `calls` calls (after a warm-up)."""
+        data = self.work / f"{label}.wakes.data"
+        calls = max(self.args.calls // 10, 2000)
+        p, argv = self.start(label, binary)
+        try:
+            self.oha(argv, 500)
+            tracer = subprocess.Popen(["perf", "record", "-q", "-a", "-e", "sched:sched_waking,sched:sched_switch",
+                                       "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            load = subprocess.Popen([self.args.oha, "-n", str(calls), "--output-format", "json", *argv],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            load.wait(timeout=600)
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(timeout=60)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+        roles = {p.pid: "proxy", self.upstream_pid: "upstream", load.pid: "load generator"}
+        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "pid,tid,cpu,time,event,trace"],
+                                capture_output=True, text=True).stdout
+        data.unlink(missing_ok=True)
+        event = re.compile(r"^\s*(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+sched:(sched_waking|sched_switch):\s*(.*)$")
+        lines = [m.groups() for m in map(event.match, script.splitlines()) if m]
+        # A thread's process: every thread is the current one in some event of its own.
+        process = {int(tid): int(pid) for pid, tid, *_ in lines}
+
+        def role(tid: int) -> str | None:
+            return roles.get(process.get(tid, -1))
+
+        waking: dict[int, tuple[float, int, str]] = {}
+        waits: dict[str, list[float]] = {}
+        for pid, tid, cpu, t, kind, rest in lines:
+            if kind == "sched_waking":
+                woken = int(re.search(r"\bpid=(\d+)", rest).group(1))
+                waker = roles.get(int(pid))
+                if waker and role(woken):
+                    waking[woken] = (float(t), int(cpu), waker)
+            else:
+                woken = int(re.search(r"next_pid=(\d+)", rest).group(1))
+                if woken in waking:
+                    t0, waker_cpu, waker = waking.pop(woken)
+                    where = "same CPU" if int(cpu) == waker_cpu else "other CPU"
+                    waits.setdefault(f"{waker} -> {role(woken)}, {where}", []).append((float(t) - t0) * 1e6)
+        rows = [(name, len(v) / calls, sorted(v)[len(v) // 2]) for name, v in waits.items()]
+        return calls, sorted(rows, key=lambda r: -r[1] * r[2])
+
     def strace(self, label: str, binary: str) -> list[tuple[str, float]]:
         out = self.work / f"{label}.strace"
         calls = max(self.args.calls // 10, 1000)
@@ -275,6 +328,7 @@ def main() -> int:
     p.add_argument("--phases", action="store_true")
     p.add_argument("--floor", action="store_true")
     p.add_argument("--callgrind", action="store_true")
+    p.add_argument("--wakes", action="store_true")
     p.add_argument("--callgrind-calls", type=int, default=2000)
     p.add_argument("builds", nargs="*", metavar="LABEL=FENZI_BINARY")
     args = p.parse_args()
@@ -297,6 +351,7 @@ def main() -> int:
         (work / "fenzi.yaml").write_text(
             f"version: 1\nmcp:\n  bench:\n    url: https://127.0.0.1:{mcp}/mcp\n    tools:\n      allow: [echo]\n")
         run = Run(args, work, certs, mcp)
+        run.upstream_pid = up.pid
         results: dict[str, list[dict]] = {label: [] for label, _ in contenders}
         for r in range(args.rounds):
             for label, binary in (contenders if r % 2 == 0 else contenders[::-1]):
@@ -333,6 +388,14 @@ def main() -> int:
                 for thread, per in sorted(threads.items(), key=lambda kv: -kv[1]):
                     if not thread.startswith("fenzi-shard"):
                         print(f"  {per:6.2f}  thread {thread}")
+        if args.wakes:
+            for label, binary in contenders:
+                calls, rows = run.wakes(label, binary)
+                print(f"\n{label}: hand-overs per call and the woken thread's wait to run (median), "
+                      f"{calls} calls on {args.connections} connection(s), system-wide scheduler trace:")
+                for name, per, wait in rows:
+                    if per >= 0.05:
+                        print(f"  {per:5.2f} per call  {wait:6.1f} us  {name}")
         if args.callgrind:
             for label, binary in contenders:
                 total, rows = run.callgrind(label, binary, args.callgrind_calls)
