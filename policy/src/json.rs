@@ -953,80 +953,44 @@ fn same_key(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.as_bytes().first() == b.as_bytes().first() && a == b
 }
 
-/// Index of the first `"`, `\` or control byte at or after `i` (or `bytes.len()`). Strings are most
-/// of a body's bytes, so they are scanned 32 bytes at a time: a fold over a fixed-size block with no
-/// early exit, which the compiler turns into a few vector compares per block (about a tenth of the
-/// instructions of the eight-byte word test this replaced, callgrind: docs/benchmarks.md).
+/// Index of the first `"`, `\` or control byte at or after `i` (or `bytes.len()`).
 fn find_special(bytes: &[u8], i: usize) -> usize {
-    // 32 bytes at a time, as four u64 words tested together: a string's text is mostly long runs
-    // of plain bytes (a tool's arguments, a file's contents), and a byte-by-byte test with `||`
-    // does not vectorise (it was 16 instructions a byte, 15k per intercepted call of 1 KiB).
-    let i = skip_plain_blocks(bytes, i, special_bits);
-    bytes
-        .get(i..)
-        .and_then(|rest| rest.iter().position(|&b| is_special(b)))
-        .map_or(bytes.len(), |at| i + at)
+    find_first(bytes, i, is_special)
 }
 
-/// From `i`, skips whole 32-byte blocks in which `marks` (the high bit of each byte it flags) flags
-/// no byte; returns where the first block with a flagged byte, or the tail, starts.
-fn skip_plain_blocks(bytes: &[u8], mut i: usize, marks: fn(u64) -> u64) -> usize {
-    let Some(rest) = bytes.get(i..) else {
-        return i;
-    };
-    for block in rest.chunks_exact(32) {
-        let flagged = block.chunks_exact(8).fold(0, |acc, word| {
-            acc | marks(u64::from_le_bytes(word.try_into().unwrap_or_default()))
-        });
-        if flagged != 0 {
+/// The first byte at or after `i` that [`write_string`] cannot copy as it is (or `bytes.len()`).
+fn find_unprintable(bytes: &[u8], i: usize) -> usize {
+    find_first(bytes, i, is_unprintable)
+}
+
+/// The first byte at or after `i` that `stops` (or `bytes.len()`). Strings are most of a body's
+/// bytes, so whole 32-byte blocks are tested first: a fold with no early exit over a bitwise
+/// predicate, which the compiler turns into a few vector compares per block.
+#[inline(always)]
+fn find_first(bytes: &[u8], mut i: usize, stops: fn(u8) -> bool) -> usize {
+    let (blocks, _) = bytes.get(i..).unwrap_or_default().as_chunks::<32>();
+    for block in blocks {
+        if block.iter().fold(false, |any, &b| any | stops(b)) {
             break;
         }
         i += 32;
     }
-    i
-}
-
-/// Eight copies of a byte in a u64.
-const fn splat(b: u8) -> u64 {
-    0x0101_0101_0101_0101 * b as u64
-}
-
-/// Nonzero exactly when some byte of `word` is below `n` (at most 0x80): a borrow can only mark a
-/// byte above one that is truly below `n`, so the "any" answer is exact.
-const fn below(word: u64, n: u8) -> u64 {
-    word.wrapping_sub(splat(n)) & !word & splat(0x80)
-}
-
-/// Nonzero exactly when some byte of `word` equals `b`.
-const fn equal(word: u64, b: u8) -> u64 {
-    below(word ^ splat(b), 1)
-}
-
-/// Nonzero exactly when some byte of `word` is [`is_special`].
-fn special_bits(word: u64) -> u64 {
-    equal(word, b'"') | equal(word, b'\\') | below(word, 0x20)
-}
-
-/// Nonzero exactly when some byte of `word` is special or 0x7f and above (what [`write_string`]
-/// cannot copy): with every byte at most 0x7e, adding 1 to each carries into no other byte.
-fn unprintable_bits(word: u64) -> u64 {
-    special_bits(word) | ((word | word.wrapping_add(splat(0x01))) & splat(0x80))
+    bytes
+        .get(i..)
+        .and_then(|rest| rest.iter().position(|&b| stops(b)))
+        .map_or(bytes.len(), |at| i + at)
 }
 
 /// A byte that ends a run of a string's plain text: its closing quote, an escape, or a control byte
-/// (which JSON forbids raw).
+/// (which JSON forbids raw). Bitwise `|`, not `||`: with `||` the compiler keeps a branch per byte
+/// and the block fold above does not vectorise (16 instructions a byte, docs/benchmarks.md).
 fn is_special(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
+    (b == b'"') | (b == b'\\') | (b < 0x20)
 }
 
-/// The first byte at or after `i` that [`write_string`] cannot copy as it is: a quote, a
-/// backslash, or anything outside printable ASCII.
-fn find_unprintable(bytes: &[u8], i: usize) -> usize {
-    let i = skip_plain_blocks(bytes, i, unprintable_bits);
-    bytes
-        .get(i..)
-        .and_then(|rest| rest.iter().position(|&b| is_special(b) || b >= 0x7f))
-        .map_or(bytes.len(), |at| i + at)
+/// A byte [`write_string`] escapes: a special one, or anything outside printable ASCII.
+fn is_unprintable(b: u8) -> bool {
+    is_special(b) | (b >= 0x7f)
 }
 
 #[cfg(test)]
@@ -1560,10 +1524,9 @@ mod tests {
                 prop_assert_eq!(find_special(&bytes, from), naive);
             }
 
-            /// The word-at-a-time scans agree with a byte search, for every byte value: the
-            /// borrows and carries of the word arithmetic must not hide or invent a byte.
+            /// The block scans agree with a byte search, for every byte value.
             #[test]
-            fn word_scans_agree_with_byte_searches_over_every_byte(
+            fn block_scans_agree_with_byte_searches_over_every_byte(
                 bytes in proptest::collection::vec(
                     prop_oneof![
                         30 => proptest::sample::select(b"ax ~!#[]".to_vec()),
