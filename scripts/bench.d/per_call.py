@@ -86,8 +86,11 @@ def threads(pid: int) -> dict[str, list[int]]:
 
 
 class Run:
-    def __init__(self, args, work: Path, certs: Path, mcp_port: int):
+    def __init__(self, args, work: Path, certs: Path, mcp_port: int, upstream_pid: int):
         self.args, self.work, self.certs, self.mcp = args, work, certs, mcp_port
+        self.upstream_pid = upstream_pid
+        # The process id of the last `oha` run (the load generator, for --wakes).
+        self.load_pid = 0
 
     def start(self, label: str, binary: str, wrapper: list[str] | None = None,
               connections: int | None = None) -> tuple[subprocess.Popen, list[str]]:
@@ -121,11 +124,13 @@ class Run:
                             f"https://127.0.0.1:{self.mcp}/mcp"]
 
     def oha(self, argv: list[str], calls: int) -> dict:
-        done = subprocess.run([self.args.oha, "-n", str(calls), "--output-format", "json", *argv],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise SystemExit(f"per-call: oha failed: {done.stderr[-1000:]}")
-        data = json.loads(done.stdout)
+        load = subprocess.Popen([self.args.oha, "-n", str(calls), "--output-format", "json", *argv],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.load_pid = load.pid
+        stdout, stderr = load.communicate(timeout=600)
+        if load.returncode != 0:
+            raise SystemExit(f"per-call: oha failed: {stderr[-1000:]}")
+        data = json.loads(stdout)
         ok = sum(n for code, n in data["statusCodeDistribution"].items() if code == "200")
         if ok != calls:
             raise SystemExit(f"per-call: {calls - ok} of {calls} calls were not answered 200: {data['statusCodeDistribution']}")
@@ -151,13 +156,16 @@ class Run:
         return {"rps": data["summary"]["requestsPerSec"], "p50_ms": data["latencyPercentiles"]["p50"] * 1000,
                 "cpu_us": sum(x[0] for x in per.values()), "threads": per}
 
-    def traced(self, label: str, binary: str, tracer: list[str], calls: int, stop: signal.Signals) -> None:
-        """`calls` through a fresh proxy, warmed up first, with `tracer -p PID` attached to it for the
-        measured calls only; `stop` ends the tracer (it writes its own output file)."""
+    def traced(self, label: str, binary: str, tracer: list[str], calls: int, stop: signal.Signals,
+               system_wide: bool = False) -> int:
+        """`calls` through a fresh proxy, warmed up first, with `tracer -p PID` attached to it (or
+        `tracer -a`, the whole system) for the measured calls only; `stop` ends the tracer (it
+        writes its own output file). Returns the proxy's process id."""
         p, argv = self.start(label, binary)
         try:
             self.oha(argv, 500)
-            t = subprocess.Popen([*tracer, "-p", str(p.pid)], stdout=subprocess.DEVNULL,
+            target = ["-a"] if system_wide else ["-p", str(p.pid)]
+            t = subprocess.Popen([*tracer, *target], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
             time.sleep(0.5)
             self.oha(argv, calls)
@@ -166,6 +174,7 @@ class Run:
         finally:
             p.terminate()
             p.wait(timeout=30)
+        return p.pid
 
     def perf(self, label: str, binary: str, top: int = 30) -> list[tuple[str, float]]:
         """Self CPU per call (us) of the `top` busiest symbols, from `perf record -F 4999`."""
@@ -256,21 +265,9 @@ class Run:
         the scheduler during `calls` calls (after a warm-up)."""
         data = self.work / f"{label}.wakes.data"
         calls = max(self.args.calls // 10, 2000)
-        p, argv = self.start(label, binary)
-        try:
-            self.oha(argv, 500)
-            tracer = subprocess.Popen(["perf", "record", "-q", "-a", "-e", "sched:sched_waking,sched:sched_switch",
-                                       "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(0.5)
-            load = subprocess.Popen([self.args.oha, "-n", str(calls), "--output-format", "json", *argv],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            load.wait(timeout=600)
-            tracer.send_signal(signal.SIGINT)
-            tracer.wait(timeout=60)
-        finally:
-            p.terminate()
-            p.wait(timeout=30)
-        roles = {p.pid: "proxy", self.upstream_pid: "upstream", load.pid: "load generator"}
+        proxy = self.traced(label, binary, ["perf", "record", "-q", "-e", "sched:sched_waking,sched:sched_switch",
+                                            "-o", str(data)], calls, signal.SIGINT, system_wide=True)
+        roles = {proxy: "proxy", self.upstream_pid: "upstream", self.load_pid: "load generator"}
         script = subprocess.run(["perf", "script", "-i", str(data), "-F", "pid,tid,cpu,time,event,trace"],
                                 capture_output=True, text=True).stdout
         data.unlink(missing_ok=True)
@@ -349,8 +346,7 @@ def main() -> int:
         mcp = int(first_line(up_out, r"mcp=(\d+)", up).group(1))
         (work / "fenzi.yaml").write_text(
             f"version: 1\nmcp:\n  bench:\n    url: https://127.0.0.1:{mcp}/mcp\n    tools:\n      allow: [echo]\n")
-        run = Run(args, work, certs, mcp)
-        run.upstream_pid = up.pid
+        run = Run(args, work, certs, mcp, up.pid)
         results: dict[str, list[dict]] = {label: [] for label, _ in contenders}
         for r in range(args.rounds):
             for label, binary in (contenders if r % 2 == 0 else contenders[::-1]):
