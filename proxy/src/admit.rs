@@ -148,9 +148,7 @@ pub(crate) async fn admit_tunnel(
     subject: &Subject,
 ) -> Result<Destination, Refusal> {
     let dest = admit(session, host, port, subject).await?;
-    session
-        .record(dest.subject("CONNECT", None).decided(&dest.decision))
-        .await?;
+    session.record(dest.subject("CONNECT", None).decided(&dest.decision))?;
     Ok(dest)
 }
 

@@ -63,7 +63,7 @@ pub(crate) async fn serve_client(
         if e.is_parse() {
             let subject = refused_subject(peer, probe.refused());
             let detail = format!("the request is not valid HTTP/1.1: {e}");
-            Refusal::unparsed(&subject, &detail).record(&session).await;
+            Refusal::unparsed(&subject, &detail).record(&session);
         }
     }
 }
@@ -103,5 +103,5 @@ async fn route(
         Some(req.uri().path()),
     );
     let why = "this is a proxy: send absolute-form http:// requests or CONNECT";
-    Refusal::bad_request(&subject, why).answer(&session).await
+    Refusal::bad_request(&subject, why).answer(&session)
 }

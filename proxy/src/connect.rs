@@ -30,7 +30,7 @@ pub(crate) async fn connect(
 ) -> Response<Body> {
     let dest = match check_target(&session, guard.peer(), &req).await {
         Ok(dest) => Arc::new(dest),
-        Err(refusal) => return refusal.answer(&session).await,
+        Err(refusal) => return refusal.answer(&session),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     if dest.inspect {
@@ -47,7 +47,7 @@ pub(crate) async fn connect(
             Ok(stream) => stream,
             Err(error) => {
                 let subject = dest.subject("CONNECT", None);
-                return Refusal::failed(&subject, error).answer(&session).await;
+                return Refusal::failed(&subject, error).answer(&session);
             }
         };
         let idle = session.options.idle_timeout;

@@ -58,9 +58,10 @@ pub(crate) struct AuditUnavailable;
 
 impl SessionContext {
     /// Writes one record. The write failure is logged here; the caller answers 503 (through
-    /// [`crate::refusal::Refusal`]) and forwards nothing. Nothing here waits (see [`AuditSink`]):
-    /// the future holds the entry and nothing else.
-    pub async fn record(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
+    /// [`crate::refusal::Refusal`]) and forwards nothing. A plain call, not a future: nothing here
+    /// waits (see [`AuditSink`]), and a future would be built, moved into every caller's future
+    /// and polled for a call that never yields.
+    pub fn record(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
         if entry.policy.is_none() {
             // `load`, not `current`: no reference count taken on the shared policy.
             entry.policy = Some(self.live.load_hash());

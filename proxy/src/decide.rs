@@ -97,7 +97,7 @@ pub(crate) async fn decide(
     }
     // Last, so that a call refused for any other reason takes no token.
     if let Some((server, decision)) = &mcp {
-        match cx.live.limits.admit(&server.name, decision, Instant::now()) {
+        match cx.live.limits.admit(&server.name, decision, Instant::now) {
             Ok(permit) => {
                 if let Some(reading) = reading.as_mut() {
                     reading.permit = permit;
@@ -131,7 +131,7 @@ pub(crate) async fn decide(
     }
     for mut entry in entries {
         entry.secrets = use_.secrets.clone();
-        session.record(entry).await?;
+        session.record(entry)?;
     }
     Ok(Decided { body, reading })
 }

@@ -44,8 +44,7 @@ pub(crate) async fn exchange(
     // (this one, the tunnel's, hyper's service future) would copy all of it when created.
     match Box::pin(phases(cx, req, host)).await {
         Ok(response) => response,
-        // Boxed: a refusal's future is large, and every allowed call would carry (and move) it.
-        Err(refusal) => Box::pin(refusal.answer(session)).await,
+        Err(refusal) => refusal.answer(session),
     }
 }
 
@@ -68,9 +67,7 @@ async fn phases(
     let body: Body = if session.secrets.is_empty() && matches!(cx.dest().handling, Handling::Plain)
     {
         // Nothing to decide about the body: one record for the route, then it streams.
-        session
-            .record(cx.subject.decided(&cx.dest().decision))
-            .await?;
+        session.record(cx.subject.decided(&cx.dest().decision))?;
         body.map_err(BoxError::from).boxed_unsync()
     } else {
         let bytes = request_body::read(&cx, &parts, body).await?;

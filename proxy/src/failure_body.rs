@@ -2,13 +2,13 @@
 //! `allowed` record already written; if the upstream then breaks off (reset, closed before the declared
 //! length, a bad chunk) or the scrubber refuses the rest, the client sees the stream abort, and this
 //! wrapper writes the `failed` record that says so: every failure upstream is recorded.
-//! The record is written from a task because a body is polled, not awaited; the task holds the client
-//! connection's [`ConnGuard`], so a shutdown's drain waits for it. The record names the request's
-//! subject and the error's source, never the error text (that goes to the log).
+//! The record is written inside the poll that sees the error (a record is one write(2), see
+//! [`crate::audit_writer`]), before the error reaches the client. It names the request's subject and
+//! the error's source, never the error text (that goes to the log).
 
 use crate::audit_sink::Subject;
 use crate::body::BoxError;
-use crate::context::{ConnGuard, SessionContext};
+use crate::context::SessionContext;
 use crate::error::ProxyError;
 use crate::refusal::Refusal;
 use bytes::Bytes;
@@ -21,14 +21,14 @@ use std::task::{Context, Poll, ready};
 pub(crate) struct RecordsFailure<B> {
     inner: B,
     /// Taken when the failure is recorded, so at most one record per response.
-    record: Option<(Arc<SessionContext>, Subject, ConnGuard)>,
+    record: Option<(Arc<SessionContext>, Subject)>,
 }
 
 impl<B> RecordsFailure<B> {
-    pub fn new(inner: B, session: Arc<SessionContext>, subject: Subject, guard: ConnGuard) -> Self {
+    pub fn new(inner: B, session: Arc<SessionContext>, subject: Subject) -> Self {
         RecordsFailure {
             inner,
-            record: Some((session, subject, guard)),
+            record: Some((session, subject)),
         }
     }
 }
@@ -50,18 +50,14 @@ where
             Some(Err(error)) => error.into(),
             None => return Poll::Ready(None),
         };
-        if let Some((session, subject, guard)) = self.record.take() {
+        if let Some((session, subject)) = self.record.take() {
             // The text is for the log line; the record takes only the reason and the source.
             let failure = ProxyError::UpstreamBody(error.to_string());
             if let Some(metrics) = &session.metrics {
                 metrics.upstream_error(&failure);
             }
-            let failure = Refusal::failed(&subject, failure);
-            tokio::spawn(async move {
-                // The response is already broken off: there is no answer left to give.
-                failure.record(&session).await;
-                drop(guard);
-            });
+            // The response is already broken off: there is no answer left to give.
+            Refusal::failed(&subject, failure).record(&session);
         }
         Poll::Ready(Some(Err(error)))
     }

@@ -73,7 +73,7 @@ pub(crate) async fn hold_confirm_calls(
         entry.rule = Some(rule.clone());
         entry.confirm = Some(format!("waits up to {}", show(timeout)));
         entry.secrets = secrets.to_vec();
-        session.record(entry).await?;
+        session.record(entry)?;
         let text = arguments
             .get(*i)
             .cloned()
@@ -114,12 +114,9 @@ pub(crate) async fn hold_confirm_calls(
         let session: Arc<SessionContext> = session.clone();
         Box::new(move || {
             tracing::info!("a held call's client went away; it is denied");
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    for entry in gone {
-                        let _ = session.record(entry).await;
-                    }
-                });
+            // A failed write is logged by `record`; there is no one left to answer.
+            for entry in gone {
+                let _ = session.record(entry);
             }
         })
     };

@@ -75,8 +75,8 @@ pub(crate) async fn serve<T>(
     .await
     {
         Ok(Ok(start)) => start,
-        Ok(Err(e)) => return failed(&session, &subject, ProxyError::ClientTls(e)).await,
-        Err(_) => return failed(&session, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
+        Ok(Err(e)) => return failed(&session, &subject, ProxyError::ClientTls(e)),
+        Err(_) => return failed(&session, &subject, ProxyError::ClientTlsTimeout(handshake)),
     };
     let sni = start.client_hello().server_name().map(str::to_string);
     // A placeholder sent as the TLS server name: refused, recorded with the secret's name, and the
@@ -84,7 +84,7 @@ pub(crate) async fn serve<T>(
     if let Some(name) = &sni
         && let Err(refusal) = check_no_placeholder(&session, name, "the TLS server name", &subject)
     {
-        return refusal.record(&session).await;
+        return refusal.record(&session);
     }
     let sni_problem = sni_mismatch(&dest.host, sni.as_deref());
     // The leaf is always the CONNECT host's, whatever name the client asked for.
@@ -92,13 +92,13 @@ pub(crate) async fn serve<T>(
         Ok(config) => config,
         Err(e) => {
             let error = ProxyError::TlsSetup(e.to_string());
-            return failed(&session, &subject, error).await;
+            return failed(&session, &subject, error);
         }
     };
     let stream = match timeout(handshake, start.into_stream(config)).await {
         Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return failed(&session, &subject, ProxyError::ClientTls(e)).await,
-        Err(_) => return failed(&session, &subject, ProxyError::ClientTlsTimeout(handshake)).await,
+        Ok(Err(e)) => return failed(&session, &subject, ProxyError::ClientTls(e)),
+        Err(_) => return failed(&session, &subject, ProxyError::ClientTlsTimeout(handshake)),
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
     let tunnel = Tunnel::new(session, dest, true, sni_problem);
@@ -106,8 +106,8 @@ pub(crate) async fn serve<T>(
 }
 
 /// Records the failure of a tunnel's TLS set-up: nothing is forwarded, and no one is left to answer.
-async fn failed(session: &SessionContext, subject: &Subject, error: ProxyError) {
-    Refusal::failed(subject, error).record(session).await;
+fn failed(session: &SessionContext, subject: &Subject, error: ProxyError) {
+    Refusal::failed(subject, error).record(session);
 }
 
 /// The requests of one intercepted tunnel.
@@ -218,9 +218,7 @@ impl Tunnel {
         };
         let subject = self.dest.subject("-", None);
         for _ in 0..count {
-            Refusal::unparsed(&subject, &detail)
-                .record(&self.session)
-                .await;
+            Refusal::unparsed(&subject, &detail).record(&self.session);
         }
     }
 
@@ -255,9 +253,7 @@ impl Tunnel {
                 let method = line.method.as_deref().unwrap_or("-");
                 let subject = self.dest.subject(method, line.target.path());
                 let detail = format!("the request is not valid HTTP/1.1: {e}");
-                Refusal::unparsed(&subject, &detail)
-                    .record(&self.session)
-                    .await;
+                Refusal::unparsed(&subject, &detail).record(&self.session);
             }
             Err(e) => tracing::debug!(host = %self.dest.host, "tunnel connection ended: {e}"),
             Ok(()) => {}
@@ -268,7 +264,7 @@ impl Tunnel {
         let cx = RequestContext::new(&self.session, guard, &self.upstream, &req);
         match self.check(&cx.subject, &req) {
             Ok(host) => exchange(cx, req, host).await,
-            Err(refusal) => refusal.answer(&self.session).await,
+            Err(refusal) => refusal.answer(&self.session),
         }
     }
 

@@ -215,14 +215,15 @@ impl Limits {
         Limits { servers }
     }
 
-    /// Admits the `tools/call`s of an allowed request to `server` at `now`: every call takes a
-    /// token of each rate and a slot of each concurrency it meets, all or none. `Ok(None)` when no
-    /// limit applies.
+    /// Admits the `tools/call`s of an allowed request to `server` at the instant `now` gives: every
+    /// call takes a token of each rate and a slot of each concurrency it meets, all or none.
+    /// `Ok(None)` when no limit applies. The clock is read only then: on a VM a read costs about
+    /// as much as the rest of this call.
     pub fn admit(
         &self,
         server: &str,
         decision: &McpDecision,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> Result<Option<Permit>, Over> {
         let Some(counters) = self.servers.iter().find(|s| s.name == server) else {
             return Ok(None);
@@ -240,6 +241,7 @@ impl Limits {
         if needs.is_empty() {
             return Ok(None);
         }
+        let now = now();
         let mut state = counters.counters.lock().unwrap_or_else(|p| p.into_inner());
         for &(i, n, tool) in &needs {
             let (limit, counter) = (&counters.limits[i], &state[i]);
@@ -525,15 +527,18 @@ mod tests {
     fn a_reload_keeps_the_counters_of_entries_that_did_not_change() {
         let (before, _) = limits("      - {tool: \"*\", rate: 2/h, concurrency: 1}\n");
         let now = Instant::now();
-        let held = before.admit("s", &calls(&["x"]), now).unwrap().unwrap();
+        let held = before.admit("s", &calls(&["x"]), || now).unwrap().unwrap();
         // The same entry, written one line lower: tokens and the slot in flight carry over.
         let (_, moved) = limits("\n      - {tool: \"*\", rate: 2/h, concurrency: 1}\n");
         let same = before.carried(&moved);
-        assert!(same.admit("s", &calls(&["x"]), now).is_err(), "slot held");
-        drop(held);
-        assert!(same.admit("s", &calls(&["x"]), now).is_ok());
         assert!(
-            same.admit("s", &calls(&["x"]), now).is_err(),
+            same.admit("s", &calls(&["x"]), || now).is_err(),
+            "slot held"
+        );
+        drop(held);
+        assert!(same.admit("s", &calls(&["x"]), || now).is_ok());
+        assert!(
+            same.admit("s", &calls(&["x"]), || now).is_err(),
             "2/h: both tokens taken, one before the reload"
         );
         // A changed entry beside it: the unchanged one keeps its tokens, the new one starts full.
@@ -541,32 +546,36 @@ mod tests {
             "      - {tool: save, rate: 1/h}\n      - {tool: \"*\", rate: 2/h, concurrency: 1}\n",
         );
         let next = same.carried(&changed);
-        assert!(next.admit("s", &calls(&["x"]), now).is_err());
-        assert!(next.admit("s", &calls(&["save"]), now).is_ok());
+        assert!(next.admit("s", &calls(&["x"]), || now).is_err());
+        assert!(next.admit("s", &calls(&["save"]), || now).is_ok());
         // An entry that changed starts afresh.
         let (_, wider) = limits("      - {tool: \"*\", rate: 3/h, concurrency: 1}\n");
-        assert!(next.carried(&wider).admit("s", &calls(&["x"]), now).is_ok());
+        assert!(
+            next.carried(&wider)
+                .admit("s", &calls(&["x"]), || now)
+                .is_ok()
+        );
     }
 
     #[test]
     fn concurrency_slots_come_back_when_dropped() {
         let (limits, _) = limits("      - {tool: \"*\", concurrency: 2, timeout: 5s}\n");
         let now = Instant::now();
-        let a = limits.admit("s", &calls(&["x"]), now).unwrap().unwrap();
-        let mut b = limits.admit("s", &calls(&["y"]), now).unwrap().unwrap();
-        let over = limits.admit("s", &calls(&["z"]), now).err().unwrap();
+        let a = limits.admit("s", &calls(&["x"]), || now).unwrap().unwrap();
+        let mut b = limits.admit("s", &calls(&["y"]), || now).unwrap().unwrap();
+        let over = limits.admit("s", &calls(&["z"]), || now).err().unwrap();
         assert_eq!(over.decision.reason(), Some(Reason::RateLimited));
         assert_eq!(over.decision.rule, "mcp.s.limits[0].concurrency");
         assert_eq!(over.retry_after, 1);
         // A slot held by a body comes back with it, not with the permit.
         let slots = b.take_slots();
         drop(b);
-        assert!(limits.admit("s", &calls(&["z"]), now).is_err());
+        assert!(limits.admit("s", &calls(&["z"]), || now).is_err());
         drop(slots);
         drop(a);
         // Both back: a batch of two fits, one of three never does.
-        assert!(limits.admit("s", &calls(&["x", "y", "z"]), now).is_err());
-        let two = limits.admit("s", &calls(&["x", "y"]), now).unwrap();
+        assert!(limits.admit("s", &calls(&["x", "y", "z"]), || now).is_err());
+        let two = limits.admit("s", &calls(&["x", "y"]), || now).unwrap();
         assert!(two.is_some());
     }
 
@@ -578,13 +587,13 @@ mod tests {
         let now = Instant::now();
         // `save` and `get` count against different entries; `get` twice takes two of `*`.
         let p = limits
-            .admit("s", &calls(&["get", "get"]), now)
+            .admit("s", &calls(&["get", "get"]), || now)
             .unwrap()
             .unwrap();
         assert_eq!(p.max_response(), Some(4096));
         // Over `*` (one left, two asked): refused, and the `save` token is not taken either.
         let over = limits
-            .admit("s", &calls(&["save", "get", "get"]), now)
+            .admit("s", &calls(&["save", "get", "get"]), || now)
             .err()
             .unwrap();
         assert_eq!(over.decision.rule, "mcp.s.limits[1].rate");
@@ -595,17 +604,17 @@ mod tests {
         );
         assert_eq!(over.retry_after, 20);
         let p = limits
-            .admit("s", &calls(&["save", "get"]), now)
+            .admit("s", &calls(&["save", "get"]), || now)
             .unwrap()
             .unwrap();
         assert_eq!(p.max_response(), Some(4096));
-        let over = limits.admit("s", &calls(&["save"]), now).err().unwrap();
+        let over = limits.admit("s", &calls(&["save"]), || now).err().unwrap();
         assert_eq!(over.decision.rule, "mcp.s.limits[0].rate");
         // Messages without a tool (not tools/call) take nothing; other servers have no limits.
-        assert!(limits.admit("s", &calls(&[""]), now).unwrap().is_none());
+        assert!(limits.admit("s", &calls(&[""]), || now).unwrap().is_none());
         assert!(
             limits
-                .admit("other", &calls(&["save"]), now)
+                .admit("other", &calls(&["save"]), || now)
                 .unwrap()
                 .is_none()
         );
@@ -617,7 +626,7 @@ mod tests {
             "      - {tool: slow, timeout: 2m, max_response: 1MiB}\n      - {tool: \"*\", timeout: 10s, max_response: 2MiB}\n",
         );
         let mut p = limits
-            .admit("s", &calls(&["slow", "fast"]), Instant::now())
+            .admit("s", &calls(&["slow", "fast"]), Instant::now)
             .unwrap()
             .unwrap();
         assert_eq!(p.max_response(), Some(1 << 20));

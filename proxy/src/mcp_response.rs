@@ -24,7 +24,7 @@
 //!
 //! OAuth metadata (`GET /.well-known/...`) is a document, not MCP messages, and is not read here.
 
-use crate::audit_sink::{BoxFuture, Subject};
+use crate::audit_sink::Subject;
 use crate::audit_writer::AuditEntry;
 use crate::body::{self, Body, BoxError};
 use crate::context::{AuditUnavailable, SessionContext};
@@ -209,9 +209,7 @@ pub(crate) async fn read(
         Err(e) => return answer_unreadable(subject, &reading, head, e),
     };
     for filtered in &read.filtered {
-        session
-            .record(subject.filtered(&server.name, filtered))
-            .await?;
+        session.record(subject.filtered(&server.name, filtered))?;
     }
     let bytes = match read.rewritten {
         Some(text) => Bytes::from(text),
@@ -314,8 +312,8 @@ struct SseRead {
     reading: Reading,
     /// Bytes ready for the client.
     out: Vec<u8>,
-    /// Records being written, and the bytes that may only follow them.
-    waiting: Option<(RecordsWrite, Vec<u8>)>,
+    /// A record could not be written: the stream breaks off (see [`SseRead::record_then`]).
+    audit_failed: bool,
     /// Nothing more comes after `out` (the stream ended, or was ended for an unreadable event).
     done: bool,
     /// The upstream's error, passed on once `out` has gone.
@@ -352,7 +350,7 @@ impl SseRead {
             subject,
             reading,
             out: Vec::new(),
-            waiting: None,
+            audit_failed: false,
             done: false,
             failed_upstream: None,
             yielded: None,
@@ -406,8 +404,21 @@ impl SseRead {
             .iter()
             .map(|f| self.subject.filtered(&server.name, f))
             .collect();
-        self.waiting = Some((write_records(self.session.clone(), entries), held));
+        self.record_then(entries, held);
         Ok(())
+    }
+
+    /// Writes `entries`, then queues `held`, the bytes that may only follow them. When a record
+    /// cannot be written, nothing more is passed on (`poll_frame` breaks the stream off).
+    fn record_then(&mut self, entries: Vec<AuditEntry>, held: Vec<u8>) {
+        let session = &self.session;
+        match entries
+            .into_iter()
+            .try_for_each(|entry| session.record(entry))
+        {
+            Ok(()) => self.out.extend_from_slice(&held),
+            Err(AuditUnavailable) => self.audit_failed = true,
+        }
     }
 
     /// Ends the stream for `error`: each waiting request gets a JSON-RPC error event, then the
@@ -417,7 +428,7 @@ impl SseRead {
         let error = ProxyError::UnreadableResponse(error);
         tracing::warn!(host = %self.subject.host, "{error}");
         let entry = self.subject.unreadable(&error);
-        self.waiting = Some((write_records(self.session.clone(), vec![entry]), Vec::new()));
+        self.record_then(vec![entry], Vec::new());
     }
 
     /// Ends the stream cut by a limit (`timeout`, `response_too_large`): as [`SseRead::fail`],
@@ -427,7 +438,7 @@ impl SseRead {
         self.end_with(|id| limits::cut_reply(id, &error));
         tracing::warn!(host = %self.subject.host, "{error}");
         let entry = self.subject.failed(&error);
-        self.waiting = Some((write_records(self.session.clone(), vec![entry]), Vec::new()));
+        self.record_then(vec![entry], Vec::new());
     }
 
     /// An error event for each waiting request, and no more from upstream (dropping its body
@@ -446,18 +457,6 @@ impl SseRead {
     }
 }
 
-/// Records being written from inside a streamed body (which is polled, not awaited).
-type RecordsWrite = BoxFuture<'static, Result<(), AuditUnavailable>>;
-
-fn write_records(session: Arc<SessionContext>, entries: Vec<AuditEntry>) -> RecordsWrite {
-    Box::pin(async move {
-        for entry in entries {
-            session.record(entry).await?;
-        }
-        Ok(())
-    })
-}
-
 impl HttpBody for SseRead {
     type Data = Bytes;
     type Error = BoxError;
@@ -468,20 +467,11 @@ impl HttpBody for SseRead {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         loop {
-            if let Some((write, _)) = &mut this.waiting {
-                match write.as_mut().poll(cx) {
-                    Poll::Pending => return this.flush_or_pending(),
-                    Poll::Ready(written) => {
-                        let (_, held) = this.waiting.take().expect("polled above");
-                        if written.is_err() {
-                            // The record of what was hidden is not in the log: the list is not
-                            // passed on, and the stream breaks off.
-                            this.inner = None;
-                            return Poll::Ready(Some(Err("audit log unavailable".into())));
-                        }
-                        this.out.extend_from_slice(&held);
-                    }
-                }
+            if this.audit_failed {
+                // A record (of what was hidden, or of how the stream ended) is not in the log:
+                // what it is about is not passed on, and the stream breaks off.
+                this.inner = None;
+                return Poll::Ready(Some(Err("audit log unavailable".into())));
             }
             // Events read are passed on together, as soon as nothing more is ready upstream (so
             // none waits for the next), or once they fill a frame.
@@ -558,7 +548,7 @@ impl HttpBody for SseRead {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done && self.out.is_empty() && self.waiting.is_none() && self.failed_upstream.is_none()
+        self.done && self.out.is_empty() && !self.audit_failed && self.failed_upstream.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -25,7 +25,7 @@ pub(crate) async fn plain_http(
 ) -> Response<Body> {
     let (dest, host) = match check_url(&session, guard.peer(), &req).await {
         Ok(admitted) => admitted,
-        Err(refusal) => return refusal.answer(&session).await,
+        Err(refusal) => return refusal.answer(&session),
     };
     let upstream = Upstream::new(Arc::new(dest), false);
     let cx = RequestContext::new(&session, guard, &upstream, &req);

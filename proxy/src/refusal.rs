@@ -125,14 +125,14 @@ impl Refusal {
 
     /// Writes the records, then returns the answer; 503 `audit_unavailable` when any record could
     /// not be written.
-    pub async fn answer(self, session: &SessionContext) -> Response<Body> {
+    pub fn answer(self, session: &SessionContext) -> Response<Body> {
         let Refused {
             entries,
             answer,
             failure,
             why: (reason, detail),
         } = *self.0;
-        match write(session, entries, failure).await {
+        match write(session, entries, failure) {
             Ok(()) => respond::naming(answer, reason, &detail),
             Err(AuditUnavailable) => respond::naming(
                 respond::audit_unavailable(),
@@ -144,11 +144,11 @@ impl Refusal {
 
     /// Writes the records of a refusal whose answer has gone out already, or that has no one to
     /// answer. A write failure is logged by [`SessionContext::record`]; nothing was forwarded.
-    pub async fn record(self, session: &SessionContext) {
+    pub fn record(self, session: &SessionContext) {
         let Refused {
             entries, failure, ..
         } = *self.0;
-        let _ = write(session, entries, failure).await;
+        let _ = write(session, entries, failure);
     }
 }
 
@@ -163,7 +163,7 @@ fn malformed(detail: &str) -> Decision {
     Decision::deny(Reason::BadRequest, "malformed request", detail)
 }
 
-async fn write(
+fn write(
     session: &SessionContext,
     entries: Vec<AuditEntry>,
     failure: Option<(ErrorSource, String)>,
@@ -178,7 +178,7 @@ async fn write(
         }
     }
     for entry in entries {
-        session.record(entry).await?;
+        session.record(entry)?;
     }
     Ok(())
 }

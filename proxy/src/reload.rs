@@ -98,7 +98,6 @@ async fn record(
     entry.policy = Some(hash.clone());
     session
         .record(entry)
-        .await
         .map_err(|_| ProxyError::Audit("the policy record could not be written".into()))
 }
 

@@ -55,7 +55,7 @@ pub(crate) async fn finish(
     };
     let secrets = &cx.session.secrets;
     if secrets.is_empty() {
-        let body = RecordsFailure::new(body, cx.session.clone(), cx.subject, cx.guard.clone());
+        let body = RecordsFailure::new(body, cx.session.clone(), cx.subject);
         return Ok(Response::from_parts(head, body.boxed_unsync()));
     }
     // A HEAD or 304 response has no body to scrub; its length describes another response.
@@ -69,6 +69,6 @@ pub(crate) async fn finish(
         head.headers.insert(CONTENT_LENGTH, length);
     }
     let body = secrets.scrubber().body(body);
-    let body = RecordsFailure::new(body, cx.session.clone(), cx.subject, cx.guard.clone());
+    let body = RecordsFailure::new(body, cx.session.clone(), cx.subject);
     Ok(Response::from_parts(head, body.boxed_unsync()))
 }

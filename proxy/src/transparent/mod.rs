@@ -40,7 +40,7 @@ pub(crate) async fn serve(
     };
     let dest = match check_destination(&session, guard.peer(), local).await {
         Ok(dest) => Arc::new(dest),
-        Err(refusal) => return refusal.record(&session).await,
+        Err(refusal) => return refusal.record(&session),
     };
     if dest.inspect {
         return intercept::serve(session, dest, stream, guard).await;
@@ -49,7 +49,7 @@ pub(crate) async fn serve(
         Ok(upstream) => upstream,
         Err(error) => {
             let subject = dest.subject("CONNECT", None);
-            return Refusal::failed(&subject, error).record(&session).await;
+            return Refusal::failed(&subject, error).record(&session);
         }
     };
     let done = tunnel::splice(stream, upstream, session.options.idle_timeout).await;
