@@ -47,7 +47,7 @@ pub(crate) async fn reload(
         Change::None => Ok(Reload::Unchanged),
         Change::NextSession(what) => {
             let why = format!("takes effect in the next session: {}", what.join(", "));
-            record(session, Outcome::ReloadRefused, &old.hash, files, why).await?;
+            record(session, Outcome::ReloadRefused, &old.hash, files, why)?;
             Ok(Reload::NextSession { what })
         }
         // A session opens its control socket at start, only when its policy holds calls; one
@@ -58,14 +58,14 @@ pub(crate) async fn reload(
         {
             let what = vec!["confirm (this session has no control socket)".to_string()];
             let why = format!("takes effect in the next session: {}", what.join(", "));
-            record(session, Outcome::ReloadRefused, &old.hash, files, why).await?;
+            record(session, Outcome::ReloadRefused, &old.hash, files, why)?;
             Ok(Reload::NextSession { what })
         }
         Change::ToolRules(servers) => {
             let limits = old.limits.carried(&policy);
             let new = Arc::new(Live::new(policy, limits));
             let what = format!("tool rules of {}", servers_text(&servers));
-            record(session, Outcome::Reloaded, &new.hash, files, what).await?;
+            record(session, Outcome::Reloaded, &new.hash, files, what)?;
             let policy = new.hash.to_string();
             session.live.swap_in(new);
             Ok(Reload::Reloaded { policy, servers })
@@ -82,10 +82,10 @@ pub(crate) async fn refuse(
 ) -> Result<(), ProxyError> {
     let _one = session.live.one_reload_at_a_time().await;
     let hash = session.live.current().hash.clone();
-    record(session, Outcome::ReloadRefused, &hash, files, clip(why)).await
+    record(session, Outcome::ReloadRefused, &hash, files, clip(why))
 }
 
-async fn record(
+fn record(
     session: &SessionContext,
     outcome: Outcome,
     hash: &Arc<str>,

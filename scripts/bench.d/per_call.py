@@ -3,7 +3,7 @@
 --strace) system calls per call, for one or more fenzi builds side by side in alternating rounds.
 
     scripts/bench --per-call [--calls 40000] [--connections 32] [--rounds 2] [--strace] [--perf]
-                             [--floor] [--wakes] [LABEL=FENZI_BINARY ...]
+                             [--floor] [--wakes] [--kernel] [LABEL=FENZI_BINARY ...]
 
 Run through `scripts/bench`, which installs oha and the venv and builds fenzi, `bench_upstream` and
 `floor_proxy`. Without binaries it measures the build `scripts/bench` made (label `fenzi`); with
@@ -24,6 +24,11 @@ record -a -e sched:sched_waking,sched:sched_switch`) and prints, for every hand-
 generator, the proxy and the upstream, how often it happens per call and how long the woken thread
 waited to run, apart for a thread woken on the waker's CPU and on the other one: at one connection
 most of a call's latency is these waits, not any process's work (docs/benchmarks.md, round six).
+--kernel adds one more run of each under `perf stat -a` and prints what the kernel did per call on
+the whole machine (KERNEL_EVENTS: interprocessor interrupts, timers armed and cancelled, wake-ups,
+switches, migrations; the half second before the calls is counted too): on a VM each interrupt
+sent and each timer reprogrammed may be an exit to the host, a cost no process's own profile shows
+(docs/benchmarks.md, round seven).
 The numbers are this machine's, side by side in one run; compare builds, not machines.
 """
 
@@ -65,6 +70,19 @@ PHASES = [
     ("upstream hop: hyper client, rustls, socket I/O", ["upstream::handshake"]),
     ("client hop: hyper server, rustls, socket I/O", ["serve_h1", "intercept::serve"]),
     ("tokio, epoll, scheduler, other", []),
+]
+
+
+# What `--kernel` counts, machine-wide, per call.
+KERNEL_EVENTS = [
+    "irq_vectors:call_function_single_entry",  # an interprocessor interrupt received (a remote wake-up)
+    "irq_vectors:reschedule_entry",
+    "irq_vectors:local_timer_entry",
+    "timer:hrtimer_start",
+    "timer:hrtimer_cancel",  # e.g. a sleep with a timeout that ended early
+    "sched:sched_wakeup",
+    "sched:sched_switch",
+    "sched:sched_migrate_task",
 ]
 
 
@@ -296,6 +314,21 @@ class Run:
         rows = [(name, len(v) / calls, sorted(v)[len(v) // 2]) for name, v in waits.items()]
         return calls, sorted(rows, key=lambda r: -r[1] * r[2])
 
+    def kernel(self, label: str, binary: str) -> tuple[int, list[tuple[str, float]]]:
+        """Calls counted, and per KERNEL_EVENTS event its count per call on the whole machine
+        (`perf stat -a`) during `calls` calls (after a warm-up)."""
+        out = self.work / f"{label}.kernel.csv"
+        calls = max(self.args.calls // 4, 2000)
+        self.traced(label, binary, ["perf", "stat", "-x,", "-o", str(out), "-e", ",".join(KERNEL_EVENTS)],
+                    calls, signal.SIGINT, system_wide=True)
+        rows = []
+        for line in out.read_text().splitlines():
+            f = line.split(",")
+            if len(f) > 2 and f[0].strip().isdigit():
+                rows.append((f[2], int(f[0]) / calls))
+        out.unlink(missing_ok=True)
+        return calls, rows
+
     def strace(self, label: str, binary: str) -> list[tuple[str, float]]:
         out = self.work / f"{label}.strace"
         calls = max(self.args.calls // 10, 1000)
@@ -325,6 +358,7 @@ def main() -> int:
     p.add_argument("--floor", action="store_true")
     p.add_argument("--callgrind", action="store_true")
     p.add_argument("--wakes", action="store_true")
+    p.add_argument("--kernel", action="store_true")
     p.add_argument("--callgrind-calls", type=int, default=2000)
     p.add_argument("builds", nargs="*", metavar="LABEL=FENZI_BINARY")
     args = p.parse_args()
@@ -391,6 +425,13 @@ def main() -> int:
                 for name, per, wait in rows:
                     if per >= 0.05:
                         print(f"  {per:5.2f} per call  {wait:6.1f} us  {name}")
+        if args.kernel:
+            for label, binary in contenders:
+                calls, rows = run.kernel(label, binary)
+                print(f"\n{label}: the kernel's events per call on the whole machine (perf stat -a), "
+                      f"{calls} calls on {args.connections} connection(s):")
+                for name, per in rows:
+                    print(f"  {per:7.2f}  {name}")
         if args.callgrind:
             for label, binary in contenders:
                 total, rows = run.callgrind(label, binary, args.callgrind_calls)
