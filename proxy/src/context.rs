@@ -81,6 +81,15 @@ impl SessionContext {
         written
     }
 
+    /// Writes `entries` in order with [`SessionContext::record`], stopping at the first that cannot
+    /// be written: what follows it (the rest, and whatever they are about) must not go out either.
+    pub fn record_all(
+        &self,
+        entries: impl IntoIterator<Item = AuditEntry>,
+    ) -> Result<(), AuditUnavailable> {
+        entries.into_iter().try_for_each(|entry| self.record(entry))
+    }
+
     fn write(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
         match self.audit.record(entry) {
             Ok(_) => Ok(()),

@@ -129,10 +129,10 @@ pub(crate) async fn decide(
         ))
         .await?;
     }
-    for mut entry in entries {
+    session.record_all(entries.into_iter().map(|mut entry| {
         entry.secrets = use_.secrets.clone();
-        session.record(entry)?;
-    }
+        entry
+    }))?;
     Ok(Decided { body, reading })
 }
 

@@ -115,9 +115,7 @@ pub(crate) async fn hold_confirm_calls(
         Box::new(move || {
             tracing::info!("a held call's client went away; it is denied");
             // A failed write is logged by `record`; there is no one left to answer.
-            for entry in gone {
-                let _ = session.record(entry);
-            }
+            let _ = session.record_all(gone);
         })
     };
     let hold = session.confirm.hold(calls, timeout, on_drop);

@@ -411,11 +411,7 @@ impl SseRead {
     /// Writes `entries`, then queues `held`, the bytes that may only follow them. When a record
     /// cannot be written, nothing more is passed on (`poll_frame` breaks the stream off).
     fn record_then(&mut self, entries: Vec<AuditEntry>, held: Vec<u8>) {
-        let session = &self.session;
-        match entries
-            .into_iter()
-            .try_for_each(|entry| session.record(entry))
-        {
+        match self.session.record_all(entries) {
             Ok(()) => self.out.extend_from_slice(&held),
             Err(AuditUnavailable) => self.audit_failed = true,
         }

@@ -177,8 +177,5 @@ fn write(
             tracing::warn!(%host, port, "{} failed: {text}", source.label());
         }
     }
-    for entry in entries {
-        session.record(entry)?;
-    }
-    Ok(())
+    session.record_all(entries)
 }
