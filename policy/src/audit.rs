@@ -249,9 +249,15 @@ impl LineFields {
     /// The whole line (no newline), given the writer's fields. `ts` (RFC 3339) and `prev` (hex) need
     /// no escaping; `session` is spliced as given: pass [`LineFields::session_text`] of the id.
     pub fn line(&self, ts: &str, seq: u64, session: &str, prev: &str) -> String {
-        let middle = self.middle.as_str();
         let mut line =
-            String::with_capacity(middle.len() + ts.len() + session.len() + prev.len() + 64);
+            String::with_capacity(self.middle.len() + ts.len() + session.len() + prev.len() + 64);
+        self.push_line(&mut line, ts, seq, session, prev);
+        line
+    }
+
+    /// [`LineFields::line`] appended to `line`: a writer that batches lines builds each in place.
+    pub fn push_line(&self, line: &mut String, ts: &str, seq: u64, session: &str, prev: &str) {
+        let middle = self.middle.as_str();
         // Pieces pushed one by one: this runs under the writer's lock, and the formatting
         // machinery of one `write!` of the whole line costs more than the copies.
         line.push_str(r#"{"ts":""#);
@@ -265,7 +271,6 @@ impl LineFields {
         line.push_str(r#""prev":""#);
         line.push_str(prev);
         line.push_str(r#""}"#);
-        line
     }
 }
 

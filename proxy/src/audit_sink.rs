@@ -4,7 +4,7 @@
 //! its [`AuditEntry`], so every call site writes the same fields. What a record may name of a
 //! client's authority text is [`crate::authority::logged_authority`]'s to say.
 
-use crate::audit_writer::{AuditEntry, AuditWriter};
+use crate::audit_writer::{AuditEntry, AuditWriter, Staged};
 use crate::error::ProxyError;
 use fenzi_policy::Decision;
 use fenzi_policy::audit::Outcome;
@@ -24,13 +24,44 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// record cost an allocation and moves of the entry for a call that never waits).
 pub trait AuditSink: Send + Sync + 'static {
     fn record(&self, entry: AuditEntry) -> Result<u64, String>;
+    /// Stages an entry to be written together with others staged before the first of them is
+    /// written ([`StagedRecord::write`]): records of requests decided in the same turn of a
+    /// shard's loop then cost one write(2) between them. A sink that cannot batch writes the entry
+    /// now, as `record` does.
+    fn stage(&self, entry: AuditEntry) -> Result<StagedRecord, String> {
+        self.record(entry).map(StagedRecord::Written)
+    }
     /// Makes everything recorded so far durable (called at shutdown).
     fn flush(&self) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A record [`AuditSink::stage`] accepted: already written, or waiting in a batch.
+#[derive(Debug)]
+pub enum StagedRecord {
+    Written(u64),
+    Pending(Staged),
+}
+
+impl StagedRecord {
+    /// The record's seq once it is in the log (writing its batch if no other record has); on `Err`
+    /// its request must be denied, as for [`AuditSink::record`].
+    pub fn write(self) -> Result<u64, String> {
+        match self {
+            StagedRecord::Written(seq) => Ok(seq),
+            StagedRecord::Pending(staged) => staged.write().map_err(|e| e.to_string()),
+        }
+    }
 }
 
 impl AuditSink for AuditWriter {
     fn record(&self, entry: AuditEntry) -> Result<u64, String> {
         AuditWriter::append(self, entry).map_err(|e| e.to_string())
+    }
+
+    fn stage(&self, entry: AuditEntry) -> Result<StagedRecord, String> {
+        AuditWriter::stage(self, entry)
+            .map(StagedRecord::Pending)
+            .map_err(|e| e.to_string())
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), String>> {

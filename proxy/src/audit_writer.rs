@@ -10,12 +10,28 @@
 //! and handing it to a thread and back cost more than the write itself (two cross-thread wake-ups per
 //! record, see docs/benchmarks.md). So [`AuditWriter::append`] is a plain call, not a future.
 //!
+//! Records of requests decided together are written together. [`AuditWriter::stage`] assigns a
+//! record's seq and `prev` and builds its line onto the open batch, under the lock, but does not
+//! write it; the first of the batch's records to be [`Staged::write`]n (or any append, or a flush)
+//! writes the whole batch with one write(2), and the others find it written. A request that has
+//! other requests in flight stages its record and yields once, so the records of requests decided
+//! in the same turn of its thread's loop share one write(2) (see
+//! [`crate::context::SessionContext::record_all_together`]); alone, it appends. Nothing changes in
+//! what a crash can lose: no request is forwarded before its `write` returns, so its line is in the
+//! file (the page cache) first, exactly as with an append. A staged line that was never written
+//! belongs to a request that was not forwarded. A batch that cannot be written is refused whole:
+//! every record in it is refused (each request denied), the file is cut back to its last whole
+//! line, and the staged tail goes back to the last line written. A staged record that is dropped
+//! unwritten (its request cancelled) writes its batch, so every seq handed out ends up in the file
+//! or in a refused batch, and the chain has no gap.
+//!
 //! Durability is batched and off the acknowledgement path: a background thread (`fenzi-audit`,
 //! a plain thread because every step is blocking file I/O and `open` may run before any runtime
 //! exists) calls fdatasync on a duplicate of the log's descriptor at most [`SYNC_INTERVAL`] after the
 //! first unsynced record, or as soon as [`SYNC_RECORDS`] are unsynced, and then rewrites `<log>.head`
 //! atomically (temp file, fsync, rename). Before each fdatasync it takes the (seq, hash) of the last
-//! line written, under the same lock as the writers, and that is what the head names: every line up
+//! line written (not the last staged), under the same lock as the writers, and that is what the head
+//! names: every line up
 //! to it was written before the fdatasync began, so the head never names a record that is not
 //! durable. The head may lag the log by one batch, which `fenzi_policy::audit::verify` allows.
 //!
@@ -58,7 +74,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
@@ -323,9 +339,22 @@ struct State {
     len: u64,
     /// The session id as a line holds it ([`LineFields::session_text`]), ready to be spliced in.
     session: String,
+    /// The seq the next record staged gets.
     next_seq: u64,
-    /// Hash of the last line written (`prev` of the next record).
+    /// Hash of the last line staged (`prev` of the next record).
     prev: String,
+    /// Lines staged and not yet written, in seq order, each ending in a newline: the open batch.
+    staged: String,
+    /// How many records `staged` holds.
+    staged_records: usize,
+    /// The open batch's outcome, shared with every [`Staged`] record in it; `None` while no
+    /// [`Staged`] record waits (an append writes its line at once, with whatever is staged).
+    batch: Option<Arc<Batch>>,
+    /// The chain's tail in the file: the seq after the last line written, and that line's hash. What
+    /// the sync thread syncs to and the head names, and what a failed batch rolls the staged tail
+    /// back to.
+    written_next_seq: u64,
+    written_prev: String,
     /// Records written since the sync thread's last snapshot.
     unsynced: usize,
     first_unsynced: Option<Instant>,
@@ -344,6 +373,62 @@ struct State {
     /// The last millisecond a record was stamped with, and its text: records come many to a
     /// millisecond under load, and formatting the date is a good part of a record's own cost.
     stamp: (i64, String),
+}
+
+/// The outcome of one batch of staged records, settled when the batch is written.
+#[derive(Default)]
+struct Batch {
+    outcome: OnceLock<Result<(), AuditError>>,
+}
+
+/// A record staged by [`AuditWriter::stage`], in a batch that is written at the latest when this is
+/// written or dropped.
+#[must_use = "a staged record must be written before what depends on it is forwarded"]
+pub struct Staged {
+    log: Arc<LogFile>,
+    batch: Arc<Batch>,
+    seq: u64,
+    /// Not yet seen written: dropped like this, it writes its batch.
+    pending: bool,
+}
+
+impl Staged {
+    /// Writes the record's batch unless another record's writer already has, and returns the
+    /// record's seq once its line is in the file. On `Err` the whole batch was refused (see
+    /// [`AuditWriter::append`]).
+    pub fn write(mut self) -> Result<u64, AuditError> {
+        self.pending = false;
+        self.settle().map(|()| self.seq)
+    }
+
+    fn settle(&self) -> Result<(), AuditError> {
+        if let Some(outcome) = self.batch.outcome.get() {
+            return outcome.clone();
+        }
+        // Unsettled, so the batch is still the open one: writing the open batch writes this
+        // record's (batches are settled in order, under the lock).
+        let mut st = self.log.lock()?;
+        match self.batch.outcome.get() {
+            Some(outcome) => outcome.clone(),
+            None => self.log.write_batch(&mut st),
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if self.pending {
+            // Its request is not forwarded, but the record was assigned a seq, and lines after it
+            // chain onto it: it is written like any other.
+            let _ = self.settle();
+        }
+    }
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged").field("seq", &self.seq).finish()
+    }
 }
 
 impl std::fmt::Debug for AuditWriter {
@@ -423,7 +508,12 @@ impl AuditWriter {
                 len: existing.len() as u64,
                 session: LineFields::session_text(session),
                 next_seq: tail.next_seq,
-                prev: tail.prev,
+                prev: tail.prev.clone(),
+                staged: String::new(),
+                staged_records: 0,
+                batch: None,
+                written_next_seq: tail.next_seq,
+                written_prev: tail.prev,
                 unsynced: 0,
                 first_unsynced: None,
                 cut: false,
@@ -470,9 +560,19 @@ impl AuditWriter {
     /// first failure it names): then the writer has stopped for good.
     ///
     /// A plain call: the write is done inline under the log's lock (see the module documentation
-    /// for why), on the caller's thread.
+    /// for why), on the caller's thread. Records staged before it (by [`AuditWriter::stage`]) are
+    /// written with it, in one write(2), so the file stays in seq order.
     pub fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
         self.inner.log.append(entry)
+    }
+
+    /// Stages one record: its seq and `prev` are assigned and its line is built now, but it is
+    /// written together with every other record staged before [`Staged::write`] (or any
+    /// [`AuditWriter::append`]) next writes the batch, in one write(2). Until its `write` returns
+    /// `Ok`, nothing that depends on the record may be forwarded. A staged record is never lost:
+    /// dropped unwritten, it writes its batch.
+    pub fn stage(&self, entry: AuditEntry) -> Result<Staged, AuditError> {
+        self.inner.log.stage(entry)
     }
 
     /// Makes every record written so far durable and rewrites the head file now (used at shutdown).
@@ -502,22 +602,43 @@ impl LogFile {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes one record's line: its fields serialised first, then the timestamp, seq and `prev`
-    /// spliced in and the line written with write(2), under the lock. A record refused (its request
-    /// denied) is counted.
-    fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
+    /// Writes one record's line, and any staged before it: its fields serialised first, then the
+    /// timestamp, seq and `prev` spliced in and the batch written with write(2), under the lock.
+    fn append(self: &Arc<Self>, entry: AuditEntry) -> Result<u64, AuditError> {
         // Everything but the writer's own fields is serialised before the lock is taken: the lock
         // is what every other request's record waits for.
         let fields = entry.into_fields();
-        let mut guard = self.lock()?;
-        let written = self.append_locked(&mut guard, &fields);
-        if written.is_err() {
-            guard.refused += 1;
-        }
-        written
+        let mut st = self.lock()?;
+        let seq = match self.stage_locked(&mut st, &fields) {
+            Ok(seq) => seq,
+            Err(e) => {
+                st.refused += 1;
+                return Err(e);
+            }
+        };
+        self.write_batch(&mut st)?;
+        Ok(seq)
     }
 
-    fn append_locked(&self, st: &mut State, fields: &LineFields) -> Result<u64, AuditError> {
+    fn stage(self: &Arc<Self>, entry: AuditEntry) -> Result<Staged, AuditError> {
+        let fields = entry.into_fields();
+        let mut st = self.lock()?;
+        match self.stage_locked(&mut st, &fields) {
+            Ok(seq) => Ok(Staged {
+                log: self.clone(),
+                batch: st.batch.get_or_insert_with(Default::default).clone(),
+                seq,
+                pending: true,
+            }),
+            Err(e) => {
+                st.refused += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Builds the record's line onto the open batch, advancing the staged tail; returns its seq.
+    fn stage_locked(&self, st: &mut State, fields: &LineFields) -> Result<u64, AuditError> {
         if let Some(first) = &st.failed {
             return Err(self.unavailable(first.clone()));
         }
@@ -526,27 +647,63 @@ impl LogFile {
         if st.stamp.0 != now {
             st.stamp = (now, audit::format_timestamp(now));
         }
-        let mut line = fields.line(&st.stamp.1, seq, &st.session, &st.prev);
-        let hash = audit::line_hash(line.as_bytes());
-        line.push('\n');
-        if let Err((error, stored)) = write_line(&st.file, line.as_bytes()) {
-            // The tail stays where it was: the next record follows the last whole line.
-            return Err(self.refuse(st, error, stored));
-        }
-        st.len += line.len() as u64;
-        st.prev = hash;
+        let start = st.staged.len();
+        fields.push_line(&mut st.staged, &st.stamp.1, seq, &st.session, &st.prev);
+        st.prev = audit::line_hash(&st.staged.as_bytes()[start..]);
+        st.staged.push('\n');
         st.next_seq += 1;
-        st.unsynced += 1;
-        let wake = if st.first_unsynced.is_none() {
-            st.first_unsynced = Some(Instant::now());
-            true
-        } else {
-            st.unsynced == SYNC_RECORDS
-        };
-        if wake {
-            self.wake.notify_one();
-        }
+        st.staged_records += 1;
         Ok(seq)
+    }
+
+    /// Writes the open batch (if any) with one write(2) and settles its outcome for every record
+    /// in it. A batch that cannot be written is refused whole: each of its records' requests is
+    /// denied, the file is cut back to its last whole line, and the staged tail goes back to the
+    /// written one, so the next record chains onto the last line in the file.
+    fn write_batch(&self, st: &mut State) -> Result<(), AuditError> {
+        if st.staged_records == 0 {
+            return Ok(());
+        }
+        let batch = st.batch.take();
+        let records = std::mem::take(&mut st.staged_records);
+        let outcome = if let Some(first) = st.failed.clone() {
+            // The writer stopped since the batch was staged: nothing written after its failure
+            // would ever be made durable.
+            Self::roll_back(st, records);
+            Err(self.unavailable(first))
+        } else if let Err((error, stored)) = write_line(&st.file, st.staged.as_bytes()) {
+            Self::roll_back(st, records);
+            Err(self.refuse(st, error, stored))
+        } else {
+            st.len += st.staged.len() as u64;
+            st.written_next_seq = st.next_seq;
+            st.written_prev.clone_from(&st.prev);
+            st.unsynced += records;
+            let wake = if st.first_unsynced.is_none() {
+                st.first_unsynced = Some(Instant::now());
+                true
+            } else {
+                // Once, as the count reaches the batch size.
+                st.unsynced >= SYNC_RECORDS && st.unsynced - records < SYNC_RECORDS
+            };
+            if wake {
+                self.wake.notify_one();
+            }
+            Ok(())
+        };
+        st.staged.clear();
+        if let Some(batch) = batch {
+            // Settled once, by the lock's holder: the batch was taken out of the state above.
+            let _ = batch.outcome.set(outcome.clone());
+        }
+        outcome
+    }
+
+    /// A batch of `records` was refused: the staged tail goes back to the last line in the file.
+    fn roll_back(st: &mut State, records: usize) {
+        st.next_seq = st.written_next_seq;
+        st.prev.clone_from(&st.written_prev);
+        st.refused += records as u64;
     }
 
     /// A line could not be written, `stored` of its bytes are in the file: cuts them off, so the file
@@ -589,6 +746,9 @@ impl LogFile {
                 None => self.closed(),
             });
         }
+        // Staged records belong to requests not yet forwarded; a flush makes them durable too.
+        // A batch that cannot be written is its records' failure, reported to them.
+        let _ = self.write_batch(&mut st);
         let (ack, done) = oneshot::channel();
         st.flushes.push(ack);
         self.wake.notify_one();
@@ -809,8 +969,8 @@ impl Syncer {
         st.first_unsynced = None;
         Job {
             tail: Head {
-                seq: st.next_seq - 1,
-                hash: st.prev.clone(),
+                seq: st.written_next_seq - 1,
+                hash: st.written_prev.clone(),
             },
             cut: std::mem::take(&mut st.cut),
             failed: st.failed.clone(),

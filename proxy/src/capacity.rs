@@ -68,7 +68,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -241,6 +241,8 @@ pub(crate) struct Capacity {
     grace_ms: u64,
     registry: Mutex<Registry>,
     evictions: AtomicU64,
+    /// Requests dispatched and not yet answered, over every connection (see [`InFlight`]).
+    in_flight: AtomicUsize,
     /// Evictions not yet reported in a warning, and when the last warning was written.
     unreported: AtomicU64,
     reported_at: AtomicU64,
@@ -274,6 +276,7 @@ impl Capacity {
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             registry: Mutex::new(Registry::default()),
             evictions: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
             unreported: AtomicU64::new(0),
             reported_at: AtomicU64::new(0),
         })
@@ -441,10 +444,19 @@ impl Admitted {
     pub fn request<B>(&self, req: &http::Request<B>) -> InFlight {
         self.slot.start();
         self.slot.touch();
+        self.capacity.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight {
             slot: self.slot.clone(),
+            capacity: self.capacity.clone(),
             connect: req.method() == http::Method::CONNECT,
         }
+    }
+
+    /// Requests in flight on every connection of the proxy, this one's included: more than one
+    /// means another request may be decided in the same turn of the loop (see
+    /// [`crate::context::SessionContext::record_all_together`]).
+    pub fn requests_in_flight(&self) -> usize {
+        self.capacity.in_flight.load(Ordering::Relaxed)
     }
 
     /// The connection now waits for request heads (HTTP inside an intercepted tunnel): their bytes
@@ -465,6 +477,7 @@ impl Drop for Admitted {
 /// A request in flight on a connection (see [`Admitted::request`]).
 pub(crate) struct InFlight {
     slot: Arc<Slot>,
+    capacity: Arc<Capacity>,
     connect: bool,
 }
 
@@ -485,6 +498,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.slot.end();
+        self.capacity.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

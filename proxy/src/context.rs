@@ -17,6 +17,7 @@ use crate::confirm::Confirmations;
 use crate::inventories::Inventories;
 use crate::live::LivePolicy;
 use crate::metrics::Metrics;
+use crate::metrics::decisions::Cell;
 use crate::net::Network;
 use crate::options::ProxyOptions;
 use crate::pool::Pool;
@@ -61,24 +62,13 @@ impl SessionContext {
     /// [`crate::refusal::Refusal`]) and forwards nothing. A plain call, not a future: nothing here
     /// waits (see [`AuditSink`]), and a future would be built, moved into every caller's future
     /// and polled for a call that never yields.
-    pub fn record(&self, mut entry: AuditEntry) -> Result<(), AuditUnavailable> {
-        if entry.policy.is_none() {
-            // `load`, not `current`: no reference count taken on the shared policy.
-            entry.policy = Some(self.live.load_hash());
-        }
-        let entry = self.redacted(entry);
-        let Some(metrics) = &self.metrics else {
-            return self.write(entry);
-        };
-        // Counted as the log has it: only a record that was written, under its own labels.
-        let cell = metrics.cell(entry.outcome, entry.reason, entry.server.as_deref());
-        let timer = metrics.audit_append();
-        let written = self.write(entry);
+    pub fn record(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
+        let entry = self.prepared(entry);
+        let cell = self.cell(&entry);
+        let timer = self.metrics.as_ref().map(|m| m.audit_append());
+        let written = self.audit.record(entry).map(drop);
         drop(timer);
-        if written.is_ok() {
-            metrics.recorded(cell);
-        }
-        written
+        self.written(written, cell)
     }
 
     /// Writes `entries` in order with [`SessionContext::record`], stopping at the first that cannot
@@ -90,9 +80,74 @@ impl SessionContext {
         entries.into_iter().try_for_each(|entry| self.record(entry))
     }
 
-    fn write(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
-        match self.audit.record(entry) {
-            Ok(_) => Ok(()),
+    /// Writes `entries` in order, together with the records of other requests decided in the same
+    /// turn of this thread's loop, when `others` says other requests are in flight: all are staged
+    /// ([`AuditSink::stage`]) and the task yields once, so that theirs can join the batch before
+    /// the first of them writes it, with one write(2) for all. Returns once every entry is in the
+    /// log; on `Err` none of the batch is (it is refused whole), and nothing may be forwarded.
+    /// Alone, a request writes its records as [`SessionContext::record_all`] does: it would wait
+    /// for nobody.
+    pub async fn record_all_together(
+        &self,
+        entries: impl IntoIterator<Item = AuditEntry>,
+        others: bool,
+    ) -> Result<(), AuditUnavailable> {
+        if !others {
+            return self.record_all(entries);
+        }
+        let mut staged = Vec::new();
+        for entry in entries {
+            let entry = self.prepared(entry);
+            let cell = self.cell(&entry);
+            let timer = self.metrics.as_ref().map(|m| m.audit_append());
+            let record = self.audit.stage(entry);
+            drop(timer);
+            match record {
+                Ok(record) => staged.push((record, cell)),
+                // What was staged before it is written when dropped, and refused with it if the
+                // writer has stopped; this request forwards nothing either way.
+                Err(e) => return self.written(Err(e), None),
+            }
+        }
+        tokio::task::yield_now().await;
+        for (record, cell) in staged {
+            let timer = self.metrics.as_ref().map(|m| m.audit_append());
+            let written = record.write().map(drop);
+            drop(timer);
+            self.written(written, cell)?;
+        }
+        Ok(())
+    }
+
+    /// `entry` as the log gets it: naming the policy in force if it names none, and redacted.
+    fn prepared(&self, mut entry: AuditEntry) -> AuditEntry {
+        if entry.policy.is_none() {
+            // `load`, not `current`: no reference count taken on the shared policy.
+            entry.policy = Some(self.live.load_hash());
+        }
+        self.redacted(entry)
+    }
+
+    /// Where `--metrics` counts `entry` once it is written.
+    fn cell(&self, entry: &AuditEntry) -> Option<Cell> {
+        let metrics = self.metrics.as_ref()?;
+        Some(metrics.cell(entry.outcome, entry.reason, entry.server.as_deref()))
+    }
+
+    /// Counts a written record (as the log has it: only a record that was written, under its own
+    /// labels), or logs why it was not.
+    fn written(
+        &self,
+        written: Result<(), String>,
+        cell: Option<Cell>,
+    ) -> Result<(), AuditUnavailable> {
+        match written {
+            Ok(()) => {
+                if let (Some(metrics), Some(cell)) = (&self.metrics, cell) {
+                    metrics.recorded(cell);
+                }
+                Ok(())
+            }
             Err(e) => {
                 tracing::error!("audit record failed, denying: {e}");
                 Err(AuditUnavailable)
@@ -185,5 +240,10 @@ impl ConnGuard {
     /// bytes are not activity, so a client dribbling a head is evictable like one on the proxy port.
     pub fn reading_heads(&self) {
         self.conn.reading_heads();
+    }
+
+    /// Whether requests other than the caller's are in flight in the proxy.
+    pub fn others_in_flight(&self) -> bool {
+        self.conn.requests_in_flight() > 1
     }
 }

@@ -129,10 +129,13 @@ pub(crate) async fn decide(
         ))
         .await?;
     }
-    session.record_all(entries.into_iter().map(|mut entry| {
+    let entries = entries.into_iter().map(|mut entry| {
         entry.secrets = use_.secrets.clone();
         entry
-    }))?;
+    });
+    session
+        .record_all_together(entries, cx.guard.others_in_flight())
+        .await?;
     Ok(Decided { body, reading })
 }
 

@@ -2,11 +2,13 @@
 //! head, continuing a log, refusing a tampered one, escaping, and failures: a record that cannot be
 //! written (a full tmpfs, a file size limit) is refused without leaving a partial line and the chain
 //! goes on once there is room, a head that cannot be rewritten lags and catches up, and a partial line
-//! that cannot be cut off stops the writer for good.
+//! that cannot be cut off stops the writer for good. Staged records: written together in seq order by
+//! the first of them (or any append), never before, never named by the head before, written when
+//! dropped, and refused whole when their batch cannot be written.
 
 use fenzi_policy::Reason;
 use fenzi_policy::audit::{self, AuditRecord, Head, Outcome};
-use fenzi_proxy::audit_writer::{AuditEntry, AuditError, AuditWriter, head_path};
+use fenzi_proxy::audit_writer::{AuditEntry, AuditError, AuditWriter, Staged, head_path};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -574,6 +576,7 @@ fn child() {
             "fsize" => short_write_case(&dir).await,
             "torn" => uncuttable_case().await,
             "tmpfs" => full_disk_case(&dir).await,
+            "batch" => refused_batch_case(&dir).await,
             other => panic!("unknown case {other}"),
         }
     });
@@ -853,4 +856,128 @@ async fn full_disk_case(dir: &Path) {
     assert_eq!(w.append(entry("echo")).unwrap(), written + 2);
     w.flush().await.unwrap();
     assert_eq!(verify(&path).unwrap().records as u64, written + 2);
+}
+
+fn tools(path: &Path) -> Vec<String> {
+    records(path).into_iter().map(|r| r.tool.unwrap()).collect()
+}
+
+#[tokio::test]
+async fn staged_records_are_written_together_in_seq_order_by_the_first_to_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    assert_eq!(w.append(entry("before")).unwrap(), 1);
+    let staged: Vec<Staged> = ["a", "b", "c"]
+        .into_iter()
+        .map(|tool| w.stage(entry(tool)).unwrap())
+        .collect();
+    assert_eq!(
+        tools(&path),
+        ["before"],
+        "nothing staged is in the file yet"
+    );
+    let mut staged = staged.into_iter();
+    let (a, b, c) = (
+        staged.next().unwrap(),
+        staged.next().unwrap(),
+        staged.next().unwrap(),
+    );
+    // The second to be staged writes first: the whole batch goes, in seq order.
+    assert_eq!(b.write().unwrap(), 3);
+    assert_eq!(tools(&path), ["before", "a", "b", "c"]);
+    assert_eq!(c.write().unwrap(), 4);
+    assert_eq!(a.write().unwrap(), 2);
+    assert_eq!(tools(&path), ["before", "a", "b", "c"], "written once");
+    w.flush().await.unwrap();
+    assert_eq!(verify(&path).unwrap().records, 4);
+    assert_eq!(read_head(&path).seq, 4);
+}
+
+#[tokio::test]
+async fn an_append_writes_what_was_staged_before_it_and_a_dropped_record_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    let first = w.stage(entry("staged")).unwrap();
+    assert_eq!(w.append(entry("appended")).unwrap(), 2);
+    assert_eq!(tools(&path), ["staged", "appended"]);
+    assert_eq!(first.write().unwrap(), 1);
+    // A request that goes away between staging and writing (its task cancelled) still leaves its
+    // record, and the chain stays whole.
+    drop(w.stage(entry("dropped")).unwrap());
+    assert_eq!(tools(&path), ["staged", "appended", "dropped"]);
+    assert_eq!(w.append(entry("after")).unwrap(), 4);
+    w.flush().await.unwrap();
+    assert_eq!(verify(&path).unwrap().records, 4);
+}
+
+#[tokio::test]
+async fn the_head_never_names_a_staged_record_before_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    assert_eq!(w.append(entry("written")).unwrap(), 1);
+    let staged = w.stage(entry("staged")).unwrap();
+    eventually("the head names the written record", || {
+        std::fs::read_to_string(head_path(&path)).is_ok_and(|h| Head::parse(&h).unwrap().seq == 1)
+    })
+    .await;
+    // Well past the sync interval: the sync thread ran, and had only the written line to name.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(read_head(&path).seq, 1);
+    assert_eq!(verify(&path).unwrap().records, 1);
+    assert_eq!(staged.write().unwrap(), 2);
+    eventually("the head follows the batch", || read_head(&path).seq == 2).await;
+    assert_eq!(verify(&path).unwrap().records, 2);
+}
+
+#[test]
+fn a_batch_that_cannot_be_written_is_refused_whole_and_the_chain_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_child("batch", dir.path(), IGNORING_SIGXFSZ);
+    assert_child_ok("batch", &out);
+}
+
+/// A file size limit with room for about two lines: a batch of three is written in part (a short
+/// write), then refused (EFBIG). Every record in it is refused, the part is cut off, and the next
+/// record takes the first refused one's seq.
+async fn refused_batch_case(dir: &Path) {
+    let path = dir.join("a.jsonl");
+    let w = AuditWriter::open(&path, "s").unwrap();
+    assert_eq!(w.append(entry("echo")).unwrap(), 1);
+    w.flush().await.unwrap();
+    let whole = std::fs::read(&path).unwrap();
+    let line = whole.len() as u64;
+    limit_file_size(Some(line * 3));
+
+    let staged: Vec<Staged> = (0..3).map(|_| w.stage(entry("refused")).unwrap()).collect();
+    for record in staged {
+        let err = record.write().unwrap_err();
+        assert!(
+            matches!(err, AuditError::Write { .. }) && os_error(&err) == Some(EFBIG),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        whole,
+        "the log is left as it was, without the part of the batch that was written"
+    );
+    assert_eq!(w.refused(), 3);
+
+    // A batch refused by a later record's append is refused with it, the append included.
+    let early = w.stage(entry("refused")).unwrap();
+    let _later = w.stage(entry("refused")).unwrap();
+    let err = w.append(entry("refused")).unwrap_err();
+    assert_eq!(os_error(&err), Some(EFBIG), "{err}");
+    assert_eq!(os_error(&early.write().unwrap_err()), Some(EFBIG));
+    assert_eq!(std::fs::read(&path).unwrap(), whole);
+
+    limit_file_size(None);
+    assert_eq!(w.append(entry("after")).unwrap(), 2);
+    w.flush().await.unwrap();
+    assert_eq!(verify(&path).unwrap().records, 2);
+    assert_eq!(read_head(&path).seq, 2);
+    assert_eq!(tools(&path), ["echo", "after"]);
 }

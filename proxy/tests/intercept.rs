@@ -992,3 +992,104 @@ async fn records_name_the_client_peer_and_the_policy_in_force() {
         assert_eq!(r.policy.as_deref(), Some(hash.as_str()), "{r:?}");
     }
 }
+
+/// Many tunnels calling at once, recorded by the real writer: with other requests in flight, an
+/// allowed call's record is staged and written in a batch shared with the calls decided in the same
+/// turn. Every call still gets exactly one record, each answered call's record is in the file (the
+/// proxy forwards only once its batch is written), and the log is one chain that verifies with its
+/// head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_are_each_recorded_once_in_one_chain_that_verifies() {
+    use fenzi_policy::audit::{self, AuditRecord, Head};
+    use fenzi_proxy::audit_writer::{AuditWriter, head_path};
+    const TUNNELS: u64 = 16;
+    const CALLS: u64 = 25;
+    let pki = TestPki::new();
+    let upstream = http_upstream(Some(pki.server_config(&["127.0.0.1"])), mcp_handler()).await;
+    let target = format!("127.0.0.1:{}", upstream.port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let writer = Arc::new(AuditWriter::open(&path, "batches").unwrap());
+    let policy = policy(&mcp_policy(&format!("https://{target}/mcp")), None);
+    let network = Arc::new(FakeNetwork::default());
+    let proxy =
+        fenzi_proxy::Proxy::with_network(policy, writer.clone(), options(&pki), network).unwrap();
+    let mut proxy = serve_proxy(proxy, writer).await;
+    let ca = proxy.proxy.ca().cert_der().clone();
+
+    let mut tunnels = Vec::new();
+    for t in 0..TUNNELS {
+        let (addr, target, ca) = (proxy.addr, target.clone(), ca.clone());
+        tunnels.push(tokio::spawn(async move {
+            let (stream, status, head) = connect(addr, &target).await;
+            assert_eq!(status, 200, "{head}");
+            let tls = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
+                .await
+                .expect("TLS with the proxy");
+            let mut client = h1(tls).await;
+            for i in 0..CALLS {
+                let id = t * 1000 + i;
+                let (tool, expected) = if i % 5 == 4 {
+                    ("delete_everything", 403)
+                } else {
+                    ("echo", 200)
+                };
+                let response = client
+                    .send_request(tools_call(&target, "/mcp", id, tool))
+                    .await
+                    .unwrap();
+                let (status, body) = text(response).await;
+                assert_eq!(status, expected, "{tool} {id}: {body}");
+                assert_eq!(json(&body)["id"], id, "{body}");
+            }
+        }));
+    }
+    for tunnel in tunnels {
+        tunnel.await.unwrap();
+    }
+    proxy.shutdown();
+    proxy.done.take().unwrap().await.unwrap();
+    proxy.sink.flush().await.unwrap();
+
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let head = Head::parse(&std::fs::read_to_string(head_path(&path)).unwrap()).unwrap();
+    let verified = audit::verify(lines.iter().map(|l| l.as_bytes()), Some(&head))
+        .expect("one chain that verifies with its head");
+    let calls = TUNNELS * CALLS;
+    assert_eq!(verified.records as u64, TUNNELS + calls, "{log}");
+    assert_eq!(
+        head.seq,
+        TUNNELS + calls,
+        "flushed, the head names the last record"
+    );
+    let records: Vec<AuditRecord> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut ids: Vec<u64> = Vec::new();
+    for r in records
+        .iter()
+        .filter(|r| r.rpc.as_deref() == Some("tools/call"))
+    {
+        let id: u64 = r.rpc_id.as_deref().unwrap().parse().unwrap();
+        let expected = if id % 1000 % 5 == 4 {
+            ("denied", "delete_everything")
+        } else {
+            ("allowed", "echo")
+        };
+        assert_eq!(
+            (r.decision.label(), r.tool.as_deref().unwrap()),
+            expected,
+            "{r:?}"
+        );
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    let all: Vec<u64> = (0..TUNNELS)
+        .flat_map(|t| (0..CALLS).map(move |i| t * 1000 + i))
+        .collect();
+    assert_eq!(ids, all, "one record per call");
+    let connects = records.iter().filter(|r| r.method == "CONNECT").count();
+    assert_eq!(connects as u64, TUNNELS);
+}
