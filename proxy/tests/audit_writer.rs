@@ -611,6 +611,25 @@ fn assert_child_ok(case: &str, out: &std::process::Output) {
     );
 }
 
+/// Runs `case` in a child process of its own (the file size limit it sets must not reach the other
+/// tests), with SIGXFSZ ignored, so that a write past the limit fails with EFBIG instead of killing it.
+fn run_over_a_size_limit(case: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_child(case, dir.path(), IGNORING_SIGXFSZ);
+    assert_child_ok(case, &out);
+}
+
+/// A new log at `path` with `records` records, flushed, and its bytes.
+async fn flushed_log(path: &Path, records: u64) -> (AuditWriter, Vec<u8>) {
+    let w = AuditWriter::open(path, "s").unwrap();
+    for seq in 1..=records {
+        assert_eq!(w.append(entry("echo")).unwrap(), seq);
+    }
+    w.flush().await.unwrap();
+    let whole = std::fs::read(path).unwrap();
+    (w, whole)
+}
+
 /// Sets this process's soft file size limit (`None`: back to the hard limit).
 fn limit_file_size(bytes: Option<u64>) {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
@@ -635,9 +654,7 @@ fn os_error(err: &AuditError) -> Option<i32> {
 
 #[test]
 fn a_short_write_is_cut_off_the_record_refused_and_the_chain_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_child("fsize", dir.path(), IGNORING_SIGXFSZ);
-    assert_child_ok("fsize", &out);
+    run_over_a_size_limit("fsize");
 }
 
 /// A file size limit 100 bytes past the end of the log: the next line's write(2) stores 100 bytes
@@ -645,12 +662,7 @@ fn a_short_write_is_cut_off_the_record_refused_and_the_chain_goes_on() {
 async fn short_write_case(dir: &Path) {
     use std::io::Write;
     let path = dir.join("a.jsonl");
-    let w = AuditWriter::open(&path, "s").unwrap();
-    for seq in 1..=3 {
-        assert_eq!(w.append(entry("echo")).unwrap(), seq);
-    }
-    w.flush().await.unwrap();
-    let whole = std::fs::read(&path).unwrap();
+    let (w, whole) = flushed_log(&path, 3).await;
     limit_file_size(Some(whole.len() as u64 + 100));
 
     // The premise: a write across the limit stores its first part (on a copy of the log).
@@ -697,9 +709,7 @@ async fn short_write_case(dir: &Path) {
 
 #[test]
 fn a_partial_line_that_cannot_be_cut_off_stops_the_writer_for_good() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_child("torn", dir.path(), IGNORING_SIGXFSZ);
-    assert_child_ok("torn", &out);
+    run_over_a_size_limit("torn");
 }
 
 /// The log is a memfd sealed against shrinking (reached through /proc/self/fd), so the cut after a
@@ -793,11 +803,7 @@ fn a_full_disk_refuses_records_and_service_resumes_once_there_is_room() {
 async fn full_disk_case(dir: &Path) {
     use std::io::Write;
     let path = dir.join("audit/a.jsonl");
-    let w = AuditWriter::open(&path, "s").unwrap();
-    for seq in 1..=5 {
-        assert_eq!(w.append(entry("echo")).unwrap(), seq);
-    }
-    w.flush().await.unwrap();
+    let (w, _) = flushed_log(&path, 5).await;
     let mut fill = std::fs::File::create(dir.join("fill")).unwrap();
     loop {
         if let Err(e) = fill.write_all(&[0; 4096]) {
@@ -934,9 +940,7 @@ async fn the_head_never_names_a_staged_record_before_it_is_written() {
 
 #[test]
 fn a_batch_that_cannot_be_written_is_refused_whole_and_the_chain_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_child("batch", dir.path(), IGNORING_SIGXFSZ);
-    assert_child_ok("batch", &out);
+    run_over_a_size_limit("batch");
 }
 
 /// A file size limit with room for about two lines: a batch of three is written in part (a short
@@ -944,10 +948,7 @@ fn a_batch_that_cannot_be_written_is_refused_whole_and_the_chain_goes_on() {
 /// record takes the first refused one's seq.
 async fn refused_batch_case(dir: &Path) {
     let path = dir.join("a.jsonl");
-    let w = AuditWriter::open(&path, "s").unwrap();
-    assert_eq!(w.append(entry("echo")).unwrap(), 1);
-    w.flush().await.unwrap();
-    let whole = std::fs::read(&path).unwrap();
+    let (w, whole) = flushed_log(&path, 1).await;
     let line = whole.len() as u64;
     limit_file_size(Some(line * 3));
 
