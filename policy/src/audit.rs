@@ -222,7 +222,7 @@ fn push_string(line: &mut String, text: &str) {
 /// A record's line without the four fields its writer assigns (`ts`, `seq`, `session`, `prev`),
 /// serialised ahead: a writer that must assign those under a lock (the chain is one sequence) then
 /// only splices them in, instead of serialising the whole record while others wait.
-/// [`LineFields::line`] gives exactly the line [`to_line`] gives for the whole record.
+/// [`LineFields::push_line`] gives exactly the line [`to_line`] gives for the whole record.
 #[derive(Debug, Clone)]
 pub struct LineFields {
     /// The serialised fields from `decision` up to and including the comma before `prev`.
@@ -248,14 +248,7 @@ impl LineFields {
 
     /// The whole line (no newline), given the writer's fields. `ts` (RFC 3339) and `prev` (hex) need
     /// no escaping; `session` is spliced as given: pass [`LineFields::session_text`] of the id.
-    pub fn line(&self, ts: &str, seq: u64, session: &str, prev: &str) -> String {
-        let mut line =
-            String::with_capacity(self.middle.len() + ts.len() + session.len() + prev.len() + 64);
-        self.push_line(&mut line, ts, seq, session, prev);
-        line
-    }
-
-    /// [`LineFields::line`] appended to `line`: a writer that batches lines builds each in place.
+    /// It is appended to `line`: a writer that batches lines builds each in place.
     pub fn push_line(&self, line: &mut String, ts: &str, seq: u64, session: &str, prev: &str) {
         let middle = self.middle.as_str();
         // Pieces pushed one by one: this runs under the writer's lock, and the formatting
@@ -621,10 +614,10 @@ mod tests {
             whole.session = session;
             let fields = LineFields::new(whole.clone());
             let session = LineFields::session_text(&whole.session);
-            proptest::prop_assert_eq!(
-                fields.line(&whole.ts, whole.seq, &session, &whole.prev),
-                to_line(&whole)
-            );
+            // Appended after what the buffer already holds, as a batch of lines is built.
+            let mut batch = String::from("{}\n");
+            fields.push_line(&mut batch, &whole.ts, whole.seq, &session, &whole.prev);
+            proptest::prop_assert_eq!(batch, format!("{{}}\n{}", to_line(&whole)));
         }
     }
 

@@ -388,16 +388,13 @@ pub struct Staged {
     log: Arc<LogFile>,
     batch: Arc<Batch>,
     seq: u64,
-    /// Not yet seen written: dropped like this, it writes its batch.
-    pending: bool,
 }
 
 impl Staged {
     /// Writes the record's batch unless another record's writer already has, and returns the
     /// record's seq once its line is in the file. On `Err` the whole batch was refused (see
     /// [`AuditWriter::append`]).
-    pub fn write(mut self) -> Result<u64, AuditError> {
-        self.pending = false;
+    pub fn write(self) -> Result<u64, AuditError> {
         self.settle().map(|()| self.seq)
     }
 
@@ -417,11 +414,9 @@ impl Staged {
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if self.pending {
-            // Its request is not forwarded, but the record was assigned a seq, and lines after it
-            // chain onto it: it is written like any other.
-            let _ = self.settle();
-        }
+        // Unwritten, its request is not forwarded, but the record was assigned a seq and lines
+        // after it chain onto it: it is written like any other. Written, this finds the outcome.
+        let _ = self.settle();
     }
 }
 
@@ -609,13 +604,7 @@ impl LogFile {
         // is what every other request's record waits for.
         let fields = entry.into_fields();
         let mut st = self.lock()?;
-        let seq = match self.stage_locked(&mut st, &fields) {
-            Ok(seq) => seq,
-            Err(e) => {
-                st.refused += 1;
-                return Err(e);
-            }
-        };
+        let seq = self.stage_locked(&mut st, &fields)?;
         self.write_batch(&mut st)?;
         Ok(seq)
     }
@@ -623,23 +612,19 @@ impl LogFile {
     fn stage(self: &Arc<Self>, entry: AuditEntry) -> Result<Staged, AuditError> {
         let fields = entry.into_fields();
         let mut st = self.lock()?;
-        match self.stage_locked(&mut st, &fields) {
-            Ok(seq) => Ok(Staged {
-                log: self.clone(),
-                batch: st.batch.get_or_insert_with(Default::default).clone(),
-                seq,
-                pending: true,
-            }),
-            Err(e) => {
-                st.refused += 1;
-                Err(e)
-            }
-        }
+        let seq = self.stage_locked(&mut st, &fields)?;
+        Ok(Staged {
+            log: self.clone(),
+            batch: st.batch.get_or_insert_with(Default::default).clone(),
+            seq,
+        })
     }
 
-    /// Builds the record's line onto the open batch, advancing the staged tail; returns its seq.
+    /// Builds the record's line onto the open batch, advancing the staged tail; returns its seq. A
+    /// record refused here (the writer has stopped) is counted.
     fn stage_locked(&self, st: &mut State, fields: &LineFields) -> Result<u64, AuditError> {
         if let Some(first) = &st.failed {
+            st.refused += 1;
             return Err(self.unavailable(first.clone()));
         }
         let seq = st.next_seq;

@@ -65,9 +65,7 @@ impl SessionContext {
     pub fn record(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
         let entry = self.prepared(entry);
         let cell = self.cell(&entry);
-        let timer = self.metrics.as_ref().map(|m| m.audit_append());
-        let written = self.audit.record(entry).map(drop);
-        drop(timer);
+        let written = self.timed(|| self.audit.record(entry).map(drop));
         self.written(written, cell)
     }
 
@@ -99,10 +97,7 @@ impl SessionContext {
         for entry in entries {
             let entry = self.prepared(entry);
             let cell = self.cell(&entry);
-            let timer = self.metrics.as_ref().map(|m| m.audit_append());
-            let record = self.audit.stage(entry);
-            drop(timer);
-            match record {
+            match self.timed(|| self.audit.stage(entry)) {
                 Ok(record) => staged.push((record, cell)),
                 // What was staged before it is written when dropped, and refused with it if the
                 // writer has stopped; this request forwards nothing either way.
@@ -111,9 +106,7 @@ impl SessionContext {
         }
         tokio::task::yield_now().await;
         for (record, cell) in staged {
-            let timer = self.metrics.as_ref().map(|m| m.audit_append());
-            let written = record.write().map(drop);
-            drop(timer);
+            let written = self.timed(|| record.write().map(drop));
             self.written(written, cell)?;
         }
         Ok(())
@@ -126,6 +119,12 @@ impl SessionContext {
             entry.policy = Some(self.live.load_hash());
         }
         self.redacted(entry)
+    }
+
+    /// `append` timed as one append to the audit sink, when `--metrics` is on.
+    fn timed<T>(&self, append: impl FnOnce() -> T) -> T {
+        let _timer = self.metrics.as_ref().map(|m| m.audit_append());
+        append()
     }
 
     /// Where `--metrics` counts `entry` once it is written.
