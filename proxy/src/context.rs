@@ -27,6 +27,7 @@ use crate::tls::SessionCa;
 use http::Request;
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// What every connection of one session shares.
@@ -65,7 +66,9 @@ impl SessionContext {
     pub fn record(&self, entry: AuditEntry) -> Result<(), AuditUnavailable> {
         let entry = self.prepared(entry);
         let cell = self.cell(&entry);
-        let written = self.timed(|| self.audit.record(entry).map(drop));
+        let mut took = Duration::ZERO;
+        let written = self.clocked(&mut took, || self.audit.record(entry).map(drop));
+        self.appended(took);
         self.written(written, cell)
     }
 
@@ -97,16 +100,21 @@ impl SessionContext {
         for entry in entries {
             let entry = self.prepared(entry);
             let cell = self.cell(&entry);
-            match self.timed(|| self.audit.stage(entry)) {
-                Ok(record) => staged.push((record, cell)),
+            let mut took = Duration::ZERO;
+            match self.clocked(&mut took, || self.audit.stage(entry)) {
+                Ok(record) => staged.push((record, cell, took)),
                 // What was staged before it is written when dropped, and refused with it if the
                 // writer has stopped; this request forwards nothing either way.
-                Err(e) => return self.written(Err(e), None),
+                Err(e) => {
+                    self.appended(took);
+                    return self.written(Err(e), None);
+                }
             }
         }
         tokio::task::yield_now().await;
-        for (record, cell) in staged {
-            let written = self.timed(|| record.write().map(drop));
+        for (record, cell, mut took) in staged {
+            let written = self.clocked(&mut took, || record.write().map(drop));
+            self.appended(took);
             self.written(written, cell)?;
         }
         Ok(())
@@ -121,10 +129,24 @@ impl SessionContext {
         self.redacted(entry)
     }
 
-    /// `append` timed as one append to the audit sink, when `--metrics` is on.
-    fn timed<T>(&self, append: impl FnOnce() -> T) -> T {
-        let _timer = self.metrics.as_ref().map(|m| m.audit_append());
-        append()
+    /// Runs `step`, a part of one record's append to the audit sink, adding the time it takes to
+    /// `took` when `--metrics` is on: a staged record's staging and its write, on either side of
+    /// the yield, are one append.
+    fn clocked<T>(&self, took: &mut Duration, step: impl FnOnce() -> T) -> T {
+        if self.metrics.is_none() {
+            return step();
+        }
+        let started = Instant::now();
+        let out = step();
+        *took += started.elapsed();
+        out
+    }
+
+    /// One record's append, which took `took` in all, observed once (`--metrics`).
+    fn appended(&self, took: Duration) {
+        if let Some(metrics) = &self.metrics {
+            metrics.audit_appended(took);
+        }
     }
 
     /// Where `--metrics` counts `entry` once it is written.

@@ -1,6 +1,7 @@
 //! `--metrics` against real traffic: a live proxy writing the real hash-chained log, a plain host
 //! allowed and one denied, a host whose upstream refuses the connection, and an intercepted MCP
-//! server with allowed and denied tool calls. The metrics listener is scraped over loopback, and
+//! server with allowed and denied tool calls, some decided while another call is in flight (their
+//! records staged and written together). The metrics listener is scraped over loopback, and
 //! its text is checked against the log: `fenzi_decisions_total` per (decision, reason, server)
 //! equals the log's own counts, and each histogram counted every request that went through its
 //! phase.
@@ -155,10 +156,29 @@ async fn the_counts_agree_with_the_audit_log() {
     let (_, status, head) = connect(p.addr, "nope.test:443").await;
     assert_eq!(status, 403, "{head}");
 
-    // MCP: two allowed calls and one denied, in one intercepted tunnel.
+    // MCP: a call held in flight in its own tunnel (its head sent, half its body), so that the
+    // calls below are decided while another request is in flight and take the path that stages
+    // their records and writes them together. Each record still counts as one append.
+    let ca = p.proxy.ca().cert_der().clone();
     let (stream, status, head) = connect(p.addr, &target).await;
     assert_eq!(status, 200, "{head}");
-    let ca = p.proxy.ca().cert_der().clone();
+    let mut held = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
+        .await
+        .unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"text":"held"}}}"#;
+    let (first, rest) = body.split_at(body.len() / 2);
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {target}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{first}",
+        body.len()
+    );
+    held.write_all(request.as_bytes()).await.unwrap();
+    held.flush().await.unwrap();
+    // Time for the proxy to read the head and dispatch the request.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Two allowed calls and one denied, in another intercepted tunnel.
+    let (stream, status, head) = connect(p.addr, &target).await;
+    assert_eq!(status, 200, "{head}");
     let tls = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
         .await
         .unwrap();
@@ -175,6 +195,10 @@ async fn the_counts_agree_with_the_audit_log() {
         let (status, body) = text(response).await;
         assert_eq!(status, expected, "{tool}: {body}");
     }
+    held.write_all(rest.as_bytes()).await.unwrap();
+    held.flush().await.unwrap();
+    let (status, head) = read_head(&mut held).await;
+    assert_eq!(status, 200, "{head}");
 
     // Every record is written before its answer, so the log is complete now.
     let (log, lines) = logged(sink.path());
@@ -186,15 +210,15 @@ async fn the_counts_agree_with_the_audit_log() {
     assert_eq!(has("allowed", "", ""), Some(4)); // web.test ×3, dead.test
     assert_eq!(has("denied", "host_not_allowed", ""), Some(2));
     assert_eq!(has("failed", "upstream_error", ""), Some(1));
-    assert_eq!(has("allowed", "", "local"), Some(3)); // the CONNECT and two calls
+    assert_eq!(has("allowed", "", "local"), Some(5)); // two CONNECTs, the held call and two calls
     assert_eq!(has("denied", "policy_denied", "local"), Some(1));
 
     // Each histogram counted each request through its phase.
     assert_eq!(after["fenzi_audit_append_seconds_count"], lines as f64);
-    // Decided: the three MCP requests (plain bodies stream, nothing is decided about them).
-    assert_eq!(after["fenzi_decide_seconds_count"], 3.0);
-    // Sent upstream: web.test ×3, dead.test, two allowed calls.
-    assert_eq!(after["fenzi_upstream_seconds_count"], 6.0);
+    // Decided: the four MCP requests (plain bodies stream, nothing is decided about them).
+    assert_eq!(after["fenzi_decide_seconds_count"], 4.0);
+    // Sent upstream: web.test ×3, dead.test, the held call and two allowed calls.
+    assert_eq!(after["fenzi_upstream_seconds_count"], 7.0);
     assert_eq!(
         after["fenzi_upstream_seconds_bucket{le=\"+Inf\"}"],
         after["fenzi_upstream_seconds_count"]

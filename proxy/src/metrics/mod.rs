@@ -8,7 +8,7 @@
 //! | `decisions_total{decision,reason,server}` | counter | each record the audit sink wrote (`SessionContext::record`), with the record's own labels, so the counts equal the log's |
 //! | `decide_seconds` | histogram | a buffered request's decisions (`decide.rs`): secrets, classifier, substitution, limits; not the wait for a person |
 //! | `upstream_seconds` | histogram | a request sent upstream until its response head (`Upstream::send`), failures and cancellations included |
-//! | `audit_append_seconds` | histogram | each call to the audit sink (`AuditWriter::record`) |
+//! | `audit_append_seconds` | histogram | each record's append to the audit sink (`SessionContext::record`; a staged record's staging and write, observed once) |
 //! | `upstream_errors_total{kind}` | counter | dials, requests, resolutions and response bodies that failed on the upstream's side |
 //! | `export_lag_records` | gauge | read at scrape time from the source the audit export registers ([`Metrics::set_export_lag_source`]); absent without one |
 //!
@@ -32,6 +32,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use timing::{LOCAL_BOUNDS, Timer, Timing, UPSTREAM_BOUNDS};
 
 /// Where the export lag comes from: how many records are in the log but not yet shipped.
@@ -89,9 +90,10 @@ impl Metrics {
         self.decisions.add(cell);
     }
 
-    /// Times one append to the audit sink.
-    pub(crate) fn audit_append(&self) -> Timer<'_> {
-        self.audit_append.start()
+    /// One record's append to the audit sink, which took `took` (a staged record's staging and its
+    /// write together).
+    pub(crate) fn audit_appended(&self, took: Duration) {
+        self.audit_append.observe(took);
     }
 
     /// Times one request's decisions.
