@@ -31,9 +31,9 @@
 //! first unsynced record, or as soon as [`SYNC_RECORDS`] are unsynced, and then rewrites `<log>.head`
 //! atomically (temp file, fsync, rename). Before each fdatasync it takes the (seq, hash) of the last
 //! line written (not the last staged), under the same lock as the writers, and that is what the head
-//! names: every line up
-//! to it was written before the fdatasync began, so the head never names a record that is not
-//! durable. The head may lag the log by one batch, which `fenzi_policy::audit::verify` allows.
+//! names: every line up to it was written before the fdatasync began, so the head never names a
+//! record that is not durable. The head may lag the log by one batch, which
+//! `fenzi_policy::audit::verify` allows.
 //!
 //! Failures are of one record, of the head, or of the log; only the last stops the writer:
 //!
@@ -599,7 +599,7 @@ impl LogFile {
 
     /// Writes one record's line, and any staged before it: its fields serialised first, then the
     /// timestamp, seq and `prev` spliced in and the batch written with write(2), under the lock.
-    fn append(self: &Arc<Self>, entry: AuditEntry) -> Result<u64, AuditError> {
+    fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
         // Everything but the writer's own fields is serialised before the lock is taken: the lock
         // is what every other request's record waits for.
         let fields = entry.into_fields();
