@@ -29,7 +29,8 @@
 //! a plain thread because every step is blocking file I/O and `open` may run before any runtime
 //! exists) calls fdatasync on a duplicate of the log's descriptor at most [`SYNC_INTERVAL`] after the
 //! first unsynced record, or as soon as [`SYNC_RECORDS`] are unsynced, and then rewrites `<log>.head`
-//! atomically (temp file, fsync, rename). Before each fdatasync it takes the (seq, hash) of the last
+//! in place (one write at offset 0, fdatasync; see [`crate::host_files::SmallFile`] for why never
+//! by a rename and why a crash still leaves a whole head). Before each fdatasync it takes the (seq, hash) of the last
 //! line written (not the last staged), under the same lock as the writers, and that is what the head
 //! names: every line up to it was written before the fdatasync began, so the head never names a
 //! record that is not durable. The head may lag the log by one batch, which
@@ -64,15 +65,20 @@
 //! Nothing is dropped silently: a refused record is an error for the caller that must deny, and a
 //! failure of the head or of the log is logged (tracing) when it happens.
 //!
+//! The log and its head are opened once, through a descriptor of their directory taken when the
+//! log is opened (before the agent runs), and never through a link ([`crate::host_files`]): an agent
+//! that can write that directory cannot redirect a write. The head is created (empty: no head yet)
+//! when the log is, so that `fenzi run` can protect it from the start.
+//!
 //! An existing log is continued only when it verifies against its head; the file is locked (flock) so
 //! two processes cannot interleave records in one chain. The lock is held until the last handle is
 //! dropped and the sync thread has made the log durable one last time.
 
+use crate::host_files::{HostDir, Opening, SmallFile};
 use fenzi_policy::Reason;
 use fenzi_policy::audit::{self, AuditRecord, GENESIS, Head, LineFields, Outcome};
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -440,32 +446,34 @@ impl AuditWriter {
     /// through this handle carry `session`.
     pub fn open(path: &Path, session: &str) -> Result<AuditWriter, AuditError> {
         let path = path.to_path_buf();
-        let created = !path.exists();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| AuditError::CreateDir {
-                    path: dir.to_path_buf(),
-                    error: Arc::new(e),
-                })?;
-        }
         let open_error = |e: io::Error| AuditError::Open {
             path: path.clone(),
             error: Arc::new(e),
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(open_error)?;
-        let meta = file.metadata().map_err(open_error)?;
-        if !meta.is_file() {
-            return Err(AuditError::NotAFile { path });
-        }
+        let Some(name) = path.file_name() else {
+            return Err(open_error(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path names no file",
+            )));
+        };
+        // Every file of the log is reached through this descriptor from now on (host_files).
+        let dir = HostDir::of_file(&path).map_err(|e| AuditError::CreateDir {
+            path: path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
+            error: Arc::new(e),
+        })?;
+        let (mut file, created) = match dir.open_append(name, Opening::New) {
+            Ok(file) => (file, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
+                dir.open_append(name, Opening::Existing)
+                    .map_err(|e| not_a_file(e, &path))?,
+                false,
+            ),
+            Err(e) => return Err(not_a_file(e, &path)),
+        };
         rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
             |e| {
                 if e == rustix::io::Errno::WOULDBLOCK {
@@ -482,10 +490,35 @@ impl AuditWriter {
                 path: path.clone(),
                 error: Arc::new(e),
             })?;
-        let tail = continue_chain(&path, &existing)?;
-        if created {
-            // Make the new directory entry durable, so a crash cannot lose a log that has a head.
-            sync_parent(&path).map_err(|e| AuditError::CreateSync {
+        let head_name = head_path(Path::new(name));
+        let head_error = |e: io::Error| AuditError::Read {
+            path: head_path(&path),
+            error: Arc::new(e),
+        };
+        // Read first and created only once the log verifies, so a refused log is left as it was.
+        let head_text = match dir.open_read(head_name.as_os_str()) {
+            Ok(mut f) => {
+                let mut text = Vec::new();
+                f.read_to_end(&mut text).map_err(head_error)?;
+                text
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                return Err(AuditError::Open {
+                    path: head_path(&path),
+                    error: Arc::new(e),
+                });
+            }
+        };
+        let tail = continue_chain(&path, &existing, &head_text)?;
+        let head_created = !dir_has(&dir, head_name.as_os_str());
+        let head = SmallFile::open(&dir, head_name.as_os_str()).map_err(|e| AuditError::Open {
+            path: head_path(&path),
+            error: Arc::new(e),
+        })?;
+        if created || head_created {
+            // Make the new directory entries durable, so a crash cannot lose a log that has a head.
+            dir.sync().map_err(|e| AuditError::CreateSync {
                 path: path.clone(),
                 error: Arc::new(e),
             })?;
@@ -493,9 +526,6 @@ impl AuditWriter {
         // Same open file description (and so the same lock): fdatasync through it syncs the log.
         let sync_file = file.try_clone().map_err(open_error)?;
 
-        let head = head_path(&path);
-        let mut head_tmp = head.clone().into_os_string();
-        head_tmp.push(".tmp");
         let log = Arc::new(LogFile {
             path,
             state: Mutex::new(State {
@@ -524,9 +554,7 @@ impl AuditWriter {
         let syncer = Syncer {
             log: log.clone(),
             file: sync_file,
-            head_exists: head.exists(),
             head,
-            head_tmp: PathBuf::from(head_tmp),
             // Lines after the head may not have been synced by the writer before us: the first
             // sync covers them before the head names them.
             synced: tail.head_seq,
@@ -783,27 +811,24 @@ struct Tail {
     head_seq: u64,
 }
 
-/// Verifies existing content and returns where the chain continues.
-fn continue_chain(path: &Path, existing: &[u8]) -> Result<Tail, AuditError> {
+/// Verifies existing content against the head file's text (empty: no head written yet) and returns
+/// where the chain continues.
+fn continue_chain(path: &Path, existing: &[u8], head_text: &[u8]) -> Result<Tail, AuditError> {
     let corrupt = |problem: String| AuditError::Corrupt {
         path: path.to_path_buf(),
         problem,
     };
     let head_file = head_path(path);
-    let head = match fs::read_to_string(&head_file) {
-        Ok(text) => Some(Head::parse(&text).ok_or_else(|| {
+    let head = if head_text.is_empty() {
+        None
+    } else {
+        let parsed = std::str::from_utf8(head_text).ok().and_then(Head::parse);
+        Some(parsed.ok_or_else(|| {
             corrupt(format!(
                 "the head file {} is not `<seq> <sha256>`",
                 head_file.display()
             ))
-        })?),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return Err(AuditError::Read {
-                path: head_file,
-                error: Arc::new(e),
-            });
-        }
+        })?)
     };
     if existing.is_empty() && head.is_none() {
         return Ok(Tail {
@@ -844,12 +869,23 @@ fn continue_chain(path: &Path, existing: &[u8]) -> Result<Tail, AuditError> {
     })
 }
 
-fn sync_parent(path: &Path) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()
+/// Whether `name` exists in `dir` (as anything, a link included).
+fn dir_has(dir: &HostDir, name: &std::ffi::OsStr) -> bool {
+    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+}
+
+/// An error opening the log, with a link or a directory in its place said as such.
+fn not_a_file(e: io::Error, path: &Path) -> AuditError {
+    if e.kind() == io::ErrorKind::InvalidInput {
+        AuditError::NotAFile {
+            path: path.to_path_buf(),
+        }
+    } else {
+        AuditError::Open {
+            path: path.to_path_buf(),
+            error: Arc::new(e),
+        }
+    }
 }
 
 fn now_ms() -> i64 {
@@ -864,9 +900,8 @@ struct Syncer {
     log: Arc<LogFile>,
     /// A duplicate of the writers' descriptor.
     file: File,
-    head: PathBuf,
-    head_tmp: PathBuf,
-    head_exists: bool,
+    /// The head file, opened beside the log at start and rewritten in place (host_files).
+    head: SmallFile,
     /// The last seq known durable: made so by this thread's fdatasync, or named by the head found.
     synced: u64,
     /// The seq the head file names (0: none yet).
@@ -999,7 +1034,7 @@ impl Syncer {
                     self.head_failing = false;
                     tracing::info!(
                         "the audit head file {} is up to date again (seq {})",
-                        self.head.display(),
+                        self.head.path().display(),
                         tail.seq
                     );
                 }
@@ -1007,10 +1042,8 @@ impl Syncer {
                 Ok(())
             }
             Err(e) => {
-                // No half-written temporary left behind (on a full disk it holds space).
-                let _ = fs::remove_file(&self.head_tmp);
                 let err = AuditError::Head {
-                    path: self.head.clone(),
+                    path: self.head.path().to_path_buf(),
                     error: Arc::new(e),
                     named: self.head_seq,
                     last: tail.seq,
@@ -1026,23 +1059,10 @@ impl Syncer {
         }
     }
 
+    /// Rewrites the head in place: one write at offset 0 and an fdatasync (host_files::SmallFile
+    /// says why in place, and why that is as safe against a crash as a rename was).
     fn write_head(&mut self, head: &Head) -> io::Result<()> {
-        let mut tmp = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&self.head_tmp)?;
-        tmp.write_all(head.to_text().as_bytes())?;
-        tmp.sync_all()?;
-        drop(tmp);
-        fs::rename(&self.head_tmp, &self.head)?;
-        if !self.head_exists {
-            // The first head must survive a crash; later renames may lag, which verify allows.
-            sync_parent(&self.head)?;
-            self.head_exists = true;
-        }
-        Ok(())
+        self.head.rewrite(head.to_text().as_bytes())
     }
 }
 

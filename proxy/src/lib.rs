@@ -17,7 +17,7 @@
 //! `pool`, `response` with `failure_body`), `tunnel` (pass-through copy), and on every exit `refusal` (records, then
 //! answers with `respond`). Around them: `context` (what a session and a connection share),
 //! `request_context`, `malformed` and `h2_streams` (requests hyper or h2 refuse themselves), `io`,
-//! `body`, `live` (the policy in force) and `reload` (changing it), [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`export`] (`--otlp`: the log shipped as OTLP log records), [`credstore`], [`sandbox`],
+//! `body`, `live` (the policy in force) and `reload` (changing it), [`secrets`], [`tls`], [`audit_sink`] and [`audit_writer`], [`export`] (`--otlp`: the log shipped as OTLP log records), [`credstore`], [`sandbox`], [`host_files`] (every file a session writes on the host, through descriptors opened before the agent runs),
 //! [`error`], [`options`], [`net`].
 
 pub mod audit_sink;
@@ -26,6 +26,7 @@ pub mod capacity;
 pub mod confirm;
 pub mod error;
 pub mod export;
+pub mod host_files;
 pub mod lock_file;
 pub mod metrics;
 pub mod net;

@@ -585,7 +585,7 @@ async fn a_cursor_that_does_not_fit_the_log_ships_it_again_and_a_changed_log_sto
     write(&writer, 5);
     writer.flush().await.unwrap();
     // A cursor for another file at this path.
-    export::cursor::write(
+    export::cursor::store(
         &log,
         &export::Cursor {
             seq: 3,

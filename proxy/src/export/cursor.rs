@@ -2,19 +2,20 @@
 //! `<seq> <offset> <sha256> <rejected>`: the seq of the last acknowledged record, the byte offset
 //! just past its line (where the next batch starts), the SHA-256 of that line (so a log replaced
 //! or cut under the cursor is noticed instead of shipping from the middle of another file), and
-//! how many records the receiver rejected in partial successes so far. It is replaced atomically
-//! (temporary file, fsync, rename, fsync of the directory) and only after an acknowledgement, so
-//! after a crash it names a batch the receiver has, or an earlier one: records may be sent twice,
-//! never skipped.
+//! how many records the receiver rejected in partial successes so far. It is opened when the
+//! export starts, through the log's directory descriptor, and rewritten in place only after an
+//! acknowledgement ([`crate::host_files::SmallFile`]), so after a crash it names a batch the
+//! receiver has, or an earlier one: records may be sent twice, never skipped.
 //!
 //! Also here, for `fenzi log --export-status`: the seq of the last record written to a log
 //! ([`last_written`]) and both figures together ([`status`]).
 
+use crate::host_files::{HostDir, SmallFile};
 use fenzi_policy::audit::{GENESIS, line_hash};
 use serde::Deserialize;
 use std::fs::{self, File};
-use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Longest line looked for when reading a log backwards (records are a few KiB at most: their
@@ -87,10 +88,12 @@ pub enum CursorError {
     Malformed { path: PathBuf },
 }
 
-/// The log's cursor, `None` when it has none (nothing was ever acknowledged).
+/// The log's cursor, `None` when it has none (nothing was ever acknowledged; an empty file is
+/// a cursor created before anything was).
 pub fn read(log: &Path) -> Result<Option<Cursor>, CursorError> {
     let path = cursor_path(log);
     match fs::read_to_string(&path) {
+        Ok(text) if text.is_empty() => Ok(None),
         Ok(text) => Cursor::parse(&text)
             .map(Some)
             .ok_or(CursorError::Malformed { path }),
@@ -99,27 +102,44 @@ pub fn read(log: &Path) -> Result<Option<Cursor>, CursorError> {
     }
 }
 
-/// Replaces the log's cursor atomically: temporary file, fsync, rename, fsync of the directory.
-pub fn write(log: &Path, cursor: &Cursor) -> io::Result<()> {
-    let path = cursor_path(log);
-    let mut tmp = path.clone().into_os_string();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(cursor.to_text().as_bytes())?;
-    file.sync_data()?;
-    drop(file);
-    fs::rename(&tmp, &path)?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    File::open(dir)?.sync_all()
+/// Opens (creating it empty when missing) the cursor file beside `log`, through `dir`, the log's
+/// directory: it is rewritten in place from then on ([`write`]), never replaced.
+pub fn open(dir: &HostDir, log: &Path) -> io::Result<SmallFile> {
+    let name = log
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the log path names no file"))?;
+    SmallFile::open(dir, cursor_path(Path::new(name)).as_os_str())
+}
+
+/// The cursor in `file`, `None` when it names none yet.
+pub fn read_open(file: &SmallFile) -> Result<Option<Cursor>, CursorError> {
+    let text = file.read().map_err(|error| CursorError::Read {
+        path: file.path().to_path_buf(),
+        error,
+    })?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    std::str::from_utf8(&text)
+        .ok()
+        .and_then(Cursor::parse)
+        .map(Some)
+        .ok_or_else(|| CursorError::Malformed {
+            path: file.path().to_path_buf(),
+        })
+}
+
+/// Rewrites the cursor in place and makes it durable (see [`crate::host_files::SmallFile`] for why
+/// in place, and why a crash leaves the old cursor or the new one).
+pub fn write(file: &SmallFile, cursor: &Cursor) -> io::Result<()> {
+    file.rewrite(cursor.to_text().as_bytes())
+}
+
+/// Opens the cursor beside `log` and writes `cursor` into it (outside a running export: before
+/// a session starts, or in tests).
+pub fn store(log: &Path, cursor: &Cursor) -> io::Result<()> {
+    let dir = HostDir::of_file(log)?;
+    write(&open(&dir, log)?, cursor)
 }
 
 /// Why a cursor does not fit the log beside it.
@@ -265,6 +285,7 @@ pub fn status(log: &Path) -> Result<Status, CursorError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn line(seq: u64, prev: &str) -> String {
         format!(
@@ -325,7 +346,7 @@ mod tests {
             hash: line_hash(lines[1].as_bytes()),
             rejected: 0,
         };
-        write(&path, &c).unwrap();
+        store(&path, &c).unwrap();
         assert_eq!(read(&path).unwrap(), Some(c.clone()));
         let file = File::open(&path).unwrap();
         assert_eq!(check(&file, &c).unwrap(), Ok(()));

@@ -42,6 +42,7 @@ pub use cursor::{Cursor, Status, cursor_path, status};
 pub use endpoint::Endpoint;
 pub use retry::MAX_RETRY_AFTER;
 
+use crate::host_files::{HostDir, SmallFile};
 use bytes::Bytes;
 use cursor::{CursorError, Fields};
 use endpoint::Client;
@@ -236,8 +237,23 @@ impl Exporter {
             path: config.log.clone(),
             error,
         };
-        let file = File::open(&config.log).map_err(log_error)?;
-        let mut cursor = cursor::read(&config.log)?.unwrap_or_else(Cursor::start);
+        // The log and its cursor through the log's directory, opened now, before the agent runs:
+        // never through a link, and the cursor rewritten in place (crate::host_files).
+        let dir = HostDir::of_file(&config.log).map_err(log_error)?;
+        let name = config.log.file_name().ok_or_else(|| {
+            log_error(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path names no file",
+            ))
+        })?;
+        let file = dir.open_read(name).map_err(log_error)?;
+        let cursor_file = cursor::open(&dir, &config.log).map_err(|error| {
+            ExportError::Cursor(CursorError::Read {
+                path: cursor_path(&config.log),
+                error,
+            })
+        })?;
+        let mut cursor = cursor::read_open(&cursor_file)?.unwrap_or_else(Cursor::start);
         if let Err(mismatch) = cursor::check(&file, &cursor).map_err(log_error)? {
             (config.note)(&format!(
                 "export: the cursor {} does not fit the log ({mismatch}): the log was replaced or \
@@ -266,8 +282,9 @@ impl Exporter {
             .map_err(ExportError::Thread)?;
         let (mode_tx, mode_rx) = watch::channel(Mode::Run);
         let (done_tx, done_rx) = oneshot::channel();
-        let (url, cursor_file) = (config.endpoint.url().to_string(), cursor_path(&config.log));
+        let (url, cursor_path) = (config.endpoint.url().to_string(), cursor_path(&config.log));
         let shipper = Shipper {
+            cursor_file,
             backoff: Backoff::new(config.backoff_initial, config.backoff_max),
             config,
             file,
@@ -293,7 +310,7 @@ impl Exporter {
             mode: mode_tx,
             done: done_rx,
             url,
-            cursor: cursor_file,
+            cursor: cursor_path,
         })
     }
 
@@ -346,6 +363,8 @@ struct Shipper {
     file: File,
     /// What the receiver has acknowledged (as in the cursor file).
     cursor: Cursor,
+    /// The cursor file, opened at start.
+    cursor_file: SmallFile,
     client: Client,
     backoff: Backoff,
     progress: ExportProgress,
@@ -628,7 +647,7 @@ impl Shipper {
             hash: batch.last_hash.clone(),
             rejected: self.cursor.rejected + rejected,
         };
-        match cursor::write(&self.config.log, &self.cursor) {
+        match cursor::write(&self.cursor_file, &self.cursor) {
             Ok(()) if self.cursor_failing => {
                 self.cursor_failing = false;
                 (self.config.note)(&format!(

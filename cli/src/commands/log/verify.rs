@@ -20,9 +20,12 @@ pub(super) fn verify_file(path: &Path) -> anyhow::Result<VerifyOutcome> {
         PathBuf::from(s)
     };
     // The head first: the writer only names records already in the log, so reading the log after it
-    // cannot see a head that runs ahead of a live log.
-    let head = match std::fs::read_to_string(&head_path) {
-        Ok(t) => Some(t),
+    // cannot see a head that runs ahead of a live log. The head is read under the writer's lock (it
+    // is rewritten in place); an empty one is a head not written yet (the writer creates it empty
+    // when it opens the log).
+    let head = match fenzi_proxy::host_files::read_small_file(&head_path) {
+        Ok(t) if t.is_empty() => None,
+        Ok(t) => Some(String::from_utf8_lossy(&t).into_owned()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", head_path.display())),
     };

@@ -101,7 +101,7 @@ fn protected_lock(policy_file: &Path, pinned: bool) -> Result<Option<PathBuf>> {
 fn protected_cursor(log: &Path) -> Result<PathBuf> {
     let cursor = fenzi_proxy::export::cursor_path(log);
     if cursor.symlink_metadata().is_err() {
-        fenzi_proxy::export::cursor::write(log, &fenzi_proxy::export::Cursor::start())
+        fenzi_proxy::export::cursor::store(log, &fenzi_proxy::export::Cursor::start())
             .with_context(|| {
                 format!(
                     "cannot create {} before the sandbox starts",
@@ -270,7 +270,7 @@ mod tests {
             offset: 1_000,
             ..fenzi_proxy::export::Cursor::start()
         };
-        fenzi_proxy::export::cursor::write(&log, &shipped).unwrap();
+        fenzi_proxy::export::cursor::store(&log, &shipped).unwrap();
         protected_cursor(&log).unwrap();
         assert_eq!(
             fenzi_proxy::export::cursor::read(&log).unwrap(),
