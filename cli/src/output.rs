@@ -37,16 +37,20 @@ impl Write for TracingWriter {
     }
 }
 
-/// Sends tracing to `path` (created private, appended to) until [`tracing_back_to_stderr`].
-pub fn tracing_to_file(path: &Path) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
+/// Opens the session's log file `path` (created private, appended to, never through a link: it may
+/// lie where the agent can write, beside an `--audit` log), before the agent starts.
+pub fn open_session_log(path: &Path) -> io::Result<std::fs::File> {
+    let dir = fenzi_proxy::host_files::HostDir::of_file(path)?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
+    dir.open_append(name, fenzi_proxy::host_files::Opening::Existing)
+}
+
+/// Sends tracing to `file`, the session log at `path` ([`open_session_log`]), until
+/// [`tracing_back_to_stderr`].
+pub fn tracing_to_file(file: std::fs::File, path: &Path) {
     *SESSION_LOG.lock().unwrap_or_else(|e| e.into_inner()) = Some((file, path.to_path_buf(), 0));
-    Ok(())
 }
 
 /// A line for the person: in the session log while a session has the terminal (as tracing), else

@@ -147,6 +147,30 @@ impl HostDir {
         file.sync_all()
     }
 
+    /// Replaces (or creates) `name` with `contents` so that a reader sees the old file or the new
+    /// one, whole: a temporary file with an unpredictable name, created exclusively, synced, then
+    /// renamed over `name` relative to the descriptor. Only for directories the agent cannot write
+    /// (a session's runtime directory, `fenzi proxy --ca-dir`): a file the sandbox mounts read-only
+    /// is rewritten in place instead ([`SmallFile`]).
+    pub fn replace_file(&self, name: &OsStr, contents: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        check_name(name)?;
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|e| io::Error::other(e.to_string()))?;
+        let mut temp = OsString::from(".");
+        temp.push(name);
+        temp.push(format!(".{}.tmp", u64::from_le_bytes(nonce)));
+        let mut file = self.open_file(&temp, OFlags::WRONLY, Opening::New)?;
+        let written = file.write_all(contents).and_then(|()| file.sync_all());
+        let renamed = written.and_then(|()| {
+            rustix::fs::renameat(&self.fd, &temp, &self.fd, name).map_err(io::Error::from)
+        });
+        if renamed.is_err() {
+            let _ = rustix::fs::unlinkat(&self.fd, &temp, AtFlags::empty());
+        }
+        renamed
+    }
+
     /// Creates the directory `name` (0700) and opens it; an existing entry of that name is an error.
     pub fn create_dir(&self, name: &OsStr) -> io::Result<HostDir> {
         check_name(name)?;
@@ -478,6 +502,21 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         assert!(dir.write_new(OsStr::new("made"), b"y").is_err());
         assert!(dir.write_new(OsStr::new("../escape"), b"y").is_err());
+    }
+
+    #[test]
+    fn a_replaced_file_is_whole_and_a_link_in_its_place_is_replaced_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = HostDir::open(tmp.path()).unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, tmp.path().join("ca.pem")).unwrap();
+        dir.replace_file(OsStr::new("ca.pem"), b"new").unwrap();
+        dir.replace_file(OsStr::new("ca.pem"), b"newer").unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("ca.pem")).unwrap(), b"newer");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert_eq!(names.len(), 2, "no temporary file left behind");
     }
 
     #[test]

@@ -119,7 +119,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .secrets(secrets.set)
         .lock_files(args.policy.lock_files());
     let proxy = session::build_proxy(&runtime, builder, &args.tuning, control)?;
-    session::write_ca(&ca_dir, proxy.ca_pem())?;
+    let ca_host_dir = fenzi_proxy::host_files::HostDir::open(&ca_dir)
+        .with_context(|| format!("cannot create {}", ca_dir.display()))?;
+    session::write_ca(&ca_host_dir, proxy.ca_pem())?;
     session::report_export_lag(&proxy, exporter.as_ref());
     let metrics_line = match metrics {
         Some(listener) => {

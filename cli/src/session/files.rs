@@ -1,9 +1,19 @@
-//! The session's files: its audit log (`--audit`, or `<state dir>/fenzi/audit/<session>.jsonl`), the
-//! private directory beside it, files written there atomically, and the session CA certificate.
+//! The session's files: its audit log (`--audit`, or `<state dir>/fenzi/audit/<session>.jsonl`), its
+//! runtime directory ([`SessionDir`]: the session CA certificate, the CA bundle, the agent's
+//! rendered config, the sandbox's resolver file) and the files written there.
+//!
+//! Every runtime file is created through descriptors taken before the agent starts
+//! (`fenzi_proxy::host_files`): the per-user runtime base (`$XDG_RUNTIME_DIR/fenzi`, else
+//! `/tmp/fenzi-<uid>`) is checked private (0700, owned by this user, not a link), the session's
+//! own directory is created in it exclusively, and each file exclusively without following links.
+//! `fenzi run` keeps the whole base read-only inside the sandbox, so no session's agent can write
+//! its own or another session's runtime files.
 
 use crate::commands::log::audit_dir;
 use anyhow::{Context, Result};
 use fenzi_proxy::audit_writer::AuditWriter;
+use fenzi_proxy::host_files::{self, HostDir};
+use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -31,17 +41,56 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("cannot create {}", dir.display()))
 }
 
-/// Writes `contents` to `dir/name` atomically (temporary file, then rename).
-pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf> {
+/// Writes `contents` to `dir/name` (0600) whole, through the directory's descriptor (a temporary
+/// file created exclusively, renamed over the name; a link there is replaced, never followed), and
+/// returns its path.
+pub fn write_file(dir: &HostDir, name: &str, contents: &[u8]) -> Result<PathBuf> {
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, contents).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    dir.replace_file(OsStr::new(name), contents)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 
-/// Creates `dir` if needed and writes the session CA certificate (never its key) to `dir/ca.pem`.
-pub fn write_ca(dir: &Path, pem: &str) -> Result<PathBuf> {
-    create_private_dir(dir)?;
+/// Writes the session CA certificate (never its key) to `dir/ca.pem`.
+pub fn write_ca(dir: &HostDir, pem: &str) -> Result<PathBuf> {
     write_file(dir, "ca.pem", pem.as_bytes())
+}
+
+/// A session's runtime directory, `<runtime base>/<session>`: created exclusively, private, and
+/// removed (through descriptors, never following a link) when dropped, whichever way the session
+/// ends.
+pub struct SessionDir {
+    base: HostDir,
+    name: OsString,
+    dir: HostDir,
+}
+
+impl SessionDir {
+    /// Creates the directory of `session` in the per-user runtime base (checked private first).
+    pub fn create(session: &str) -> Result<SessionDir> {
+        let base_path = host_files::runtime_base();
+        let base = host_files::private_dir(&base_path)
+            .with_context(|| "cannot use fenzi's runtime directory".to_string())?;
+        let name = OsString::from(session);
+        let dir = base
+            .create_dir(&name)
+            .with_context(|| format!("cannot create {}", base.join(&name).display()))?;
+        Ok(SessionDir { base, name, dir })
+    }
+
+    /// The session's own directory.
+    pub fn dir(&self) -> &HostDir {
+        &self.dir
+    }
+
+    /// The runtime base every session of this user shares (kept read-only in the sandbox).
+    pub fn base(&self) -> &Path {
+        self.base.path()
+    }
+}
+
+impl Drop for SessionDir {
+    fn drop(&mut self) {
+        let _ = self.base.remove_tree(&self.name);
+    }
 }

@@ -14,7 +14,7 @@ use super::protocol::{Event, MAX_LINE, ServerLine, WatcherLine};
 use super::{Confirmations, Peer};
 use std::collections::HashSet;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -94,26 +94,34 @@ pub fn check_peer(ours: u32, uid: u32, pid: Option<i32>) -> Result<Peer, String>
 pub struct ControlSocket {
     listener: std::os::unix::net::UnixListener,
     path: PathBuf,
+    /// Its directory, held since the check, and its name there (removed through them).
+    dir: crate::host_files::HostDir,
+    name: std::ffi::OsString,
     session: String,
 }
 
 impl ControlSocket {
-    /// Creates `dir` if needed (0700), checks it, and binds `<dir>/<session>.sock` (0600).
+    /// Creates `dir` if needed (0700), checks it, and binds `<dir>/<session>.sock` (0600), through
+    /// a descriptor of the checked directory (crate::host_files): nothing on the path is looked up
+    /// again after the check.
     pub fn bind(dir: &Path, session: &str) -> io::Result<ControlSocket> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-        check_private_dir(dir, own_uid())?;
-        let path = socket_path(dir, session);
-        let listener = std::os::unix::net::UnixListener::bind(&path)?;
+        let host_dir = crate::host_files::private_dir(dir)?;
+        let name = std::ffi::OsString::from(format!("{session}.sock"));
+        let listener = std::os::unix::net::UnixListener::bind(host_dir.fd_path(&name)?)?;
         // The directory is private already; the socket is too, so a looser directory later
         // still does not open it.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        rustix::fs::chmodat(
+            &host_dir,
+            &name,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            rustix::fs::AtFlags::empty(),
+        )?;
         listener.set_nonblocking(true)?;
         Ok(ControlSocket {
             listener,
-            path,
+            path: socket_path(dir, session),
+            name,
+            dir: host_dir,
             session: session.to_string(),
         })
     }
@@ -151,7 +159,7 @@ impl ControlSocket {
 
 impl Drop for ControlSocket {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let _ = self.dir.remove_file(&self.name);
     }
 }
 
@@ -274,6 +282,7 @@ fn answer(confirmations: &Confirmations, line: &[u8], peer: Peer) -> ServerLine 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn only_this_users_peers_are_taken() {

@@ -21,6 +21,7 @@ use crate::commands::run::grok_config;
 use crate::session;
 use anyhow::Result;
 use fenzi_policy::config::Config;
+use fenzi_proxy::host_files::HostDir;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -37,7 +38,7 @@ pub struct Launch {
 
 /// Where the agent runs: what the launch may rely on.
 pub struct Place<'a> {
-    pub session_dir: &'a Path,
+    pub session_dir: &'a HostDir,
     /// `HOME`, where agents keep their settings.
     pub home: Option<&'a Path>,
     /// In the sandbox (not `--no-isolation`): files can be shown in place of others.
@@ -136,8 +137,10 @@ mod tests {
     }
 
     fn place(dir: &Path) -> Place<'_> {
+        // A test's directory handle lives as long as the test process.
+        let session_dir: &HostDir = Box::leak(Box::new(HostDir::open(dir).unwrap()));
         Place {
-            session_dir: dir,
+            session_dir,
             home: Some(dir),
             isolated: true,
         }

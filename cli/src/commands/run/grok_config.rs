@@ -13,6 +13,7 @@ use crate::commands::run::protect;
 use crate::config_files;
 use crate::session;
 use anyhow::{Context, Result, bail};
+use fenzi_proxy::host_files::HostDir;
 use std::path::{Path, PathBuf};
 
 /// The session's settings file for Grok and what it replaces.
@@ -33,7 +34,7 @@ pub fn settings_file(home: &Path) -> PathBuf {
 /// Writes the session's settings file for Grok into `session_dir`: the text of `settings` (if it
 /// exists) without its `mcp_servers`, then `servers` (the policy's, as `fenzi mcp render --agent
 /// grok` prints them). Creates `settings` empty (mode 0600) when it does not exist.
-pub fn write(session_dir: &Path, settings: &Path, servers: &str) -> Result<SessionConfig> {
+pub fn write(session_dir: &HostDir, settings: &Path, servers: &str) -> Result<SessionConfig> {
     let user = match config_files::read_bounded(settings) {
         Ok(bytes) => String::from_utf8(bytes)
             .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", settings.display()))?,
@@ -169,8 +170,7 @@ mod tests {
     #[test]
     fn a_missing_file_is_created_empty_and_private_and_an_existing_one_is_not_written() {
         let dir = std::env::temp_dir().join(format!("fenzi-grok-config-{}", std::process::id()));
-        let session_dir = dir.join("session");
-        session::create_private_dir(&session_dir).unwrap();
+        let session_dir = HostDir::open(&dir.join("session")).unwrap();
         let settings = dir.join("home/.grok/config.toml");
         let s = write(&session_dir, &settings, SERVERS).unwrap();
         use std::os::unix::fs::PermissionsExt;

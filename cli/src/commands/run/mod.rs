@@ -103,9 +103,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(note) = args.tuning.otlp_note(&audit_path) {
         eprintln!("fenzi run: {note}");
     }
-    let session_dir = session_dir(&session)?;
     // The CA certificate and agent configs are for this session only, whichever way it ends.
-    let _remove_session_dir = RemoveOnDrop(session_dir.clone());
+    let runtime_files = session::SessionDir::create(&session)?;
+    let session_dir = runtime_files.dir();
 
     let control = session::control_socket(&policy, &session)?;
     let control_dir = control
@@ -124,7 +124,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .secrets(secrets.set)
         .lock_files(args.policy.lock_files());
     let proxy = session::build_proxy(&runtime, builder, &args.tuning, control)?;
-    let ca_path = session::write_ca(&session_dir, proxy.ca_pem())?;
+    let ca_path = session::write_ca(session_dir, proxy.ca_pem())?;
     session::report_export_lag(&proxy, exporter.as_ref());
     if let Some(listener) = metrics {
         // On the host: the sandbox's network namespace has no route to it.
@@ -132,7 +132,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("fenzi run: {}", session::serve_metrics(&proxy, listener)?);
     }
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
-    let bundle_path = session::write_file(&session_dir, "ca-bundle.pem", bundle.as_bytes())?;
+    let bundle_path = session::write_file(session_dir, "ca-bundle.pem", bundle.as_bytes())?;
 
     let launch = match args.agent {
         Some(agent) => {
@@ -140,7 +140,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .filter(|h| !h.is_empty())
                 .map(PathBuf::from);
             let place = agent::Place {
-                session_dir: &session_dir,
+                session_dir,
                 home: home.as_deref(),
                 isolated: !args.no_isolation,
             };
@@ -168,7 +168,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
 
     // fenzi's own warnings go to the session's log file while the command has the terminal.
-    let quiet = QuietTerminal(audit_path.with_extension("log"));
+    let mut quiet = QuietTerminal::open(&audit_path);
     let (listener, transparent, dns, child) = if args.no_isolation {
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").context("cannot listen on 127.0.0.1")?;
@@ -211,7 +211,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             machine_file: args.policy.machine.as_deref(),
             audit_log: &audit_path,
             explicit_audit: args.audit.is_some(),
-            session_dir: &session_dir,
+            session_dir: session_dir.path(),
+            runtime_base: runtime_files.base(),
+            session_log: quiet.path(),
             project_pins: pinned_in(&policy, Origin::Project),
             machine_pins: pinned_in(&policy, Origin::Machine),
         })?;
@@ -221,7 +223,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         // The team key: a key the agent could replace would let a later session trust its copy.
         read_only.extend(team.as_ref().map(|t| t.key.clone()));
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
-        let transparent = transparent::spec(&policy, &session_dir)?;
+        protect::refuse_changeable_links(&read_only, &writable)?;
+        let transparent = transparent::spec(&policy, session_dir)?;
         let mut spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
         for (source, target) in &launch.overlays {
             spec = spec.overlay(source, target);
@@ -346,15 +349,33 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 /// Tracing to the session's log file while the command runs (see `output::tracing_to_file`);
 /// back on stderr when the session ends, however it ends.
-struct QuietTerminal(PathBuf);
+struct QuietTerminal(Option<(std::fs::File, PathBuf)>);
 
 impl QuietTerminal {
-    fn start(&self) {
-        if let Err(e) = output::tracing_to_file(&self.0) {
-            eprintln!(
-                "fenzi run: cannot open {} for fenzi's own warnings ({e}); they go to this terminal",
-                self.0.display()
-            );
+    /// Opens the session log beside the audit log now, before the agent starts (it is protected
+    /// with the log); when it cannot be opened, fenzi's warnings stay on the terminal.
+    fn open(audit_path: &Path) -> QuietTerminal {
+        let path = audit_path.with_extension("log");
+        match output::open_session_log(&path) {
+            Ok(file) => QuietTerminal(Some((file, path))),
+            Err(e) => {
+                eprintln!(
+                    "fenzi run: cannot open {} for fenzi's own warnings ({e}); they go to this terminal",
+                    path.display()
+                );
+                QuietTerminal(None)
+            }
+        }
+    }
+
+    /// The session log's path, when it is open.
+    fn path(&self) -> Option<&Path> {
+        self.0.as_ref().map(|(_, path)| path.as_path())
+    }
+
+    fn start(&mut self) {
+        if let Some((file, path)) = self.0.take() {
+            output::tracing_to_file(file, &path);
         }
     }
 
@@ -367,15 +388,6 @@ impl QuietTerminal {
 impl Drop for QuietTerminal {
     fn drop(&mut self) {
         let _ = output::tracing_back_to_stderr();
-    }
-}
-
-/// Removes a directory when dropped.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -441,18 +453,6 @@ impl Child {
             }
         }
     }
-}
-
-/// `$XDG_RUNTIME_DIR/fenzi/<session>` (or the temporary directory), private to the user. It holds the
-/// CA certificate and bundle the sandbox reads; never a key or a secret value.
-fn session_dir(session: &str) -> Result<PathBuf> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = base.join("fenzi").join(session);
-    session::create_private_dir(&dir)?;
-    Ok(dir)
 }
 
 /// The system's root certificates (PEM), so tools that replace their trust store with

@@ -27,6 +27,11 @@ pub struct Governing<'a> {
     /// The log was given with `--audit` (it may live outside the state directory).
     pub explicit_audit: bool,
     pub session_dir: &'a Path,
+    /// The per-user runtime base holding every session's directory: read-only, so that no
+    /// session's agent can write its own or another session's runtime files.
+    pub runtime_base: &'a Path,
+    /// The session's own log (fenzi's warnings while the command runs), beside the audit log.
+    pub session_log: Option<&'a Path>,
     /// A project server is pinned: its lock must exist before the agent starts, or the agent could
     /// create it with definitions of its own choosing.
     pub project_pins: bool,
@@ -62,13 +67,16 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
         paths.extend(protectable_dir(state)?);
     }
     if governing.explicit_audit {
+        // Everything fenzi keeps beside an explicit log, which may lie where the agent can write:
+        // the head (created with the log), the export cursor and the session log. fenzi writes
+        // them in place through descriptors it opened already, so these mounts stay for the
+        // whole session (a rename would drop them; see fenzi_proxy::host_files).
         paths.push(governing.audit_log.to_path_buf());
-        let head = head_path(governing.audit_log);
-        if head.exists() {
-            paths.push(head);
-        }
+        paths.push(head_path(governing.audit_log));
         paths.push(protected_cursor(governing.audit_log)?);
+        paths.extend(governing.session_log.map(Path::to_path_buf));
     }
+    paths.push(governing.runtime_base.to_path_buf());
     paths.push(governing.session_dir.to_path_buf());
     Ok(paths)
 }
@@ -113,6 +121,61 @@ fn protected_cursor(log: &Path) -> Result<PathBuf> {
     Ok(cursor)
 }
 
+/// Refuses to start when a governing path is reached through a symbolic link that lies in a
+/// directory the command may write (beneath one of `writable`): the agent could re-point that link,
+/// and fenzi (this session's reload, or the next session) would follow it to files the agent
+/// chose. The read-only mounts protect what a path resolves to now, not the link on the way.
+pub fn refuse_changeable_links(governing: &[PathBuf], writable: &[PathBuf]) -> Result<()> {
+    let roots: Vec<PathBuf> = writable
+        .iter()
+        .filter_map(|w| std::fs::canonicalize(w).ok())
+        .collect();
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    for path in governing {
+        if let Some(link) = changeable_link(&cwd.join(path), &roots) {
+            bail!(
+                "{} is reached through the symbolic link {}, which lies where the command may                  write: it could re-point the link, and fenzi would then read or write files of                  its choosing. Give the path without the link (its target: {}), or move the link                  out of the command's reach",
+                path.display(),
+                link.display(),
+                std::fs::canonicalize(&link)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_else(|_| "missing".into())
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The first symbolic link on the way to `path` whose own directory lies beneath one of `roots`.
+fn changeable_link(path: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut resolved = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => {
+                let candidate = resolved.join(name);
+                let Ok(meta) = candidate.symlink_metadata() else {
+                    // Not there yet: fenzi creates it, so nothing on the way is a link.
+                    return None;
+                };
+                if meta.file_type().is_symlink() {
+                    if roots.iter().any(|root| resolved.starts_with(root)) {
+                        return Some(candidate);
+                    }
+                    resolved = std::fs::canonicalize(&candidate).ok()?;
+                } else {
+                    resolved = candidate;
+                }
+            }
+            Component::ParentDir => {
+                resolved.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    None
+}
+
 /// Where the command may write.
 pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut paths = vec![cwd.to_path_buf(), std::env::temp_dir()];
@@ -127,6 +190,17 @@ pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Re
     paths.extend(cache);
     if let (Some(agent), Some(home)) = (agent, &home) {
         for dir in agent_state(agent, home) {
+            // A link here (left by an earlier session's agent, say) would make its target
+            // writable: the sandbox resolves the paths it allows.
+            if dir
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                bail!(
+                    "{} is a symbolic link; fenzi run lets the agent write its own state there,                      and would so let it write wherever the link points. Replace the link with                      the directory itself",
+                    dir.display()
+                );
+            }
             // The agent would create them itself on its first run; it cannot once it is inside.
             session::create_private_dir(&dir)?;
             paths.push(dir);

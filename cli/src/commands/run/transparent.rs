@@ -7,17 +7,17 @@
 use crate::session;
 use anyhow::Result;
 use fenzi_policy::engine::Policy;
+use fenzi_proxy::host_files::HostDir;
 use fenzi_proxy::sandbox::{DEFAULT_PROXY_PORT, TransparentSpec};
 use fenzi_proxy::synthetic::{SYNTHETIC_GATEWAY, SYNTHETIC_PREFIX};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
-use std::path::Path;
 
 /// Where the DNS stub listens inside the sandbox.
 const DNS_STUB: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53);
 
 /// The transparent path for `policy`; writes `resolv.conf` into `session_dir`.
-pub fn spec(policy: &Policy, session_dir: &Path) -> Result<TransparentSpec> {
+pub fn spec(policy: &Policy, session_dir: &HostDir) -> Result<TransparentSpec> {
     let mut ports = BTreeSet::from([80u16, 443]);
     let (mut literals, mut literals_v6, mut ipv6) = (BTreeSet::new(), BTreeSet::new(), false);
     for pattern in policy.destination_patterns() {
