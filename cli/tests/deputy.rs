@@ -441,6 +441,29 @@ fn a_hostile_agent_cannot_steer_fenzis_own_file_writes() {
     }
 }
 
+/// `fenzi run -- COMMAND` as `uid`, in `home`, with `tmp` as the temporary directory and no
+/// `XDG_RUNTIME_DIR`.
+fn run_as(uid: u32, fenzi: &Path, home: &Path, tmp: &Path, command: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+        ])
+        .arg(fenzi)
+        .args(["run", "--"])
+        .args(command)
+        .current_dir(home)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", home)
+        .env("TMPDIR", tmp)
+        .env("FENZI_CREDSTORE", "memory")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
 /// Two users on one machine, without `XDG_RUNTIME_DIR`: each gets a runtime directory of their
 /// own in the temporary directory, whoever ran first.
 #[test]
@@ -477,23 +500,7 @@ fn two_users_both_run_sessions_without_a_runtime_dir() {
         std::fs::write(home.join("fenzi.yaml"), "version: 1\n").unwrap();
         std::os::unix::fs::chown(&home, Some(uid), Some(uid)).unwrap();
         std::os::unix::fs::chown(home.join("fenzi.yaml"), Some(uid), Some(uid)).unwrap();
-        let out = Command::new("setpriv")
-            .args([
-                &format!("--reuid={uid}"),
-                &format!("--regid={uid}"),
-                "--clear-groups",
-            ])
-            .arg(&fenzi)
-            .args(["run", "--", "sh", "-c", "echo inside"])
-            .current_dir(&home)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap())
-            .env("HOME", &home)
-            .env("TMPDIR", tmp.path())
-            .env("FENZI_CREDSTORE", "memory")
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
+        let out = run_as(uid, &fenzi, &home, tmp.path(), &["sh", "-c", "echo inside"]);
         let stderr = text(&out.stderr);
         if stderr.contains("user namespaces") && !out.status.success() {
             return unavailable(TEST, "unprivileged users cannot create user namespaces");
@@ -517,19 +524,7 @@ fn two_users_both_run_sessions_without_a_runtime_dir() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(home.join("fenzi.yaml"), "version: 1\n").unwrap();
     std::os::unix::fs::chown(&home, Some(65532), Some(65532)).unwrap();
-    let out = Command::new("setpriv")
-        .args(["--reuid=65532", "--regid=65532", "--clear-groups"])
-        .arg(&fenzi)
-        .args(["run", "--", "true"])
-        .current_dir(&home)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap())
-        .env("HOME", &home)
-        .env("TMPDIR", tmp.path())
-        .env("FENZI_CREDSTORE", "memory")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
+    let out = run_as(65532, &fenzi, &home, tmp.path(), &["true"]);
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(

@@ -102,33 +102,25 @@ impl HostDir {
     }
 
     fn open_file(&self, name: &OsStr, access: OFlags, opening: Opening) -> io::Result<File> {
-        check_name(name)?;
-        let mut flags = access | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut flags = access | OFlags::CREATE;
         if opening == Opening::New {
             flags |= OFlags::EXCL;
         }
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
-            .map_err(|e| link_refused(e, &self.join(name)))?;
-        let file = File::from(fd);
-        if !file.metadata()?.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not a regular file", self.join(name).display()),
-            ));
-        }
-        Ok(file)
+        self.open_at(name, flags)
     }
 
     /// Opens the existing file `name` for reading (never through a link; a regular file only).
     pub fn open_read(&self, name: &OsStr) -> io::Result<File> {
+        self.open_at(name, OFlags::RDONLY)
+    }
+
+    /// `openat` with `flags`, never through a link, private (0600) when it creates; anything but a
+    /// regular file is refused.
+    fn open_at(&self, name: &OsStr, flags: OFlags) -> io::Result<File> {
         check_name(name)?;
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| link_refused(e, &self.join(name)))?;
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
+            .map_err(|e| link_refused(e, &self.join(name)))?;
         let file = File::from(fd);
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(
@@ -438,29 +430,35 @@ pub fn private_dir(path: &Path) -> io::Result<HostDir> {
 /// Refuses `dir` unless it is owned by `uid` and neither group nor others may write it.
 pub fn check_private(dir: &HostDir, uid: u32) -> io::Result<()> {
     let meta = File::from(dir.fd.try_clone()?).metadata()?;
-    let refuse = |why: String| {
-        Err(io::Error::new(
+    match not_private(&meta, uid) {
+        None => Ok(()),
+        Some(why) => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
                 "{}: {why}; fenzi keeps its runtime files only in a directory private to you: \
                  remove it (or fix its owner and mode), or set XDG_RUNTIME_DIR",
                 dir.path.display()
             ),
-        ))
-    };
+        )),
+    }
+}
+
+/// Why a directory with `meta` is not private to `uid` (another owner, or writable by group or
+/// others); `None` when it is.
+pub fn not_private(meta: &std::fs::Metadata, uid: u32) -> Option<String> {
     if meta.uid() != uid {
-        return refuse(format!(
+        return Some(format!(
             "owned by uid {}, not by you (uid {uid})",
             meta.uid()
         ));
     }
     if meta.mode() & 0o022 != 0 {
-        return refuse(format!(
+        return Some(format!(
             "group or others may write it (mode {:o})",
             meta.mode() & 0o777
         ));
     }
-    Ok(())
+    None
 }
 
 /// The base of every session's runtime directory: `$XDG_RUNTIME_DIR/fenzi` when that is set (and

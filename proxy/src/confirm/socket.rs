@@ -14,7 +14,6 @@ use super::protocol::{Event, MAX_LINE, ServerLine, WatcherLine};
 use super::{Confirmations, Peer};
 use std::collections::HashSet;
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -63,17 +62,8 @@ pub fn check_private_dir(dir: &Path, uid: u32) -> io::Result<()> {
     if !meta.is_dir() {
         return refuse("not a directory".into());
     }
-    if meta.uid() != uid {
-        return refuse(format!(
-            "owned by uid {}, not by you (uid {uid})",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return refuse(format!(
-            "group or others may write it (mode {:o})",
-            meta.mode() & 0o777
-        ));
+    if let Some(why) = crate::host_files::not_private(&meta, uid) {
+        return refuse(why);
     }
     Ok(())
 }
@@ -282,7 +272,7 @@ fn answer(confirmations: &Confirmations, line: &[u8], peer: Peer) -> ServerLine 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn only_this_users_peers_are_taken() {
