@@ -139,6 +139,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let home = std::env::var_os("HOME")
                 .filter(|h| !h.is_empty())
                 .map(PathBuf::from);
+            if let (false, Some(home)) = (args.no_isolation, home.as_deref()) {
+                protect::refuse_linked_agent_state(agent, home)?;
+            }
             let place = agent::Place {
                 session_dir,
                 home: home.as_deref(),

@@ -134,7 +134,10 @@ pub fn refuse_changeable_links(governing: &[PathBuf], writable: &[PathBuf]) -> R
     for path in governing {
         if let Some(link) = changeable_link(&cwd.join(path), &roots) {
             bail!(
-                "{} is reached through the symbolic link {}, which lies where the command may                  write: it could re-point the link, and fenzi would then read or write files of                  its choosing. Give the path without the link (its target: {}), or move the link                  out of the command's reach",
+                "{} is reached through the symbolic link {}, which lies where the command may \
+                 write: it could re-point the link, and fenzi would then read or write files of \
+                 its choosing. Give the path without the link (its target: {}), or move the link \
+                 out of the command's reach",
                 path.display(),
                 link.display(),
                 std::fs::canonicalize(&link)
@@ -189,18 +192,8 @@ pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Re
         .or_else(|| home.as_ref().map(|h| h.join(".cache")));
     paths.extend(cache);
     if let (Some(agent), Some(home)) = (agent, &home) {
+        refuse_linked_agent_state(agent, home)?;
         for dir in agent_state(agent, home) {
-            // A link here (left by an earlier session's agent, say) would make its target
-            // writable: the sandbox resolves the paths it allows.
-            if dir
-                .symlink_metadata()
-                .is_ok_and(|m| m.file_type().is_symlink())
-            {
-                bail!(
-                    "{} is a symbolic link; fenzi run lets the agent write its own state there,                      and would so let it write wherever the link points. Replace the link with                      the directory itself",
-                    dir.display()
-                );
-            }
             // The agent would create them itself on its first run; it cannot once it is inside.
             session::create_private_dir(&dir)?;
             paths.push(dir);
@@ -221,6 +214,26 @@ pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Re
         paths.push(absolute);
     }
     Ok(paths)
+}
+
+/// Refuses an agent state directory that is a symbolic link (left by an earlier session's agent,
+/// say): the sandbox resolves the paths it lets the agent write, so the link's target would become
+/// writable, and fenzi writes there itself before the agent starts (Grok's settings file).
+pub fn refuse_linked_agent_state(agent: Agent, home: &Path) -> Result<()> {
+    for dir in agent_state(agent, home) {
+        if dir
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            bail!(
+                "{} is a symbolic link; fenzi run lets the agent write its own state there, and \
+                 would so let it write wherever the link points. Replace the link with the \
+                 directory itself",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The directories an agent keeps its own state, settings and sessions in, beneath `home`.
@@ -353,6 +366,44 @@ mod tests {
         std::fs::remove_file(&cursor).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", &cursor).unwrap();
         assert!(protected_cursor(&log).is_err());
+    }
+
+    #[test]
+    fn a_linked_agent_state_directory_is_refused() {
+        let home = tempfile::tempdir().unwrap();
+        assert!(refuse_linked_agent_state(Agent::Claude, home.path()).is_ok());
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), home.path().join(".claude")).unwrap();
+        let err = refuse_linked_agent_state(Agent::Claude, home.path()).unwrap_err();
+        assert!(
+            err.to_string().contains(".claude is a symbolic link"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_governing_path_through_a_link_in_a_writable_place_is_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let project = root.join("project");
+        let outside = root.join("outside");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("fenzi.yaml"), "version: 1\n").unwrap();
+        std::os::unix::fs::symlink(&outside, project.join("conf")).unwrap();
+        let via_link = project.join("conf/fenzi.yaml");
+        // The link lies in the project, which the command may write: found.
+        assert_eq!(
+            changeable_link(&via_link, std::slice::from_ref(&project)),
+            Some(project.join("conf"))
+        );
+        // Where the command may not write, a link is the person's own: allowed.
+        assert_eq!(changeable_link(&via_link, &[root.join("elsewhere")]), None);
+        // Without a link, nothing to find.
+        assert_eq!(
+            changeable_link(&outside.join("fenzi.yaml"), std::slice::from_ref(&project)),
+            None
+        );
     }
 
     #[test]
