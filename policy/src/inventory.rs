@@ -17,7 +17,7 @@
 //! - A call to a tool the session has not seen in a list is decided by the lock alone.
 
 use crate::json::Value;
-use crate::mcp::legacy::{AnnounceError, MessagePaths, Origin};
+use crate::mcp::legacy::{AnnounceError, Authority, MessagePaths};
 use crate::pins::{PinnedTool, ServerPins, ToolHints, listed_hash};
 use std::collections::{HashMap, HashSet};
 
@@ -151,7 +151,7 @@ impl Inventory {
     /// answering a request for `stream` on `origin` ([`MessagePaths::announce`]).
     pub fn announce_message_path(
         &mut self,
-        origin: Origin<'_>,
+        origin: Authority<'_>,
         stream: &str,
         data: &str,
     ) -> Result<(), AnnounceError> {

@@ -389,7 +389,7 @@ fn bad(rule: &str, message: impl Into<String>) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use legacy::Origin;
+    use legacy::Authority;
 
     const CALL: &[u8] =
         br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}}"#;
@@ -439,7 +439,7 @@ mod tests {
             assert_eq!(d.overall.rule, "mcp.s default deny", "{other}");
             assert!(d.messages.is_empty(), "{other}");
         }
-        let origin = Origin {
+        let origin = Authority {
             host: "h",
             port: 443,
         };

@@ -3,7 +3,7 @@
 
 use fenzi_policy::decision::{Reason, Verdict};
 use fenzi_policy::inventory::Inventory;
-use fenzi_policy::mcp::legacy::Origin;
+use fenzi_policy::mcp::legacy::Authority;
 use fenzi_policy::mcp::{
     EndpointPath, JsonLimits, McpDecision, MessageKind, RequestView, RpcId, ServerRule, classify,
     denial_body,
@@ -509,7 +509,7 @@ fn mcp_case_files() {
                 body: &case.body,
             };
             let mut inventory = Inventory::unpinned();
-            let origin = Origin {
+            let origin = Authority {
                 host: "mcp.test",
                 port: 443,
             };

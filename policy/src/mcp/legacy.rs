@@ -44,7 +44,7 @@ pub struct MessagePaths {
 /// The server an announcement must name if it names one: its host (as the policy names it, an IPv6
 /// literal with or without brackets) and port.
 #[derive(Debug, Clone, Copy)]
-pub struct Origin<'a> {
+pub struct Authority<'a> {
     pub host: &'a str,
     pub port: u16,
 }
@@ -54,7 +54,7 @@ impl MessagePaths {
     /// path of the request whose answer carried it.
     pub fn announce(
         &mut self,
-        origin: Origin<'_>,
+        origin: Authority<'_>,
         stream: &str,
         data: &str,
     ) -> Result<(), AnnounceError> {
@@ -76,7 +76,7 @@ impl MessagePaths {
 }
 
 /// The path (without query) `data` names, resolved against `stream`.
-fn resolve(origin: Origin<'_>, stream: &str, data: &str) -> Result<String, AnnounceError> {
+fn resolve(origin: Authority<'_>, stream: &str, data: &str) -> Result<String, AnnounceError> {
     if data.is_empty() || data.contains('#') {
         return Err(AnnounceError::Ambiguous);
     }
@@ -124,7 +124,7 @@ fn resolve(origin: Origin<'_>, stream: &str, data: &str) -> Result<String, Annou
 }
 
 /// Does `authority` (`host[:port]`, no user info) name exactly the server's host and port?
-fn same_server(origin: Origin<'_>, authority: &str, default_port: u16) -> bool {
+fn same_server(origin: Authority<'_>, authority: &str, default_port: u16) -> bool {
     if authority.contains(['@', '%']) {
         return false;
     }
@@ -164,13 +164,13 @@ fn same_server(origin: Origin<'_>, authority: &str, default_port: u16) -> bool {
 mod tests {
     use super::*;
 
-    const ORIGIN: Origin<'static> = Origin {
+    const SERVER: Authority<'static> = Authority {
         host: "mcp.example.com",
         port: 443,
     };
 
     fn resolved(data: &str) -> Result<String, AnnounceError> {
-        resolve(ORIGIN, "/sse", data)
+        resolve(SERVER, "/sse", data)
     }
 
     #[test]
@@ -190,10 +190,10 @@ mod tests {
             assert_eq!(resolved(data).as_deref(), Ok(path), "{data}");
         }
         assert_eq!(
-            resolve(ORIGIN, "/a/sse", "msg?s=1").as_deref(),
+            resolve(SERVER, "/a/sse", "msg?s=1").as_deref(),
             Ok("/a/msg")
         );
-        let v6 = Origin {
+        let v6 = Authority {
             host: "::1",
             port: 8443,
         };
@@ -201,7 +201,7 @@ mod tests {
             resolve(v6, "/sse", "https://[::1]:8443/messages").as_deref(),
             Ok("/messages")
         );
-        let http = Origin {
+        let http = Authority {
             host: "127.0.0.1",
             port: 80,
         };
@@ -251,21 +251,21 @@ mod tests {
     #[test]
     fn paths_are_compared_exactly_and_bounded() {
         let mut paths = MessagePaths::default();
-        paths.announce(ORIGIN, "/sse", "/messages?s=1").unwrap();
-        paths.announce(ORIGIN, "/sse", "/messages?s=2").unwrap();
+        paths.announce(SERVER, "/sse", "/messages?s=1").unwrap();
+        paths.announce(SERVER, "/sse", "/messages?s=2").unwrap();
         assert!(paths.contains("/messages"));
         for other in ["/messages/", "/Messages", "/messages;x", "/message", "/sse"] {
             assert!(!paths.contains(other), "{other}");
         }
         for i in 1..MAX_MESSAGE_PATHS {
-            paths.announce(ORIGIN, "/sse", &format!("/m{i}")).unwrap();
+            paths.announce(SERVER, "/sse", &format!("/m{i}")).unwrap();
         }
         assert_eq!(
-            paths.announce(ORIGIN, "/sse", "/one-more"),
+            paths.announce(SERVER, "/sse", "/one-more"),
             Err(AnnounceError::Full)
         );
         assert!(!paths.contains("/one-more"));
         // One already recorded is still fine when the set is full.
-        assert_eq!(paths.announce(ORIGIN, "/sse", "/messages?s=3"), Ok(()));
+        assert_eq!(paths.announce(SERVER, "/sse", "/messages?s=3"), Ok(()));
     }
 }
