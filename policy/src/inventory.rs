@@ -148,14 +148,14 @@ impl Inventory {
     }
 
     /// Records the message path a legacy server's `endpoint` event names (`data`), on the stream
-    /// answering a request for `stream` on `origin` ([`MessagePaths::announce`]).
+    /// answering a request for `stream` on `authority` ([`MessagePaths::announce`]).
     pub fn announce_message_path(
         &mut self,
-        origin: Authority<'_>,
+        authority: Authority<'_>,
         stream: &str,
         data: &str,
     ) -> Result<(), AnnounceError> {
-        self.message_paths.announce(origin, stream, data)
+        self.message_paths.announce(authority, stream, data)
     }
 
     /// The message paths the server announced in this session.

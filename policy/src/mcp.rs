@@ -439,12 +439,12 @@ mod tests {
             assert_eq!(d.overall.rule, "mcp.s default deny", "{other}");
             assert!(d.messages.is_empty(), "{other}");
         }
-        let origin = Authority {
+        let authority = Authority {
             host: "h",
             port: 443,
         };
         inventory
-            .announce_message_path(origin, "/mcp", "/messages?sessionId=1")
+            .announce_message_path(authority, "/mcp", "/messages?sessionId=1")
             .unwrap();
         assert!(
             post(&server, &inventory, "/messages?sessionId=1")
@@ -460,7 +460,7 @@ mod tests {
         // An announcement fenzi cannot match exactly opens nothing.
         assert!(
             inventory
-                .announce_message_path(origin, "/mcp", "/admin/../run")
+                .announce_message_path(authority, "/mcp", "/admin/../run")
                 .is_err()
         );
         assert!(

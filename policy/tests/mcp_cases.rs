@@ -509,13 +509,13 @@ fn mcp_case_files() {
                 body: &case.body,
             };
             let mut inventory = Inventory::unpinned();
-            let origin = Authority {
+            let authority = Authority {
                 host: "mcp.test",
                 port: 443,
             };
             let mut problems = Vec::new();
             for data in &case.announced {
-                if let Err(e) = inventory.announce_message_path(origin, "/sse", data) {
+                if let Err(e) = inventory.announce_message_path(authority, "/sse", data) {
                     problems.push(format!("announced {data:?} was not recorded: {e}"));
                 }
             }

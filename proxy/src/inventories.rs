@@ -127,12 +127,12 @@ impl Inventories {
             tracing::warn!(%server, "an endpoint event outside a GET event stream; not recorded");
             return;
         };
-        let origin = Authority {
+        let authority = Authority {
             host: &stream.host,
             port: stream.port,
         };
         let mut inventory = slot.inventory.write().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = inventory.announce_message_path(origin, path, data) {
+        if let Err(e) = inventory.announce_message_path(authority, path, data) {
             tracing::warn!(%server, "{e}; POSTs there are refused");
         }
     }

@@ -54,11 +54,11 @@ impl MessagePaths {
     /// path of the request whose answer carried it.
     pub fn announce(
         &mut self,
-        origin: Authority<'_>,
+        authority: Authority<'_>,
         stream: &str,
         data: &str,
     ) -> Result<(), AnnounceError> {
-        let path = resolve(origin, stream, data)?;
+        let path = resolve(authority, stream, data)?;
         if self.contains(&path) {
             return Ok(());
         }
@@ -76,7 +76,7 @@ impl MessagePaths {
 }
 
 /// The path (without query) `data` names, resolved against `stream`.
-fn resolve(origin: Authority<'_>, stream: &str, data: &str) -> Result<String, AnnounceError> {
+fn resolve(authority: Authority<'_>, stream: &str, data: &str) -> Result<String, AnnounceError> {
     if data.is_empty() || data.contains('#') {
         return Err(AnnounceError::Ambiguous);
     }
@@ -94,7 +94,7 @@ fn resolve(origin: Authority<'_>, stream: &str, data: &str) -> Result<String, An
             .strip_prefix("//")
             .ok_or(AnnounceError::Ambiguous)?;
         let split = rest.find(['/', '?']).unwrap_or(rest.len());
-        if !same_server(origin, &rest[..split], default_port) {
+        if !same_server(authority, &rest[..split], default_port) {
             return Err(AnnounceError::OtherServer);
         }
         match &rest[split..] {
@@ -123,12 +123,12 @@ fn resolve(origin: Authority<'_>, stream: &str, data: &str) -> Result<String, An
     Ok(path.to_string())
 }
 
-/// Does `authority` (`host[:port]`, no user info) name exactly the server's host and port?
-fn same_server(origin: Authority<'_>, authority: &str, default_port: u16) -> bool {
-    if authority.contains(['@', '%']) {
+/// Does `named` (an authority: `host[:port]`, no user info) name exactly `server`'s host and port?
+fn same_server(server: Authority<'_>, named: &str, default_port: u16) -> bool {
+    if named.contains(['@', '%']) {
         return false;
     }
-    let (host, port) = match authority.strip_prefix('[') {
+    let (host, port) = match named.strip_prefix('[') {
         Some(v6) => match v6.split_once(']') {
             Some((host, "")) => (host, None),
             Some((host, rest)) => match rest.strip_prefix(':') {
@@ -137,9 +137,9 @@ fn same_server(origin: Authority<'_>, authority: &str, default_port: u16) -> boo
             },
             None => return false,
         },
-        None => match authority.split_once(':') {
+        None => match named.split_once(':') {
             Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
+            None => (named, None),
         },
     };
     let port = match port {
@@ -152,12 +152,12 @@ fn same_server(origin: Authority<'_>, authority: &str, default_port: u16) -> boo
         }
         Some(_) => return false,
     };
-    let expected = origin
+    let expected = server
         .host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(origin.host);
-    !host.is_empty() && host.eq_ignore_ascii_case(expected) && port == origin.port
+        .unwrap_or(server.host);
+    !host.is_empty() && host.eq_ignore_ascii_case(expected) && port == server.port
 }
 
 #[cfg(test)]
