@@ -1,6 +1,7 @@
 //! What one session knows about one MCP server's tools beyond the policy file: the definitions
 //! pinned in the lock file, the tools whose listed definition differed from them, and the
-//! `x-mcp-header` declarations read from the server's lists. The proxy keeps one [`Inventory`] per
+//! `x-mcp-header` declarations read from the server's lists, and the message paths a legacy
+//! HTTP+SSE server announced ([`crate::mcp::legacy`]). The proxy keeps one [`Inventory`] per
 //! server per session, updates it from every list result it reads ([`Inventory::observe`]) and
 //! hands it to the classifier, which decides calls and list entries with it. `fenzi check` builds
 //! one from the lock file alone.
@@ -16,6 +17,7 @@
 //! - A call to a tool the session has not seen in a list is decided by the lock alone.
 
 use crate::json::Value;
+use crate::mcp::legacy::{AnnounceError, Authority, MessagePaths};
 use crate::pins::{PinnedTool, ServerPins, ToolHints, listed_hash};
 use std::collections::{HashMap, HashSet};
 
@@ -38,6 +40,7 @@ pub struct Inventory {
     /// Pinned tools whose listed definition differed from the pinned one this session.
     changed: HashSet<String>,
     mirrored: HashMap<String, MirroredHeaders>,
+    message_paths: MessagePaths,
 }
 
 /// What pinning says about calling a tool.
@@ -143,14 +146,32 @@ impl Inventory {
     pub fn mirrored(&self, tool: &str) -> Option<&MirroredHeaders> {
         self.mirrored.get(tool)
     }
+
+    /// Records the message path a legacy server's `endpoint` event names (`data`), on the stream
+    /// answering a request for `stream` on `authority` ([`MessagePaths::announce`]).
+    pub fn announce_message_path(
+        &mut self,
+        authority: Authority<'_>,
+        stream: &str,
+        data: &str,
+    ) -> Result<(), AnnounceError> {
+        self.message_paths.announce(authority, stream, data)
+    }
+
+    /// The message paths the server announced in this session.
+    pub fn message_paths(&self) -> &MessagePaths {
+        &self.message_paths
+    }
 }
 
 /// Reads `inputSchema.properties.*.x-mcp-header` of a listed tool (SEP-2243): each names the
 /// `Mcp-Param-{Name}` header that mirrors that top-level argument. Only string, integer and
 /// boolean properties can be mirrored, a name is an HTTP token, and no two arguments may claim one
-/// header (case-insensitively); any violation makes the whole tool's declarations invalid.
+/// header, case and `_` for `-` aside (a gateway that folds `_` into `-` would read both as one);
+/// any violation makes the whole tool's declarations invalid.
 fn mirrored_headers(entry: &Value) -> MirroredHeaders {
     let mut out = HashMap::new();
+    let mut folded = HashSet::new();
     let properties = entry
         .get("inputSchema")
         .and_then(|s| s.get("properties"))
@@ -171,6 +192,9 @@ fn mirrored_headers(entry: &Value) -> MirroredHeaders {
             return None;
         }
         let header = format!("mcp-param-{}", name.to_ascii_lowercase());
+        if !folded.insert(header.replace('_', "-")) {
+            return None;
+        }
         if out.insert(header, argument.clone()).is_some() {
             return None;
         }
@@ -254,6 +278,8 @@ mod tests {
             r#"{"a":{"type":"string","x-mcp-header":""}}"#,
             r#"{"a":{"type":"string","x-mcp-header":1}}"#,
             r#"{"a":{"type":"string","x-mcp-header":"X"},"b":{"type":"string","x-mcp-header":"x"}}"#,
+            // One header to a server that folds `_` into `-`.
+            r#"{"a":{"type":"string","x-mcp-header":"Dry_Run"},"b":{"type":"string","x-mcp-header":"dry-run"}}"#,
         ] {
             let tool = v(&format!(
                 r#"{{"name":"t","inputSchema":{{"properties":{bad}}}}}"#

@@ -1,8 +1,11 @@
 //! The MCP JSON-RPC classifier (README, "What the proxy decides"): from an HTTP request to an MCP server's host:port to one
 //! decision per JSON-RPC message and one overall decision, which is the one enforced.
 //!
-//! - `POST` on any path of the server's host:port (this covers the legacy `/messages` endpoint) is
-//!   inspected: framing headers ([`http`]), strict JSON ([`crate::json`]), JSON-RPC shape
+//! - `POST` carries JSON-RPC only to the server's endpoint path, or to a message path the server
+//!   announced in a legacy HTTP+SSE `endpoint` event this session ([`legacy`]); both compared byte for
+//!   byte, query aside. A POST to any other path of the server's host:port is `policy_denied` before
+//!   its body is read: the agent does not choose where on the server its messages land. A POST there
+//!   is inspected: framing headers ([`http`]), strict JSON ([`crate::json`]), JSON-RPC shape
 //!   ([`shape`]), what each message may do ([`methods`]), and the `Mcp-*` headers against the body
 //!   ([`headers`]).
 //! - `GET` (event stream) and `DELETE` (session end) on the server's endpoint path, without a body,
@@ -29,6 +32,7 @@
 mod denial;
 mod headers;
 mod http;
+pub mod legacy;
 pub(crate) mod methods;
 mod shape;
 pub mod teach;
@@ -198,6 +202,16 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
         }
     };
     match req.method {
+        "POST" if !is_message_path(server, inventory, target.path) => {
+            McpDecision::request(Decision::deny(
+                Reason::PolicyDenied,
+                methods::default_deny(server),
+                format!(
+                    "POST {} is neither the server's MCP endpoint nor a message path it announced",
+                    shown(target.path)
+                ),
+            ))
+        }
         "POST" => McpDecision::post(server, inventory, req),
         "GET" | "DELETE" => McpDecision {
             oauth_metadata: req.method == "GET"
@@ -214,6 +228,12 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
             ),
         )),
     }
+}
+
+/// May JSON-RPC be POSTed to `path` (without its query)? The endpoint, or a path the server
+/// announced for the legacy transport.
+fn is_message_path(server: &ServerRule, inventory: &Inventory, path: &str) -> bool {
+    http::is_endpoint(&server.endpoint, path) || inventory.message_paths().contains(path)
 }
 
 /// GET and DELETE: the endpoint (and GET of OAuth metadata), without a body.
@@ -364,4 +384,90 @@ fn keep_depth(body: &[u8], arguments: bool) -> usize {
 
 fn bad(rule: &str, message: impl Into<String>) -> Decision {
     Decision::deny(Reason::BadRequest, rule, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use legacy::Authority;
+
+    const CALL: &[u8] =
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}}"#;
+
+    fn post(server: &ServerRule, inventory: &Inventory, path: &str) -> McpDecision {
+        let headers: &[(&str, &[u8])] = &[("content-type", b"application/json")];
+        classify(
+            server,
+            inventory,
+            &RequestView {
+                method: "POST",
+                path,
+                headers,
+                body: CALL,
+            },
+        )
+    }
+
+    #[test]
+    fn json_rpc_goes_only_to_the_endpoint_or_an_announced_path() {
+        let server = ServerRule::with_tools(
+            "s",
+            EndpointPath::Exact("/mcp".into()),
+            vec![ToolPattern::parse("search").unwrap()],
+            Vec::new(),
+            JsonLimits::default(),
+        );
+        let mut inventory = Inventory::unpinned();
+        assert!(post(&server, &inventory, "/mcp").overall.is_allowed());
+        assert!(post(&server, &inventory, "/mcp?k=v").overall.is_allowed());
+        for other in [
+            "/messages",
+            "/messages?sessionId=1",
+            "/",
+            "/mcp/",
+            "/MCP",
+            "//mcp",
+            "/./mcp",
+            "/a/../mcp",
+            "/%6dcp",
+            "/mcp;v=1",
+            "/mcp/x",
+            "/.well-known/oauth-protected-resource",
+        ] {
+            let d = post(&server, &inventory, other);
+            assert_eq!(d.overall.reason(), Some(Reason::PolicyDenied), "{other}");
+            assert_eq!(d.overall.rule, "mcp.s default deny", "{other}");
+            assert!(d.messages.is_empty(), "{other}");
+        }
+        let authority = Authority {
+            host: "h",
+            port: 443,
+        };
+        inventory
+            .announce_message_path(authority, "/mcp", "/messages?sessionId=1")
+            .unwrap();
+        assert!(
+            post(&server, &inventory, "/messages?sessionId=1")
+                .overall
+                .is_allowed()
+        );
+        for other in ["/messages/", "/Messages", "/x/../messages", "/m%65ssages"] {
+            assert!(
+                !post(&server, &inventory, other).overall.is_allowed(),
+                "{other}"
+            );
+        }
+        // An announcement fenzi cannot match exactly opens nothing.
+        assert!(
+            inventory
+                .announce_message_path(authority, "/mcp", "/admin/../run")
+                .is_err()
+        );
+        assert!(
+            !post(&server, &inventory, "/admin/../run")
+                .overall
+                .is_allowed()
+        );
+        assert!(!post(&server, &inventory, "/run").overall.is_allowed());
+    }
 }

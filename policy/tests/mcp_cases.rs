@@ -3,6 +3,7 @@
 
 use fenzi_policy::decision::{Reason, Verdict};
 use fenzi_policy::inventory::Inventory;
+use fenzi_policy::mcp::legacy::Authority;
 use fenzi_policy::mcp::{
     EndpointPath, JsonLimits, McpDecision, MessageKind, RequestView, RpcId, ServerRule, classify,
     denial_body,
@@ -25,6 +26,8 @@ struct Case {
     method: String,
     path: String,
     headers: Vec<(String, Vec<u8>)>,
+    /// `endpoint` events the server sent this session, on a stream for `/sse` of `mcp.test:443`.
+    announced: Vec<String>,
     no_content_type: bool,
     body: Vec<u8>,
     expect: Option<Verdict>,
@@ -279,6 +282,7 @@ fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
                     .ok_or_else(|| at("header-hex: Name: hex".into()))?;
                 case.headers.push((name.to_owned(), hex(v).map_err(at)?));
             }
+            "announced" => case.announced.push(value.to_owned()),
             "no-content-type" => case.no_content_type = true,
             "body" => case.body.extend(expand(value).map_err(at)?.into_bytes()),
             "body-raw" => case.body.extend(value.as_bytes()),
@@ -504,9 +508,20 @@ fn mcp_case_files() {
                 headers: &headers,
                 body: &case.body,
             };
-            let decision = classify(&server, &Inventory::unpinned(), &req);
+            let mut inventory = Inventory::unpinned();
+            let authority = Authority {
+                host: "mcp.test",
+                port: 443,
+            };
+            let mut problems = Vec::new();
+            for data in &case.announced {
+                if let Err(e) = inventory.announce_message_path(authority, "/sse", data) {
+                    problems.push(format!("announced {data:?} was not recorded: {e}"));
+                }
+            }
+            let decision = classify(&server, &inventory, &req);
             let denial = denial_body(&decision, &req);
-            let problems = check(&case, &decision, &denial);
+            problems.extend(check(&case, &decision, &denial));
             if !problems.is_empty() {
                 failed += 1;
                 writeln!(report, "{}:{}: {}", case.file, case.line, case.name).unwrap();

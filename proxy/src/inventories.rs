@@ -1,17 +1,20 @@
 //! The session's tool inventories ([`fenzi_policy::inventory`]): one per remote or account server,
-//! read by every classification (pins, mirrored headers) and updated by every list result the
-//! response phase reads, and the lock files pinned servers are recorded in ([`crate::lock_file`]).
+//! read by every classification (pins, mirrored headers, announced message paths) and updated by
+//! every list result and legacy `endpoint` event the response phase reads, and the lock files
+//! pinned servers are recorded in ([`crate::lock_file`]).
 //!
 //! A server's lock entry lives in the lock beside the file that declared it ([`LockFiles`]). A
 //! tool pinned at first sight is written to it at once (whole-file replace, serialised per file,
 //! off the async threads); a failed write is logged and the session keeps enforcing what it
 //! pinned in memory. A pinned server whose file has no lock path pins in memory only.
 
+use crate::audit_sink::Subject;
 use crate::lock_file::{LockFileError, read_lock, write_lock};
 use fenzi_policy::config::Origin;
 use fenzi_policy::engine::Policy;
 use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::ServerRule;
+use fenzi_policy::mcp::legacy::Authority;
 use fenzi_policy::pins::Lock;
 use fenzi_policy::response::{self, ReadMessage, ResponseError, Shape};
 use std::collections::HashMap;
@@ -107,6 +110,30 @@ impl Inventories {
         match self.servers.get(server) {
             Some(slot) => f(&slot.inventory.read().unwrap_or_else(|e| e.into_inner())),
             None => f(&Inventory::unpinned()),
+        }
+    }
+
+    /// Records the message path `data`, a legacy `endpoint` event from `server`, names: on the
+    /// event stream a `GET` of `stream` opened, whose subject names the host and port the server
+    /// was reached on. One fenzi cannot match exactly, or on another kind of answer, is not
+    /// recorded: POSTs there are refused. The warning is in fenzi's words; the URI is the server's
+    /// and is not repeated.
+    pub fn announce(&self, server: &str, stream: &Subject, data: &str) {
+        let (Some(slot), "GET", Some(path)) = (
+            self.servers.get(server),
+            stream.method.as_str(),
+            stream.path.as_deref(),
+        ) else {
+            tracing::warn!(%server, "an endpoint event outside a GET event stream; not recorded");
+            return;
+        };
+        let authority = Authority {
+            host: &stream.host,
+            port: stream.port,
+        };
+        let mut inventory = slot.inventory.write().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = inventory.announce_message_path(authority, path, data) {
+            tracing::warn!(%server, "{e}; POSTs there are refused");
         }
     }
 

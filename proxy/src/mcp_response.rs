@@ -380,7 +380,17 @@ impl SseRead {
             SseItem::Event(event) => event,
         };
         let data = match (reading::event_kind(&event)?, event.data.as_deref()) {
-            (EventKind::Endpoint, data) | (EventKind::Message, data @ (None | Some(""))) => {
+            (EventKind::Endpoint, data) => {
+                // The legacy transport's message path: where this session may POST ([`Inventories::announce`]).
+                let server = &self.reading.server().name;
+                let data = data.unwrap_or_default();
+                self.session
+                    .inventories
+                    .announce(server, &self.subject, data);
+                sse::write_event(&mut self.out, &event, Some(data));
+                return Ok(());
+            }
+            (EventKind::Message, data @ (None | Some(""))) => {
                 sse::write_event(&mut self.out, &event, data);
                 return Ok(());
             }

@@ -258,15 +258,22 @@ async fn the_61st_call_in_a_minute_is_refused_and_never_forwarded() {
     let denied = s.proxy.entries().pop().unwrap();
     assert_eq!(denied.rule.as_deref(), Some("mcp.local.limits[0].rate"));
     assert_eq!(denied.rpc_id.as_deref(), Some("61"));
-    // Another path on the server's host is the same server, and counts the same.
-    let (status, _) = text(
+    // Another path on the server's host is no way around the limit: JSON-RPC goes only to the
+    // endpoint, and the path is refused before the limit is asked.
+    let (status, body) = text(
         client
             .send_request(tools_call(&s.target, "/other", 62, "echo"))
             .await
             .unwrap(),
     )
     .await;
-    assert_eq!(status, 429, "the path does not change the count");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("policy_denied"), "{body}");
+    assert_eq!(
+        s.script.calls(),
+        60,
+        "the refused call reached the upstream"
+    );
 }
 
 #[tokio::test]

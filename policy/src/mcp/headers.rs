@@ -17,6 +17,17 @@
 //!   spelling (a string as is, an integer's JSON text, `true`/`false`) after the same Base64
 //!   decoding as `Mcp-Name`. Anything else cannot be checked, so it is refused. An argument whose
 //!   header is absent is fine: clients before 2026-07-28 send none.
+//!
+//! Spellings (README, "What the proxy decides"): servers behind CGI-style gateways, and some
+//! frameworks, read `_` in a header name as `-`. `Mcp-Method` and `Mcp-Name` are checked in every
+//! such spelling ([`header_values`]): the name says nothing but which header it is, every spelling
+//! must equal the body, and two spellings are the header given twice. An `Mcp-Param-*` header's
+//! name also says which argument it mirrors, so it is checked only as the standard spells it:
+//! `Mcp-Param-` (any case) and then the declared name exactly (any case). A name a server could fold
+//! into `Mcp-Param-…` but spelled otherwise (`Mcp_Param_Region`, `mcp-param_region`) is refused,
+//! as is a declared name spelled with `_` for `-` or the reverse (it is not the declared header),
+//! and a tool whose declared names fold into one header has declarations that cannot be checked
+//! ([`Inventory::mirrored`]).
 
 use super::http::{header_values, trim_ows};
 use crate::inventory::Inventory;
@@ -42,6 +53,8 @@ pub(super) enum HeaderError {
     NameWithoutTarget,
     #[error("Mcp-Name is not valid Base64-wrapped UTF-8")]
     NameEncoding,
+    #[error("an Mcp-Param-* header spelled with `_` for `-`; only Mcp-Param- is checked")]
+    ParamSpelling,
     #[error("Mcp-Param-* headers only go with a single tools/call")]
     ParamNotOnCall,
     #[error("an Mcp-Param-* header is given more than once")]
@@ -63,11 +76,21 @@ pub(super) fn mirrors_arguments(headers: &[(&str, &[u8])]) -> bool {
     headers.iter().any(|(name, _)| is_param(name))
 }
 
+/// Is `name` an `Mcp-Param-*` header in any spelling a server might read as one (case, and `_` for
+/// `-`)?
 fn is_param(name: &str) -> bool {
     // Bytes, not a str slice: a hostile header name need not have a char boundary there.
     let name = name.as_bytes();
     name.len() > MCP_PARAM.len()
-        && name[..MCP_PARAM.len()].eq_ignore_ascii_case(MCP_PARAM.as_bytes())
+        && name[..MCP_PARAM.len()]
+            .iter()
+            .zip(MCP_PARAM.bytes())
+            .all(|(&c, p)| c.to_ascii_lowercase() == p || (c == b'_' && p == b'-'))
+}
+
+/// Is the `Mcp-Param-` of an [`is_param`] name spelled with dashes?
+fn dash_spelled(name: &str) -> bool {
+    name.as_bytes()[..MCP_PARAM.len()].eq_ignore_ascii_case(MCP_PARAM.as_bytes())
 }
 
 /// Checks the `Mcp-*` headers of a POST against its parsed body.
@@ -134,6 +157,9 @@ fn check_params(
         .collect();
     if params.is_empty() {
         return Ok(());
+    }
+    if !params.iter().all(|(name, _)| dash_spelled(name)) {
+        return Err(HeaderError::ParamSpelling);
     }
     if body.get("method").and_then(Value::as_str) != Some("tools/call") {
         return Err(HeaderError::ParamNotOnCall);
@@ -331,6 +357,130 @@ mod tests {
         assert!(!mirrors_arguments(&[("mcp-paramé", b"x")]));
         assert!(!mirrors_arguments(&[("mcp-parame", b"x")]));
         assert!(mirrors_arguments(&[("MCP-PARAM-x", b"x")]));
+    }
+
+    #[test]
+    fn param_headers_in_another_spelling_are_refused() {
+        let mut inventory = Inventory::unpinned();
+        let listed = r#"{"name":"sql","inputSchema":{"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "dry":{"type":"boolean","x-mcp-header":"Dry_Run"}}}}"#;
+        inventory.observe(
+            "sql",
+            &parse(listed.as_bytes(), &JsonLimits::default()).unwrap(),
+        );
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sql",
+            "arguments":{"region":"eu-west-1","dry":true}}}"#;
+        let run = |headers: &[(&str, &[u8])], body: &str| {
+            check(
+                headers,
+                &parse(body.as_bytes(), &JsonLimits::default()).unwrap(),
+                &inventory,
+            )
+        };
+        // The standard spelling is checked, in any case, the declared name as declared.
+        assert_eq!(run(&[("mcp-param-region", b"eu-west-1")], call), Ok(()));
+        assert_eq!(run(&[("MCP-PARAM-DRY_RUN", b"true")], call), Ok(()));
+        assert_eq!(
+            run(&[("Mcp-Param-Dry_Run", b"false")], call),
+            Err(HeaderError::ParamMismatch)
+        );
+        // `_` anywhere in the prefix: refused whatever the value, even one that matches.
+        for name in [
+            "Mcp_Param_Region",
+            "mcp_param-region",
+            "MCP-PARAM_region",
+            "Mcp-Param_Region",
+            "mcp_Param_region",
+            "Mcp_Param-Dry_Run",
+        ] {
+            for value in [&b"eu-west-1"[..], b"us-east-1", b"true"] {
+                assert_eq!(
+                    run(&[(name, value)], call),
+                    Err(HeaderError::ParamSpelling),
+                    "{name}"
+                );
+            }
+            // Beside the standard spelling, and on a message that is not a call.
+            assert_eq!(
+                run(&[("Mcp-Param-Region", b"eu-west-1"), (name, b"x")], call),
+                Err(HeaderError::ParamSpelling),
+                "{name}"
+            );
+            assert_eq!(
+                run(
+                    &[(name, b"x")],
+                    r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#
+                ),
+                Err(HeaderError::ParamSpelling),
+                "{name}"
+            );
+            assert!(mirrors_arguments(&[(name, b"x")]), "{name}");
+        }
+        // The declared name with `_` for `-` (or the reverse) is another header: not declared.
+        assert_eq!(
+            run(&[("Mcp-Param-Dry-Run", b"true")], call),
+            Err(HeaderError::ParamUndeclared)
+        );
+        assert_eq!(
+            run(
+                &[
+                    ("Mcp-Param-Dry_Run", b"true"),
+                    ("Mcp-Param-Dry-Run", b"true")
+                ],
+                call
+            ),
+            Err(HeaderError::ParamUndeclared)
+        );
+        // Not a parameter header in any spelling: left alone.
+        for name in ["Mcp-Params", "Mcp_Paramx", "Mcp-Param", "Mcp.Param.Region"] {
+            assert!(!mirrors_arguments(&[(name, b"x")]), "{name}");
+            assert_eq!(run(&[(name, b"x")], call), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn method_and_name_are_checked_in_every_spelling() {
+        for name in ["Mcp_Method", "mcp_method", "MCP-METHOD", "Mcp-Method"] {
+            assert_eq!(check_with(&[(name, b"tools/call")], CALL), Ok(()), "{name}");
+            assert_eq!(
+                check_with(&[(name, b"tools/list")], CALL),
+                Err(HeaderError::MethodMismatch),
+                "{name}"
+            );
+        }
+        for name in ["Mcp_Name", "MCP_NAME", "mcp-name"] {
+            assert_eq!(
+                check_with(&[(name, "café".as_bytes())], CALL),
+                Ok(()),
+                "{name}"
+            );
+            assert_eq!(
+                check_with(&[(name, b"cafe")], CALL),
+                Err(HeaderError::NameMismatch("params.name")),
+                "{name}"
+            );
+        }
+        // Two spellings are the header given twice, even when both agree with the body.
+        assert_eq!(
+            check_with(
+                &[("Mcp-Method", b"tools/call"), ("Mcp_Method", b"tools/call")],
+                CALL
+            ),
+            Err(HeaderError::Repeated("Mcp-Method"))
+        );
+        assert_eq!(
+            check_with(&[("mcp_name", b"x"), ("Mcp-Name", "café".as_bytes())], CALL),
+            Err(HeaderError::Repeated("Mcp-Name"))
+        );
+        // A spelling on a batch or a response is refused as the standard one is.
+        assert_eq!(
+            check_with(
+                &[("Mcp_Method", b"ping")],
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#
+            ),
+            Err(HeaderError::OnBatch("Mcp-Method"))
+        );
     }
 
     const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"café"}}"#;

@@ -138,7 +138,7 @@ pub(super) fn is_oauth_metadata(endpoint: &EndpointPath, path: &str) -> bool {
 /// A relative path a server cannot resolve outside the prefix it follows: non-empty segments, none of
 /// them `.` or `..`, no percent-escapes (an encoded `/`, `.` or `\` is read differently by different
 /// servers) and no `;` parameters. A trailing `/` is allowed.
-fn is_plain_subpath(rest: &str) -> bool {
+pub(super) fn is_plain_subpath(rest: &str) -> bool {
     if rest.contains(['%', ';', '\\']) {
         return false;
     }
