@@ -27,6 +27,7 @@ pub mod confirm;
 pub mod error;
 pub mod export;
 pub mod lock_file;
+pub mod lock_trust;
 pub mod metrics;
 pub mod net;
 pub mod options;

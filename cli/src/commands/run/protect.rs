@@ -1,7 +1,7 @@
 //! What `fenzi run` keeps out of the agent's reach, and where it lets the agent write.
 //!
 //! The governing paths are what a later session runs under or what an earlier session recorded:
-//! the project policy and its `fenzi.lock`, the machine config directory, fenzi's state directory
+//! the project policy and its `fenzi.lock` (created first when missing), the machine config directory, fenzi's state directory
 //! (every session's audit log and head), an explicit `--audit` log, and this session's own
 //! directory (its CA certificate and the agent's rendered config). Inside the sandbox they are
 //! read-only and their ancestors cannot be renamed (see `fenzi_proxy::sandbox`'s `filesystem`).
@@ -17,6 +17,7 @@ use anyhow::{Context, Result, bail};
 use fenzi_policy::pins::Lock;
 use fenzi_proxy::audit_writer::head_path;
 use fenzi_proxy::lock_file::{lock_path_for, write_lock};
+use fenzi_proxy::lock_trust::TrustRecords;
 use std::path::{Path, PathBuf};
 
 /// Where the governing files are, as `fenzi run` was asked to use them.
@@ -27,11 +28,6 @@ pub struct Governing<'a> {
     /// The log was given with `--audit` (it may live outside the state directory).
     pub explicit_audit: bool,
     pub session_dir: &'a Path,
-    /// A project server is pinned: its lock must exist before the agent starts, or the agent could
-    /// create it with definitions of its own choosing.
-    pub project_pins: bool,
-    /// The same for a machine server.
-    pub machine_pins: bool,
 }
 
 /// The paths to make read-only inside the sandbox. Directories that must be protected but do not
@@ -43,11 +39,12 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
     let policy = governing.project_policy;
     refuse_symlink(policy, "the project policy")?;
     paths.push(policy.to_path_buf());
-    paths.extend(protected_lock(policy, governing.project_pins)?);
+    let trust = config_files::lock_trust();
+    paths.push(protected_lock(policy, trust.as_ref())?);
     if let Some(machine) = governing.machine_file {
         refuse_symlink(machine, "the machine file")?;
         paths.push(machine.to_path_buf());
-        paths.extend(protected_lock(machine, governing.machine_pins)?);
+        paths.push(protected_lock(machine, trust.as_ref())?);
     }
     // The default machine directory is protected even when this session does not read it: the
     // next one may.
@@ -73,24 +70,24 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// The lock beside `policy_file` when it exists, created empty first when `pinned` (a pinned
-/// server's lock must exist before the agent starts, or the agent could create it with definitions
-/// of its own choosing). A lock that is a symlink is refused.
-fn protected_lock(policy_file: &Path, pinned: bool) -> Result<Option<PathBuf>> {
+/// The lock beside `policy_file`, protected in every session whether or not a server is pinned
+/// yet: an agent that could write it would plant definitions a later `pin: true` trusts. A missing
+/// lock is created empty first (in place, exclusively, never through a link) and recorded as
+/// fenzi-written, so that the sandbox can mount it read-only. A lock that is a symlink is refused.
+/// An existing lock is kept as it is; whether its entries are trusted is decided when the proxy
+/// reads it (an unreviewed one pins nothing).
+fn protected_lock(policy_file: &Path, trust: Option<&TrustRecords>) -> Result<PathBuf> {
     let lock = lock_path_for(policy_file);
-    if pinned && lock.symlink_metadata().is_err() {
-        write_lock(&lock, &Lock::default()).with_context(|| {
+    if lock.symlink_metadata().is_err() {
+        write_lock(&lock, &Lock::default(), trust).with_context(|| {
             format!(
-                "cannot create {} before the sandbox starts (a pinned server needs it)",
+                "cannot create {} before the sandbox starts (the agent must not be the one to create it)",
                 lock.display()
             )
         })?;
     }
-    if lock.symlink_metadata().is_err() {
-        return Ok(None);
-    }
     refuse_symlink(&lock, "the lock file")?;
-    Ok(Some(lock))
+    Ok(lock)
 }
 
 /// The OTLP export cursor beside an explicit `--audit` log (its directory may be one the agent can
@@ -234,26 +231,32 @@ mod tests {
     }
 
     #[test]
-    fn a_pinned_servers_lock_exists_before_the_agent_and_is_protected() {
+    fn the_lock_exists_before_the_agent_and_is_protected_pinned_or_not() {
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("team.yaml");
         std::fs::write(&policy, "version: 1\n").unwrap();
-        // Nothing pinned, no lock: nothing to protect, nothing created.
-        assert_eq!(protected_lock(&policy, false).unwrap(), None);
-        assert!(!dir.path().join("team.lock").exists());
-        // Pinned: the lock beside this policy file (not fenzi.lock) is created, empty, and protected.
-        let lock = protected_lock(&policy, true).unwrap().unwrap();
+        // No lock yet (nothing pinned): the lock beside this policy file (not fenzi.lock) is
+        // created, empty, protected, and recorded as fenzi's, so it is trusted.
+        let trust = TrustRecords::at(dir.path().join("state/lock-trust"));
+        let lock = protected_lock(&policy, Some(&trust)).unwrap();
         assert_eq!(lock, dir.path().join("team.lock"));
-        let read = fenzi_proxy::lock_file::read_lock(&lock).unwrap();
-        assert_eq!(read, Lock::default());
-        // An existing lock is kept as it is, and protected whether or not anything is pinned.
+        let read = fenzi_proxy::lock_file::read_reviewed(&lock, Some(&trust)).unwrap();
+        assert_eq!(read.lock, Lock::default());
+        assert_eq!(read.review, fenzi_proxy::lock_file::Review::Reviewed);
+        // An existing lock is kept as it is (and protected).
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap());
         std::fs::write(&lock, Lock::default().to_text() + "\n").unwrap();
-        assert_eq!(protected_lock(&policy, false).unwrap(), Some(lock.clone()));
+        assert_eq!(protected_lock(&policy, Some(&trust)).unwrap(), lock);
         assert!(std::fs::read_to_string(&lock).unwrap().ends_with("\n\n"));
-        // A lock that is a symlink is refused.
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap()),
+            inode
+        );
+        // A lock that is a symlink is refused, and its target not created.
         std::fs::remove_file(&lock).unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", &lock).unwrap();
-        assert!(protected_lock(&policy, true).is_err());
+        std::os::unix::fs::symlink(dir.path().join("elsewhere.lock"), &lock).unwrap();
+        assert!(protected_lock(&policy, Some(&trust)).is_err());
+        assert!(!dir.path().join("elsewhere.lock").exists());
     }
 
     #[test]
