@@ -188,7 +188,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         ""
     };
-    print_text(&entry.name, &lock_path, &listed, &diffs, (before.is_some(), note));
+    print_text(
+        &entry.name,
+        &lock_path,
+        &listed,
+        &diffs,
+        (before.is_some(), note),
+    );
     if up_to_date {
         return Ok(ExitCode::SUCCESS);
     }
@@ -382,7 +388,11 @@ fn json_doc(
             ToolDiff::Removed(before) => serde_json::json!({
                 "tool": tool, "change": "removed", "pinned_sha256": before.sha256,
             }),
-            ToolDiff::Changed { pinned, listed, fields } => serde_json::json!({
+            ToolDiff::Changed {
+                pinned,
+                listed,
+                fields,
+            } => serde_json::json!({
                 "tool": tool, "change": "changed",
                 "pinned_sha256": pinned.sha256, "sha256": listed.sha256,
                 "fields": fields.iter().map(|f| serde_json::json!({
