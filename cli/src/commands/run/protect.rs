@@ -1,7 +1,7 @@
 //! What `fenzi run` keeps out of the agent's reach, and where it lets the agent write.
 //!
 //! The governing paths are what a later session runs under or what an earlier session recorded:
-//! the project policy and its `fenzi.lock` (created first when missing), the machine config directory, fenzi's state directory
+//! the project policy and its `fenzi.lock`, the machine config directory, fenzi's state directory
 //! (every session's audit log and head), an explicit `--audit` log, and this session's own
 //! directory (its CA certificate and the agent's rendered config). Inside the sandbox they are
 //! read-only and their ancestors cannot be renamed (see `fenzi_proxy::sandbox`'s `filesystem`).
