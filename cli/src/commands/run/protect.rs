@@ -16,7 +16,7 @@ use crate::session;
 use anyhow::{Context, Result, bail};
 use fenzi_policy::pins::Lock;
 use fenzi_proxy::audit_writer::head_path;
-use fenzi_proxy::lock_file::{lock_path_for, write_lock};
+use fenzi_proxy::lock_file::{LockFileError, lock_path_for, write_lock};
 use fenzi_proxy::lock_trust::TrustRecords;
 use std::path::{Path, PathBuf};
 
@@ -40,11 +40,11 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
     refuse_symlink(policy, "the project policy")?;
     paths.push(policy.to_path_buf());
     let trust = config_files::lock_trust();
-    paths.push(protected_lock(policy, trust.as_ref())?);
+    paths.extend(protected_lock(policy, trust.as_ref())?);
     if let Some(machine) = governing.machine_file {
         refuse_symlink(machine, "the machine file")?;
         paths.push(machine.to_path_buf());
-        paths.push(protected_lock(machine, trust.as_ref())?);
+        paths.extend(protected_lock(machine, trust.as_ref())?);
     }
     // The default machine directory is protected even when this session does not read it: the
     // next one may.
@@ -73,21 +73,35 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
 /// The lock beside `policy_file`, protected in every session whether or not a server is pinned
 /// yet: an agent that could write it would plant definitions a later `pin: true` trusts. A missing
 /// lock is created empty first (in place, exclusively, never through a link) and recorded as
-/// fenzi-written, so that the sandbox can mount it read-only. A lock that is a symlink is refused.
-/// An existing lock is kept as it is; whether its entries are trusted is decided when the proxy
-/// reads it (an unreviewed one pins nothing).
-fn protected_lock(policy_file: &Path, trust: Option<&TrustRecords>) -> Result<PathBuf> {
+/// fenzi-written, so that the sandbox can mount it read-only; `None` when the user may not create
+/// it, since then the sandbox, which runs as the same user with fewer rights, cannot either. A
+/// lock that is a symlink is refused. An existing lock is kept as it is; whether its entries are
+/// trusted is decided when the proxy reads it (an unreviewed one pins nothing).
+fn protected_lock(policy_file: &Path, trust: Option<&TrustRecords>) -> Result<Option<PathBuf>> {
     let lock = lock_path_for(policy_file);
     if lock.symlink_metadata().is_err() {
-        write_lock(&lock, &Lock::default(), trust).with_context(|| {
-            format!(
-                "cannot create {} before the sandbox starts (the agent must not be the one to create it)",
-                lock.display()
-            )
-        })?;
+        match write_lock(&lock, &Lock::default(), trust) {
+            Ok(()) => {}
+            Err(LockFileError::Write { source, .. })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "cannot create {} before the sandbox starts (the agent must not be the one to create it)",
+                        lock.display()
+                    )
+                });
+            }
+        }
     }
     refuse_symlink(&lock, "the lock file")?;
-    Ok(lock)
+    Ok(Some(lock))
 }
 
 /// The OTLP export cursor beside an explicit `--audit` log (its directory may be one the agent can
@@ -238,7 +252,7 @@ mod tests {
         // No lock yet (nothing pinned): the lock beside this policy file (not fenzi.lock) is
         // created, empty, protected, and recorded as fenzi's, so it is trusted.
         let trust = TrustRecords::at(dir.path().join("state/lock-trust"));
-        let lock = protected_lock(&policy, Some(&trust)).unwrap();
+        let lock = protected_lock(&policy, Some(&trust)).unwrap().unwrap();
         assert_eq!(lock, dir.path().join("team.lock"));
         let read = fenzi_proxy::lock_file::read_reviewed(&lock, Some(&trust)).unwrap();
         assert_eq!(read.lock, Lock::default());
@@ -246,7 +260,10 @@ mod tests {
         // An existing lock is kept as it is (and protected).
         let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap());
         std::fs::write(&lock, Lock::default().to_text() + "\n").unwrap();
-        assert_eq!(protected_lock(&policy, Some(&trust)).unwrap(), lock);
+        assert_eq!(
+            protected_lock(&policy, Some(&trust)).unwrap(),
+            Some(lock.clone())
+        );
         assert!(std::fs::read_to_string(&lock).unwrap().ends_with("\n\n"));
         assert_eq!(
             std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap()),
