@@ -10,7 +10,8 @@
 //!
 //! A lock fenzi does not vouch for (no trust record names its bytes at its path) is unreviewed:
 //! every pinned server it serves gets an empty entry, so each of its tools is hidden and its calls
-//! denied (`tool_changed`) until `fenzi mcp pin` shows them to a person, and nothing is pinned at
+//! denied (`tool_changed`; `policy_denied` for a tool only `allow_annotated` would allow, since no
+//! annotation is believed) until `fenzi mcp pin` shows them to a person, and nothing is pinned at
 //! first sight into it (which would record the planted entries as reviewed).
 
 use crate::lock_file::{LockFileError, read_reviewed, write_lock};
@@ -102,8 +103,8 @@ impl Inventories {
                                 "{} is unreviewed: fenzi did not write it and no one accepted it \
                                  with `fenzi mcp pin`, or it changed since (a lock from before \
                                  fenzi kept trust records has none). Every tool of {} is hidden \
-                                 and its calls denied (tool_changed) until you run `fenzi mcp pin \
-                                 {}` and accept what it shows",
+                                 and its calls denied until you run `fenzi mcp pin {}` and accept \
+                                 what it shows",
                                 slot.path.display(),
                                 server.name,
                                 server.name
