@@ -370,3 +370,68 @@ fn a_server_it_cannot_read_or_trust_is_an_error_that_says_why() {
         text(&o)
     );
 }
+
+/// A lock no trust record names (here: a lock pinned in another project, copied in, with an entry
+/// added for another server) vouches for nothing: `pin` shows the server's tools as new and the
+/// other server's entries as unreviewed, and only accepting makes the lock reviewed, in place.
+#[test]
+fn an_unreviewed_lock_is_shown_as_such_until_accepted() {
+    use std::os::unix::fs::MetadataExt;
+    let server = server();
+    server.script.lock().unwrap().pages = [vec![tool("get_issue", "Reads an issue")], vec![]];
+    let trusted_elsewhere = project(&server, true);
+    let o = pin(trusted_elsewhere.path(), &["--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = pin(trusted_elsewhere.path(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("the lock matches"), "{}", text(&o));
+
+    let dir = project(&server, true);
+    let mut planted = lock(trusted_elsewhere.path());
+    planted["servers"]["other"] = planted["servers"]["tracker"].clone();
+    let planted = serde_json::to_vec(&planted).unwrap();
+    let path = dir.path().join("fenzi.lock");
+    std::fs::write(&path, &planted).unwrap();
+    let inode = std::fs::metadata(&path).unwrap().ino();
+
+    let o = pin(dir.path(), &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    for line in [
+        "fenzi.lock is unreviewed",
+        "from before fenzi kept trust records",
+        "(unreviewed: every tool is shown as new)",
+        "+ get_issue (new)",
+        "? other/get_issue (unreviewed; accepted as it is)",
+        "nothing written",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
+    assert!(!out.contains("the lock matches"), "{out}");
+    let o = pin(dir.path(), &["--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["lock_reviewed"], false);
+    assert_eq!(doc["changes"][0]["change"], "added");
+    assert_eq!(doc["unreviewed"][0]["server"], "other");
+    assert_eq!(doc["unreviewed"][0]["tool"], "get_issue");
+    assert_eq!(std::fs::read(&path).unwrap(), planted);
+
+    // Accepted: written in place and recorded; the next look finds it reviewed and matching.
+    let o = pin(dir.path(), &["--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+    let o = pin(dir.path(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("the lock matches"), "{}", text(&o));
+    let records = dir.path().join(".local/state/fenzi/lock-trust");
+    assert_eq!(std::fs::read_dir(&records).unwrap().count(), 1);
+
+    // One byte added afterwards: unreviewed again.
+    let mut edited = std::fs::read(&path).unwrap();
+    edited.push(b'\n');
+    std::fs::write(&path, &edited).unwrap();
+    let o = pin(dir.path(), &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("is unreviewed"), "{}", text(&o));
+}

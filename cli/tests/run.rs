@@ -978,3 +978,41 @@ fn an_ipv6_literal_is_caught_without_the_proxy_variables() {
         "{log}"
     );
 }
+
+/// The lock's place is protected before anything is pinned: `fenzi run` creates it (empty, and
+/// recorded as its own in the state directory), so the agent cannot plant one for a later
+/// `pin: true` to trust. A planted lock (no record) is reported as unreviewed when the session
+/// starts, naming the command that reviews it.
+#[test]
+fn the_lock_is_protected_before_anything_is_pinned_and_a_planted_one_is_unreviewed() {
+    if !sandbox_available() {
+        return;
+    }
+    let env = Env::new("lock-place", "version: 1\nhosts:\n  - example.com\n");
+    let lock = env.dir.join("fenzi.lock");
+    assert!(!lock.exists());
+    let plant = "if (printf x > fenzi.lock) 2>/dev/null; then echo CHANGED; else echo refused; fi";
+    let out = env.run(&["--", "sh", "-c", plant]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "refused\n");
+    let created = std::fs::read_to_string(&lock).unwrap();
+    assert!(created.contains("\"servers\": {}"), "{created}");
+    let records: Vec<_> = std::fs::read_dir(env.dir.join("state/fenzi/lock-trust"))
+        .unwrap()
+        .collect();
+    assert_eq!(records.len(), 1);
+
+    // A lock written by someone else (here: from outside, as a stand-in for an agent that wrote
+    // it before this protection, or a lock from before trust records) is unreviewed.
+    std::fs::write(&lock, created.replace("\"servers\": {}", "\"servers\":{}")).unwrap();
+    std::fs::write(
+        env.dir.join("fenzi.yaml"),
+        "version: 1\nmcp:\n  tracker:\n    url: https://127.0.0.1:9/mcp\n    pin: true\n    tools:\n      allow: [get_issue]\n",
+    )
+    .unwrap();
+    let out = env.run(&["--", "true"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("fenzi.lock is unreviewed"), "{err}");
+    assert!(err.contains("`fenzi mcp pin tracker`"), "{err}");
+}

@@ -4,20 +4,28 @@
 //! pinned servers are recorded in ([`crate::lock_file`]).
 //!
 //! A server's lock entry lives in the lock beside the file that declared it ([`LockFiles`]). A
-//! tool pinned at first sight is written to it at once (whole-file replace, serialised per file,
-//! off the async threads); a failed write is logged and the session keeps enforcing what it
-//! pinned in memory. A pinned server whose file has no lock path pins in memory only.
+//! tool pinned at first sight is written to it at once (the whole file, in place, serialised per
+//! file, off the async threads) and recorded as reviewed ([`crate::lock_trust`]); a failed write
+//! is logged and the session keeps enforcing what it pinned in memory. A pinned server whose file
+//! has no lock path pins in memory only.
+//!
+//! A lock fenzi does not vouch for (no trust record names its bytes at its path) is unreviewed:
+//! every pinned server it serves gets an empty entry, so each of its tools is hidden and its calls
+//! denied (`tool_changed`; `policy_denied` for a tool only `allow_annotated` would allow, since no
+//! annotation is believed) until `fenzi mcp pin` shows them to a person, and nothing is pinned at
+//! first sight into it (which would record the planted entries as reviewed).
 
 use crate::audit_sink::Subject;
-use crate::lock_file::{LockFileError, read_lock, write_lock};
+use crate::lock_file::{LockFileError, read_reviewed, write_lock};
+use crate::lock_trust::TrustRecords;
 use fenzi_policy::config::Origin;
 use fenzi_policy::engine::Policy;
 use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::ServerRule;
 use fenzi_policy::mcp::legacy::Authority;
-use fenzi_policy::pins::Lock;
+use fenzi_policy::pins::{Lock, ServerPins};
 use fenzi_policy::response::{self, ReadMessage, ResponseError, Shape};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -28,6 +36,9 @@ pub struct LockFiles {
     pub project: Option<PathBuf>,
     /// Beside the machine file (`mcp.lock`).
     pub machine: Option<PathBuf>,
+    /// Which lock contents fenzi vouches for (fenzi's state directory). Without records every
+    /// existing lock is unreviewed and nothing pinned at first sight is written.
+    pub trust: Option<TrustRecords>,
 }
 
 impl LockFiles {
@@ -46,6 +57,9 @@ struct LockSlot {
     path: PathBuf,
     /// The whole file as this session knows it; held while it is written.
     lock: Mutex<Lock>,
+    /// Where a write is recorded as reviewed. `None` when the lock is unreviewed or there are no
+    /// records: then the session never writes the lock.
+    records: Option<TrustRecords>,
 }
 
 struct Slot {
@@ -60,28 +74,46 @@ pub(crate) struct Inventories {
 
 impl Inventories {
     /// Reads the lock files a pinned server of `policy` needs. A lock that cannot be read or
-    /// parsed stops the session from starting: pins that cannot be checked are not enforced.
+    /// parsed stops the session from starting: pins that cannot be checked are not enforced. An
+    /// unreviewed lock starts the session with its servers' tools all unreviewed (and says so).
     pub fn load(policy: &Policy, files: &LockFiles) -> Result<Inventories, LockFileError> {
-        let mut slots: HashMap<Origin, Arc<LockSlot>> = HashMap::new();
+        let mut slots: HashMap<Origin, (Arc<LockSlot>, bool)> = HashMap::new();
         let mut servers = HashMap::new();
+        let mut unreviewed = HashSet::new();
         for server in policy.servers() {
             let mut lock_slot = None;
             if server.rule.pin {
                 let path = files.for_origin(server.origin).cloned();
                 match path {
                     Some(path) => {
-                        let slot = match slots.get(&server.origin) {
+                        let (slot, trusted) = match slots.get(&server.origin) {
                             Some(slot) => slot.clone(),
                             None => {
-                                let lock = read_lock(&path)?;
+                                let read = read_reviewed(&path, files.trust.as_ref())?;
+                                let trusted = read.trusted();
                                 let slot = Arc::new(LockSlot {
                                     path,
-                                    lock: Mutex::new(lock),
+                                    lock: Mutex::new(read.lock),
+                                    records: files.trust.clone().filter(|_| trusted),
                                 });
-                                slots.insert(server.origin, slot.clone());
-                                slot
+                                slots.insert(server.origin, (slot.clone(), trusted));
+                                (slot, trusted)
                             }
                         };
+                        if !trusted {
+                            tracing::warn!(
+                                server = %server.name,
+                                "{} is unreviewed: fenzi did not write it and no one accepted it \
+                                 with `fenzi mcp pin`, or it changed since (a lock from before \
+                                 fenzi kept trust records has none). Every tool of {} is hidden \
+                                 and its calls denied until you run `fenzi mcp pin {}` and accept \
+                                 what it shows",
+                                slot.path.display(),
+                                server.name,
+                                server.name
+                            );
+                            unreviewed.insert(server.name.clone());
+                        }
                         lock_slot = Some(slot);
                     }
                     None => tracing::warn!(
@@ -90,10 +122,15 @@ impl Inventories {
                     ),
                 }
             }
-            let entry = lock_slot.as_ref().and_then(|slot| {
-                let lock = slot.lock.lock().unwrap_or_else(|e| e.into_inner());
-                lock.servers.get(&server.name).cloned()
-            });
+            let entry = if unreviewed.contains(&server.name) {
+                // Nothing the lock says is used: every tool is "not in the lock".
+                Some(ServerPins::new())
+            } else {
+                lock_slot.as_ref().and_then(|slot| {
+                    let lock = slot.lock.lock().unwrap_or_else(|e| e.into_inner());
+                    lock.servers.get(&server.name).cloned()
+                })
+            };
             servers.insert(
                 server.name.clone(),
                 Slot {
@@ -162,9 +199,17 @@ impl Inventories {
             let lock = lock.clone();
             let name = server.name.clone();
             tokio::task::spawn_blocking(move || {
+                let Some(records) = &lock.records else {
+                    tracing::warn!(
+                        server = %name,
+                        "no trust records for {}; the pins hold for this session only",
+                        lock.path.display()
+                    );
+                    return;
+                };
                 let mut whole = lock.lock.lock().unwrap_or_else(|e| e.into_inner());
                 whole.servers.insert(name.clone(), entry);
-                match write_lock(&lock.path, &whole) {
+                match write_lock(&lock.path, &whole, Some(records)) {
                     Ok(()) => {
                         tracing::info!(server = %name, path = %lock.path.display(), "pinned tool definitions")
                     }

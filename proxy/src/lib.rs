@@ -28,6 +28,7 @@ pub mod error;
 pub mod export;
 pub mod host_files;
 pub mod lock_file;
+pub mod lock_trust;
 pub mod metrics;
 pub mod net;
 pub mod options;

@@ -4,6 +4,12 @@
 //! leaves the lock; a renamed tool is a new tool). The lock is the one beside the file that
 //! declares the server: `fenzi.lock` for the project, `mcp.lock` for the machine file.
 //!
+//! The comparison is with what fenzi vouches for ([`fenzi_proxy::lock_trust`]). A lock no trust
+//! record names (planted or edited by someone else, half-written, or from a fenzi that kept no
+//! records) is unreviewed: the server's tools are all shown as new, and every other server's
+//! entries in it are shown as unreviewed, since accepting records the whole lock as reviewed.
+//! Accepting writes the lock in place and records its hash.
+//!
 //! Acceptance: `--yes`, or `y` at the prompt on a terminal. Without a terminal and without `--yes`
 //! nothing is written and the exit is 1 when there is something to accept. Exit 0 when the lock
 //! matches the server afterwards; 1 when it does not (declined, or the server could not be read);
@@ -17,7 +23,7 @@ use fenzi_policy::engine::Policy;
 use fenzi_policy::json_text;
 use fenzi_policy::pins::{self, FieldDiff, PinnedTool, ServerPins, ToolDiff};
 use fenzi_policy::secret_name::server_token_name;
-use fenzi_proxy::lock_file::{read_lock, write_lock};
+use fenzi_proxy::lock_file::{read_reviewed, write_lock};
 use fenzi_proxy::tool_listing::{self, ListingTarget};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -87,8 +93,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .for_origin(entry.origin)
         .cloned()
         .ok_or_else(|| anyhow!("no lock file for the file that declares {}", entry.name))?;
+    let Some(trust) = crate::config_files::lock_trust() else {
+        bail!(
+            "cannot find fenzi's state directory (neither XDG_STATE_HOME nor HOME is set), where \
+             it records the locks a person accepted"
+        );
+    };
     // Read first: a broken lock is reported before the server is asked anything.
-    let mut lock = read_lock(&lock_path)?;
+    let read = read_reviewed(&lock_path, Some(&trust))?;
+    let reviewed = read.trusted();
+    let mut lock = read.lock;
     let extra_roots = upstream_roots(&args.upstream_ca)?;
     let bearer = if *token {
         Some(token_value(&config, &entry.name)?)
@@ -124,8 +138,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             (name.to_string(), PinnedTool::from_listed(t))
         })
         .collect();
-    let before = lock.servers.get(&entry.name);
+    // An unreviewed lock vouches for nothing: this server's tools are compared with no entry, and
+    // the other servers' entries are shown, since accepting vouches for them as they are.
+    let before = lock.servers.get(&entry.name).filter(|_| reviewed);
     let diffs = pins::diff(before, &listed);
+    let unreviewed: Vec<(&String, &ServerPins)> = if reviewed {
+        Vec::new()
+    } else {
+        lock.servers
+            .iter()
+            .filter(|(name, _)| **name != entry.name)
+            .collect()
+    };
     let up_to_date = diffs.is_empty() && before.is_some();
 
     if args.json {
@@ -137,11 +161,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &listing.protocol_version,
             &listed,
             &diffs,
+            (reviewed, &unreviewed),
             write,
         );
         if write {
             lock.servers.insert(entry.name.clone(), listed);
-            write_lock(&lock_path, &lock)?;
+            write_lock(&lock_path, &lock, Some(&trust))?;
         }
         println!(
             "{}",
@@ -153,15 +178,43 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ExitCode::from(1)
         });
     }
-    print_text(&entry.name, &lock_path, &listed, &diffs, before.is_some());
+    if !reviewed {
+        print_unreviewed(&lock_path, &unreviewed);
+    }
+    let note = if !reviewed {
+        " (unreviewed: every tool is shown as new)"
+    } else if before.is_none() {
+        " (no entry yet)"
+    } else {
+        ""
+    };
+    print_text(
+        &entry.name,
+        &lock_path,
+        &listed,
+        &diffs,
+        (before.is_some(), note),
+    );
     if up_to_date {
         return Ok(ExitCode::SUCCESS);
     }
     let accepted = if args.yes {
         true
     } else if std::io::stdin().is_terminal() {
+        let others = if unreviewed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (and the unreviewed entries of {} shown above, as they are)",
+                unreviewed
+                    .iter()
+                    .map(|(name, _)| name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
         ask(&format!(
-            "Pin these {} tools of {} in {}? [y/N] ",
+            "Pin these {} tools of {}{others} in {}? [y/N] ",
             listed.len(),
             entry.name,
             lock_path.display()
@@ -178,7 +231,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let count = listed.len();
     lock.servers.insert(entry.name.clone(), listed);
-    write_lock(&lock_path, &lock)?;
+    write_lock(&lock_path, &lock, Some(&trust))?;
     println!(
         "pinned {count} tools of {} in {}",
         entry.name,
@@ -239,18 +292,43 @@ fn shown(text: &Option<String>) -> String {
     }
 }
 
+/// What an unreviewed lock says beyond the server being pinned: every other server's entries,
+/// which accepting the lock vouches for as they are.
+fn print_unreviewed(lock_path: &std::path::Path, others: &[(&String, &ServerPins)]) {
+    println!(
+        "{} is unreviewed: fenzi did not write it and no one accepted it with `fenzi mcp pin`, or \
+         it changed since (a lock from before fenzi kept trust records has none). Until it is \
+         accepted, sessions trust none of its entries.",
+        lock_path.display()
+    );
+    for (server, pins) in others {
+        println!("{server}: {} tools in the lock, unreviewed", pins.len());
+        for (tool, pinned) in pins.iter() {
+            println!("? {server}/{tool} (unreviewed; accepted as it is)");
+            print_definition(pinned);
+        }
+    }
+}
+
+fn print_definition(tool: &PinnedTool) {
+    for field in pins::DEFINITION_FIELDS {
+        if let Some(v) = tool.definition.get(field) {
+            println!("    {field}: {}", shown(&Some(json_text::canonical(v))));
+        }
+    }
+}
+
 fn print_text(
     server: &str,
     lock_path: &std::path::Path,
     listed: &ServerPins,
     diffs: &BTreeMap<String, ToolDiff>,
-    has_entry: bool,
+    (has_entry, note): (bool, &str),
 ) {
     println!(
-        "{server}: {} tools listed; lock {}{}",
+        "{server}: {} tools listed; lock {}{note}",
         listed.len(),
         lock_path.display(),
-        if has_entry { "" } else { " (no entry yet)" }
     );
     if diffs.is_empty() {
         println!(
@@ -267,11 +345,7 @@ fn print_text(
         match diff {
             ToolDiff::Added(now) => {
                 println!("+ {tool} (new)");
-                for field in pins::DEFINITION_FIELDS {
-                    if let Some(v) = now.definition.get(field) {
-                        println!("    {field}: {}", shown(&Some(json_text::canonical(v))));
-                    }
-                }
+                print_definition(now);
             }
             ToolDiff::Removed(_) => println!("- {tool} (no longer listed; leaves the lock)"),
             ToolDiff::Changed { fields, .. } => {
@@ -297,19 +371,28 @@ fn json_doc(
     protocol_version: &str,
     listed: &ServerPins,
     diffs: &BTreeMap<String, ToolDiff>,
+    (reviewed, unreviewed): (bool, &[(&String, &ServerPins)]),
     written: bool,
 ) -> serde_json::Value {
+    let definition = |tool: &PinnedTool| {
+        serde_json::from_str::<serde_json::Value>(&json_text::canonical(&tool.definition))
+            .unwrap_or_default()
+    };
     let changes: Vec<_> = diffs
         .iter()
         .map(|(tool, diff)| match diff {
             ToolDiff::Added(now) => serde_json::json!({
                 "tool": tool, "change": "added", "sha256": now.sha256,
-                "definition": serde_json::from_str::<serde_json::Value>(&json_text::canonical(&now.definition)).unwrap_or_default(),
+                "definition": definition(now),
             }),
             ToolDiff::Removed(before) => serde_json::json!({
                 "tool": tool, "change": "removed", "pinned_sha256": before.sha256,
             }),
-            ToolDiff::Changed { pinned, listed, fields } => serde_json::json!({
+            ToolDiff::Changed {
+                pinned,
+                listed,
+                fields,
+            } => serde_json::json!({
                 "tool": tool, "change": "changed",
                 "pinned_sha256": pinned.sha256, "sha256": listed.sha256,
                 "fields": fields.iter().map(|f| serde_json::json!({
@@ -324,6 +407,13 @@ fn json_doc(
         "protocol_version": protocol_version,
         "tools": listed.keys().collect::<Vec<_>>(),
         "changes": changes,
+        "lock_reviewed": reviewed,
+        "unreviewed": unreviewed
+            .iter()
+            .flat_map(|(server, pins)| pins.iter().map(move |(tool, p)| serde_json::json!({
+                "server": server, "tool": tool, "sha256": p.sha256, "definition": definition(p),
+            })))
+            .collect::<Vec<_>>(),
         "written": written,
     })
 }

@@ -17,7 +17,7 @@ use crate::config_files::PolicyArgs;
 use crate::output;
 use crate::session::{self, ProxyFlags};
 use anyhow::{Context, Result};
-use fenzi_policy::config::{Config, Origin, ServerKind};
+use fenzi_policy::config::{Config, ServerKind};
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::Proxy;
 use fenzi_proxy::sandbox::{self, SandboxSpec, Session, env as sandbox_env};
@@ -217,8 +217,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             session_dir: session_dir.path(),
             runtime_base: runtime_files.base(),
             session_log: quiet.path(),
-            project_pins: pinned_in(&policy, Origin::Project),
-            machine_pins: pinned_in(&policy, Origin::Machine),
         })?;
         // The control sockets' directory: the sandbox cannot reach a socket (seccomp), nor
         // change what lies beside it.
@@ -483,14 +481,6 @@ fn command_line(command: &[OsString]) -> agent::Launch {
         args,
         ..Default::default()
     }
-}
-
-/// Whether a server declared in `origin`'s file is pinned.
-fn pinned_in(policy: &Policy, origin: Origin) -> bool {
-    policy
-        .servers()
-        .iter()
-        .any(|s| s.origin == origin && s.rule.pin)
 }
 
 fn secret_names(policy: &Policy) -> Vec<String> {

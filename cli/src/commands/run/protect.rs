@@ -16,7 +16,8 @@ use crate::session;
 use anyhow::{Context, Result, bail};
 use fenzi_policy::pins::Lock;
 use fenzi_proxy::audit_writer::head_path;
-use fenzi_proxy::lock_file::{lock_path_for, write_lock};
+use fenzi_proxy::lock_file::{LockFileError, lock_path_for, write_lock};
+use fenzi_proxy::lock_trust::TrustRecords;
 use std::path::{Path, PathBuf};
 
 /// Where the governing files are, as `fenzi run` was asked to use them.
@@ -32,11 +33,6 @@ pub struct Governing<'a> {
     pub runtime_base: &'a Path,
     /// The session's own log (fenzi's warnings while the command runs), beside the audit log.
     pub session_log: Option<&'a Path>,
-    /// A project server is pinned: its lock must exist before the agent starts, or the agent could
-    /// create it with definitions of its own choosing.
-    pub project_pins: bool,
-    /// The same for a machine server.
-    pub machine_pins: bool,
 }
 
 /// The paths to make read-only inside the sandbox. Directories that must be protected but do not
@@ -48,11 +44,12 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
     let policy = governing.project_policy;
     refuse_symlink(policy, "the project policy")?;
     paths.push(policy.to_path_buf());
-    paths.extend(protected_lock(policy, governing.project_pins)?);
+    let trust = config_files::lock_trust();
+    paths.extend(protected_lock(policy, trust.as_ref())?);
     if let Some(machine) = governing.machine_file {
         refuse_symlink(machine, "the machine file")?;
         paths.push(machine.to_path_buf());
-        paths.extend(protected_lock(machine, governing.machine_pins)?);
+        paths.extend(protected_lock(machine, trust.as_ref())?);
     }
     // The default machine directory is protected even when this session does not read it: the
     // next one may.
@@ -81,21 +78,35 @@ pub fn read_only_paths(governing: &Governing<'_>) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// The lock beside `policy_file` when it exists, created empty first when `pinned` (a pinned
-/// server's lock must exist before the agent starts, or the agent could create it with definitions
-/// of its own choosing). A lock that is a symlink is refused.
-fn protected_lock(policy_file: &Path, pinned: bool) -> Result<Option<PathBuf>> {
+/// The lock beside `policy_file`, protected in every session whether or not a server is pinned
+/// yet: an agent that could write it would plant definitions a later `pin: true` trusts. A missing
+/// lock is created empty first (in place, exclusively, never through a link) and recorded as
+/// fenzi-written, so that the sandbox can mount it read-only; `None` when the user may not create
+/// it, since then the sandbox, which runs as the same user with fewer rights, cannot either. A
+/// lock that is a symlink is refused. An existing lock is kept as it is; whether its entries are
+/// trusted is decided when the proxy reads it (an unreviewed one pins nothing).
+fn protected_lock(policy_file: &Path, trust: Option<&TrustRecords>) -> Result<Option<PathBuf>> {
     let lock = lock_path_for(policy_file);
-    if pinned && lock.symlink_metadata().is_err() {
-        write_lock(&lock, &Lock::default()).with_context(|| {
-            format!(
-                "cannot create {} before the sandbox starts (a pinned server needs it)",
-                lock.display()
-            )
-        })?;
-    }
     if lock.symlink_metadata().is_err() {
-        return Ok(None);
+        match write_lock(&lock, &Lock::default(), trust) {
+            Ok(()) => {}
+            Err(LockFileError::Write { source, .. })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "cannot create {} before the sandbox starts (the agent must not be the one to create it)",
+                        lock.display()
+                    )
+                });
+            }
+        }
     }
     refuse_symlink(&lock, "the lock file")?;
     Ok(Some(lock))
@@ -321,26 +332,35 @@ mod tests {
     }
 
     #[test]
-    fn a_pinned_servers_lock_exists_before_the_agent_and_is_protected() {
+    fn the_lock_exists_before_the_agent_and_is_protected_pinned_or_not() {
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("team.yaml");
         std::fs::write(&policy, "version: 1\n").unwrap();
-        // Nothing pinned, no lock: nothing to protect, nothing created.
-        assert_eq!(protected_lock(&policy, false).unwrap(), None);
-        assert!(!dir.path().join("team.lock").exists());
-        // Pinned: the lock beside this policy file (not fenzi.lock) is created, empty, and protected.
-        let lock = protected_lock(&policy, true).unwrap().unwrap();
+        // No lock yet (nothing pinned): the lock beside this policy file (not fenzi.lock) is
+        // created, empty, protected, and recorded as fenzi's, so it is trusted.
+        let trust = TrustRecords::at(dir.path().join("state/lock-trust"));
+        let lock = protected_lock(&policy, Some(&trust)).unwrap().unwrap();
         assert_eq!(lock, dir.path().join("team.lock"));
-        let read = fenzi_proxy::lock_file::read_lock(&lock).unwrap();
-        assert_eq!(read, Lock::default());
-        // An existing lock is kept as it is, and protected whether or not anything is pinned.
+        let read = fenzi_proxy::lock_file::read_reviewed(&lock, Some(&trust)).unwrap();
+        assert_eq!(read.lock, Lock::default());
+        assert_eq!(read.review, fenzi_proxy::lock_file::Review::Reviewed);
+        // An existing lock is kept as it is (and protected).
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap());
         std::fs::write(&lock, Lock::default().to_text() + "\n").unwrap();
-        assert_eq!(protected_lock(&policy, false).unwrap(), Some(lock.clone()));
+        assert_eq!(
+            protected_lock(&policy, Some(&trust)).unwrap(),
+            Some(lock.clone())
+        );
         assert!(std::fs::read_to_string(&lock).unwrap().ends_with("\n\n"));
-        // A lock that is a symlink is refused.
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap()),
+            inode
+        );
+        // A lock that is a symlink is refused, and its target not created.
         std::fs::remove_file(&lock).unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", &lock).unwrap();
-        assert!(protected_lock(&policy, true).is_err());
+        std::os::unix::fs::symlink(dir.path().join("elsewhere.lock"), &lock).unwrap();
+        assert!(protected_lock(&policy, Some(&trust)).is_err());
+        assert!(!dir.path().join("elsewhere.lock").exists());
     }
 
     #[test]
