@@ -532,3 +532,54 @@ fn two_users_both_run_sessions_without_a_runtime_dir() {
         "{stderr}"
     );
 }
+
+/// A person's editor that saves by renaming a new file over `fenzi.yaml` during a session takes the
+/// file out of the sandbox's protection (the kernel drops the read-only mount with the old file);
+/// the session cannot protect the new file, so it says so when it ends.
+#[test]
+fn a_policy_replaced_during_the_session_is_reported_at_its_end() {
+    const TEST: &str = "a_policy_replaced_during_the_session_is_reported_at_its_end";
+    if !sandbox_available() {
+        return unavailable(TEST, "user namespaces are unavailable");
+    }
+    let env = Env::new("replaced", "version: 1\n");
+    let dir = env.dir.clone();
+    let editor = std::thread::spawn({
+        let dir = dir.clone();
+        move || {
+            let started = std::time::Instant::now();
+            while !dir.join("started").exists() {
+                assert!(
+                    started.elapsed().as_secs() < 60,
+                    "the session never started"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            std::fs::write(dir.join(".fenzi.yaml.new"), "version: 1\n# edited\n").unwrap();
+            std::fs::rename(dir.join(".fenzi.yaml.new"), dir.join("fenzi.yaml")).unwrap();
+            std::fs::write(dir.join("go"), "").unwrap();
+        }
+    });
+    let out = env.run(
+        &[],
+        &[
+            "--",
+            "sh",
+            "-c",
+            "touch started; while [ ! -e go ]; do sleep 0.05; done; \
+             if echo '# the agent' >> fenzi.yaml 2>/dev/null; then echo wrote; else echo refused; fi",
+        ],
+    );
+    editor.join().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fenzi.yaml was replaced or removed during the session"),
+        "{stderr}"
+    );
+    // What the kernel did, for the record: the new file was writable inside.
+    eprintln!(
+        "the agent's write to the replaced policy: {}",
+        text(&out.stdout)
+    );
+}

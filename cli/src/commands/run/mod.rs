@@ -172,6 +172,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     // fenzi's own warnings go to the session's log file while the command has the terminal.
     let mut quiet = QuietTerminal::open(&audit_path);
+    // The governing files as the sandbox protects them (none without the sandbox).
+    let mut protected = protect::Protected::default();
     let (listener, transparent, dns, child) = if args.no_isolation {
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").context("cannot listen on 127.0.0.1")?;
@@ -225,6 +227,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         read_only.extend(team.as_ref().map(|t| t.key.clone()));
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
         protect::refuse_changeable_links(&read_only, &writable)?;
+        protected = protect::Protected::record(&read_only);
         let transparent = transparent::spec(&policy, session_dir)?;
         let mut spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
         for (source, target) in &launch.overlays {
@@ -331,6 +334,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let warnings = quiet.finish();
     if let Some(line) = exported {
         eprintln!("fenzi run: {line}");
+    }
+    for path in protected.replaced() {
+        eprintln!("fenzi run: {}", protect::Protected::warning(path));
     }
     for line in summary::Denials::read(&audit_path).lines(&session) {
         eprintln!("{line}");

@@ -190,6 +190,56 @@ fn changeable_link(path: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
     None
 }
 
+/// The governing files of a session as they were when its sandbox started (device and inode).
+/// The sandbox protects a file by mounting it read-only over itself; when something on the host
+/// replaces that file by a rename (an editor that saves that way, `sed -i`) or removes it, the
+/// kernel drops the mount inside the sandbox with the old file, and the new file at that path is
+/// as writable to the agent as its directory. fenzi's own writes never do that (they are in
+/// place); the person's may. The session cannot mount the new file, so it says so at the end.
+#[derive(Debug, Default)]
+pub struct Protected(Vec<(PathBuf, u64, u64)>);
+
+impl Protected {
+    /// The regular files among `paths`, as they are now.
+    pub fn record(paths: &[PathBuf]) -> Protected {
+        use std::os::unix::fs::MetadataExt;
+        Protected(
+            paths
+                .iter()
+                .filter_map(|p| {
+                    let meta = p.symlink_metadata().ok()?;
+                    meta.is_file().then(|| (p.clone(), meta.dev(), meta.ino()))
+                })
+                .collect(),
+        )
+    }
+
+    /// The files whose path now leads to another file, or to none.
+    pub fn replaced(&self) -> Vec<&Path> {
+        use std::os::unix::fs::MetadataExt;
+        self.0
+            .iter()
+            .filter(|(path, dev, ino)| {
+                path.symlink_metadata()
+                    .map_or(true, |m| (m.dev(), m.ino()) != (*dev, *ino))
+            })
+            .map(|(path, _, _)| path.as_path())
+            .collect()
+    }
+
+    /// What the person is told about a replaced file.
+    pub fn warning(path: &Path) -> String {
+        format!(
+            "WARNING: {} was replaced or removed during the session (an editor that saves by \
+             renaming a new file over the old one does this). The sandbox protected the file that \
+             was there when the session started, not the new one, so the agent could have written \
+             the new one: check it before the next session. Editing in place, and fenzi's own \
+             commands, keep the protection",
+            path.display()
+        )
+    }
+}
+
 /// Where the command may write.
 pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut paths = vec![cwd.to_path_buf(), std::env::temp_dir()];
@@ -424,6 +474,22 @@ mod tests {
             changeable_link(&outside.join("fenzi.yaml"), std::slice::from_ref(&project)),
             None
         );
+    }
+
+    #[test]
+    fn a_file_replaced_by_a_rename_is_noticed_and_one_edited_in_place_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (kept, replaced) = (dir.path().join("kept.yaml"), dir.path().join("fenzi.yaml"));
+        std::fs::write(&kept, "version: 1\n").unwrap();
+        std::fs::write(&replaced, "version: 1\n").unwrap();
+        let protected = Protected::record(&[kept.clone(), replaced.clone(), dir.path().into()]);
+        assert!(protected.replaced().is_empty());
+        std::fs::write(&kept, "version: 1\nhosts: [a.test]\n").unwrap();
+        let new = dir.path().join("new.yaml");
+        std::fs::write(&new, "version: 1\n").unwrap();
+        std::fs::rename(&new, &replaced).unwrap();
+        assert_eq!(protected.replaced(), [replaced.as_path()]);
+        assert!(Protected::warning(&replaced).contains("check it before the next session"));
     }
 
     #[test]
