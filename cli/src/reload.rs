@@ -336,7 +336,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// Starts `watch` (pinned by [`Watch::new`]) for `proxy`, whose runtime `runtime` is; `say`
-    /// tells the person each outcome.
+    /// tells the person each outcome. Called outside the runtime: the first look is made here.
     pub fn start(
         mut watch: Watch,
         team: Option<fenzi_policy::config::Config>,
@@ -345,15 +345,17 @@ impl Watcher {
         say: fn(&str),
     ) -> io::Result<Watcher> {
         watch.team = team;
+        // A change made between the session's load and now, before the session serves (on the
+        // caller's thread, outside the runtime).
+        let all = watch.names();
+        if let Some(outcome) = runtime.block_on(watch.offer(&proxy, &all)) {
+            say(&outcome.line(&all));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::Builder::new()
             .name("fenzi-reload".into())
             .spawn(move || {
-                let all = watch.names();
-                if let Some(outcome) = runtime.block_on(watch.offer(&proxy, &all)) {
-                    say(&outcome.line(&all));
-                }
                 let mut wait = POLL;
                 while !stopped.load(Ordering::Relaxed) {
                     std::thread::sleep(wait);
@@ -447,7 +449,10 @@ mod tests {
         std::fs::rename(&temp, &path).unwrap();
         assert!(changed(&mut w));
         let why = w.read_all().unwrap_err();
-        assert!(why.starts_with(&format!("{} was replaced", path.display())), "{why}");
+        assert!(
+            why.starts_with(&format!("{} was replaced", path.display())),
+            "{why}"
+        );
         // While it stays lost, nothing done at the path is another change, and nothing is read.
         for text in ["version: 1\nhosts: [evil.example]\n", "version: 1\n"] {
             std::fs::write(&path, text).unwrap();
@@ -473,7 +478,10 @@ mod tests {
             no_machine: false,
         };
         let mut w = Watch::new(&args).unwrap();
-        assert_eq!(w.names(), format!("{}, {}", project.display(), machine.display()));
+        assert_eq!(
+            w.names(),
+            format!("{}, {}", project.display(), machine.display())
+        );
         assert_eq!(w.read_all().unwrap().len(), 2);
         // The project file moved away, the machine file edited in place: nothing is read.
         let aside = dir.path().join("aside.yaml");

@@ -153,9 +153,9 @@ impl Pinned {
             Lost::Elsewhere => format!(
                 "{name} no longer leads to {resolved} (a symbolic link or folder on its way changed)"
             ),
-            Lost::Linked => format!(
-                "{name} has another name (a hard link), which the sandbox does not protect"
-            ),
+            Lost::Linked => {
+                format!("{name} has another name (a hard link), which the sandbox does not protect")
+            }
             Lost::Unreachable => format!("{name} can no longer be reached"),
         };
         format!(
@@ -271,7 +271,11 @@ mod tests {
         let conf = dir.path().join("conf");
         std::os::unix::fs::symlink("real", &conf).unwrap();
         let p = Pinned::open(&conf.join("fenzi.yaml")).unwrap();
-        assert_eq!(lost(&p), None, "a path through a link is kept while the link stays");
+        assert_eq!(
+            lost(&p),
+            None,
+            "a path through a link is kept while the link stays"
+        );
         assert_eq!(p.read().unwrap(), b"real");
         // The link re-pointed, as `ln -sfn` does (a new link renamed over it).
         let new = dir.path().join("conf.new");

@@ -457,7 +457,10 @@ mcp:
             )
         };
         let new = narrowed("echo");
-        assert_eq!(compare(&narrowed("echo, add"), &new, true), live(&new, &["echo"]));
+        assert_eq!(
+            compare(&narrowed("echo, add"), &new, true),
+            live(&new, &["echo"])
+        );
         // Private ranges (machine file only) are not live.
         let project = "version: 1\nhosts: [github.com]\n";
         let ranges = |range: &str| {

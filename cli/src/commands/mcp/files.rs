@@ -231,7 +231,10 @@ pub fn write_atomic(target: &PolicyFile, text: &str) -> Result<()> {
                 .open(&path)
                 .with_context(|| format!("cannot open {} to write it", path.display()))?;
             if !file.metadata()?.is_file() {
-                bail!("{} is not a regular file; nothing was written", path.display());
+                bail!(
+                    "{} is not a regular file; nothing was written",
+                    path.display()
+                );
             }
             // Someone else's edit since we read: do not overwrite it. Read through the
             // descriptor that will be written, so it is the same file.
@@ -308,7 +311,10 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         let before = std::fs::metadata(&path).unwrap();
         // Shorter, then longer: the same inode each time, the text exactly as given.
-        for text in ["version: 1\n", "version: 1\nhosts: [a.example, b.example, c.example]\n"] {
+        for text in [
+            "version: 1\n",
+            "version: 1\nhosts: [a.example, b.example, c.example]\n",
+        ] {
             write_atomic(&read(&path), text).unwrap();
             let after = std::fs::metadata(&path).unwrap();
             assert_eq!((after.dev(), after.ino()), (before.dev(), before.ino()));
@@ -333,7 +339,9 @@ mod tests {
         write_atomic(&target, "version: 1\n").unwrap();
         assert_eq!(std::fs::read_to_string(&new).unwrap(), "version: 1\n");
         // Made meanwhile by someone else: not overwritten.
-        let e = write_atomic(&target, "version: 2\n").unwrap_err().to_string();
+        let e = write_atomic(&target, "version: 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("changed while fenzi was editing it"), "{e}");
         assert_eq!(std::fs::read_to_string(&new).unwrap(), "version: 1\n");
     }
@@ -345,9 +353,14 @@ mod tests {
         std::fs::write(&path, "version: 1\n").unwrap();
         let target = read(&path);
         std::fs::write(&path, "version: 1\n# mine\n").unwrap();
-        let e = write_atomic(&target, "version: 2\n").unwrap_err().to_string();
+        let e = write_atomic(&target, "version: 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("changed while fenzi was editing it"), "{e}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "version: 1\n# mine\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "version: 1\n# mine\n"
+        );
         // A FIFO in its place is refused without blocking.
         std::fs::remove_file(&path).unwrap();
         assert!(
@@ -357,7 +370,9 @@ mod tests {
                 .unwrap()
                 .success()
         );
-        let e = write_atomic(&target, "version: 2\n").unwrap_err().to_string();
+        let e = write_atomic(&target, "version: 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a regular file"), "{e}");
     }
 
