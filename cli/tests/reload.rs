@@ -450,3 +450,176 @@ fn fenzi_run_reports_a_reload_in_the_session_log_not_on_the_agents_terminal() {
     assert!(records.contains("\"decision\":\"reloaded\""), "{records}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whether `fenzi run` can sandbox here (user namespaces); says so loudly when it cannot, and
+/// fails under `FENZI_REQUIRE_SANDBOX`.
+fn sandbox_available(test: &str) -> bool {
+    let ok = Command::new("unshare")
+        .args(["--user", "--net", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("FENZI_REQUIRE_SANDBOX").is_none(),
+            "{test}: user namespaces are unavailable but FENZI_REQUIRE_SANDBOX is set"
+        );
+        eprintln!("\n*** SKIPPED `{test}`: user namespaces are unavailable on this machine\n");
+    }
+    ok
+}
+
+fn agent_policy(allow: &str) -> String {
+    format!(
+        "version: 1\nmcp:\n  s:\n    url: https://s.example/mcp\n    tools:\n      allow: [{allow}]\n"
+    )
+}
+
+/// What came of a sandboxed session (`fenzi run`, the real sandbox) in which `person` edits
+/// `fenzi.yaml` once the agent runs, after which the agent tries to write a wider policy there:
+/// the agent's output, the session's `policy` records, and its session log.
+struct AgentSession {
+    agent: String,
+    records: Vec<Value>,
+    session_log: String,
+}
+
+fn agent_session(name: &str, person: impl FnOnce(&Path)) -> AgentSession {
+    let dir = std::env::temp_dir().join(format!("fenzi-reload-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fenzi.yaml"), agent_policy("a")).unwrap();
+    // The agent says it runs, waits for the person's edit, then writes the policy it wants
+    // (`printf` into the file works only where the read-only mount is gone).
+    let agent = format!(
+        "touch ready; while [ ! -e go ]; do sleep 0.05; done; \
+         if printf '{}' > fenzi.yaml 2>/dev/null; then echo agent-wrote; \
+         else echo agent-blocked; fi; sleep 2",
+        agent_policy("a, b, c").replace('\n', "\\n")
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(["run", "--", "sh", "-c", &agent])
+        .current_dir(&dir)
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("FENZI_CREDSTORE", "memory")
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !dir.join("ready").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the agent never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    person(&dir);
+    std::fs::write(dir.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit = std::fs::read_dir(dir.join("state/fenzi/audit"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the session's audit log");
+    let records = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &Value| r["method"] == "POLICY")
+        .collect();
+    let session = AgentSession {
+        agent: String::from_utf8_lossy(&out.stdout).into_owned(),
+        records,
+        session_log: std::fs::read_to_string(audit.with_extension("log")).unwrap_or_default(),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    session
+}
+
+#[test]
+fn an_agent_writing_a_policy_file_its_owner_replaced_by_a_rename_is_never_reloaded() {
+    let test = "an_agent_writing_a_policy_file_its_owner_replaced_by_a_rename_is_never_reloaded";
+    if !sandbox_available(test) {
+        return;
+    }
+    // The person saves the same policy as an editor that writes a new file and renames it does.
+    let s = agent_session("agent-rename", |dir| {
+        let temp = dir.join(".fenzi.yaml.swp");
+        std::fs::write(&temp, agent_policy("a")).unwrap();
+        std::fs::rename(&temp, dir.join("fenzi.yaml")).unwrap();
+    });
+    // On kernels that drop the mount with the rename (Linux 3.18 and later) the agent's write
+    // succeeds; the session must not take it either way.
+    eprintln!("agent: {:?}", s.agent);
+    assert_eq!(s.records.len(), 1, "{:#?}", s.records);
+    assert_eq!(s.records[0]["decision"], "reload_refused");
+    let rule = s.records[0]["rule"].as_str().unwrap();
+    assert!(
+        rule.starts_with("fenzi.yaml was replaced by another file"),
+        "{rule}"
+    );
+    assert!(
+        s.session_log
+            .contains("policy reload refused, the policy in force stays: fenzi.yaml was replaced"),
+        "{}",
+        s.session_log
+    );
+}
+
+#[test]
+fn fenzi_mcp_editing_a_running_sessions_policy_keeps_it_protected_and_reloads() {
+    let test = "fenzi_mcp_editing_a_running_sessions_policy_keeps_it_protected_and_reloads";
+    if !sandbox_available(test) {
+        return;
+    }
+    let s = agent_session("agent-mcp-edit", |dir| {
+        let out = mcp_support::command(
+            dir,
+            &[
+                "mcp",
+                "add",
+                "s",
+                "https://s.example/mcp",
+                "--tool",
+                "a",
+                "--tool",
+                "b",
+                "--replace",
+            ],
+        )
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        // Taken before the agent is let go.
+        let start = Instant::now();
+        while std::fs::read_dir(dir.join("state/fenzi/audit"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .all(|e| {
+                !std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .contains("\"reloaded\"")
+            })
+        {
+            assert!(start.elapsed() < Duration::from_secs(5), "no reload");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert_eq!(
+        s.agent, "agent-blocked\n",
+        "the file is still read-only inside"
+    );
+    assert_eq!(s.records.len(), 1, "{:#?}", s.records);
+    assert_eq!(s.records[0]["decision"], "reloaded");
+    assert_eq!(s.records[0]["rule"], "tool rules of mcp.s");
+}
