@@ -1,31 +1,35 @@
 //! A running session's watch on its policy files (README, "Reloading the policy"): the project
-//! file and the machine file the session loaded. A change is read, loaded and validated with the
-//! same loader as at start, then offered to the proxy ([`fenzi_proxy::Proxy::reload`]), which swaps
-//! it in when only MCP tool rules changed; anything else keeps the policy in force and writes a
-//! `reload_refused` record.
+//! file and the machine file the session loaded, exactly as the session protected them at its
+//! start ([`pinned`]). A change is read, loaded and validated with the same loader as at start,
+//! then offered to the proxy ([`fenzi_proxy::Proxy::reload`]), which puts new MCP tool rules in
+//! force at once and reports the rest for the next session; what does not load keeps the policy in
+//! force and writes a `reload_refused` record.
 //!
-//! The files are polled, not watched through inotify: every [`POLL`] each path's `lstat` (type,
-//! device, inode, size, modification and change times) is compared with the last one seen. That
-//! cannot miss an atomic rename (a new inode) or an edit in place (times, size), works the same
-//! for a file behind a symbolic link and on any file system, and needs no thread of the kernel's
-//! to be kept in step. Four looks a second cost nothing beside the proxy's work. A change is
-//! acted on once the signature has held still for [`SETTLE`] more, so a file being written is read
-//! when its writer pauses, not mid-write; one that is still half-written then does not load and
-//! is refused, and its completion is the next change.
+//! The files are polled, not watched through inotify: every [`POLL`] each file's [`State`] (does
+//! the path the person gave still lead to the pinned file; its size, times and mode) is compared
+//! with the last one seen. That cannot miss a rename (another inode) or an edit in place (times,
+//! size), works the same through symbolic links and on any file system, and needs no thread of
+//! the kernel's to be kept in step. Four looks a second cost nothing beside the proxy's work. A
+//! change is acted on once the state has held still for [`SETTLE`] more, so a file being written
+//! is read when its writer pauses, not mid-write; one that is still half-written then does not
+//! load and is refused, and its completion is the next change.
 //!
-//! Refused, with the last good policy kept: a file that cannot be read (gone, no permission, a
-//! directory or device or FIFO, larger than the bound), one replaced by a symbolic link, text that
-//! does not load (invalid YAML, a truncated file, a project widening a machine server). The same
-//! bytes again (or the same failure again) are not offered twice: no record when nothing changed.
-//! Lock files are not watched: `pin` and the pins are set up for the session at its start. Nor is
-//! the team policy: the files are merged under the copy the session started with.
+//! Refused, with the last good policy kept: a path that no longer leads to the file the session
+//! protected (replaced by a rename, removed, a link on its way re-pointed, a second name: never
+//! loaded, whatever is there now), a file grown past the bound, text that does not load (invalid
+//! YAML, a truncated file, a project widening a machine server). The same bytes again (or the same
+//! failure again) are not offered twice: one record per change, none when nothing changed, and
+//! while a file stays lost nothing done at its path makes another. Lock files are not watched:
+//! `pin` and the pins are set up for the session at its start. Nor is the team policy: the files
+//! are merged under the copy the session started with.
 
-use crate::config_files::{MAX_CONFIG_BYTES, PolicyArgs};
+pub(crate) mod pinned;
+
+use crate::config_files::PolicyArgs;
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::{Proxy, Reload};
-use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use pinned::{Pinned, State};
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -34,60 +38,13 @@ use std::time::Duration;
 /// last write (about 350 ms): well within 2 s.
 pub const POLL: Duration = Duration::from_millis(250);
 
-/// How long a changed signature must hold still before the files are read.
+/// How long a changed state must hold still before the files are read.
 pub const SETTLE: Duration = Duration::from_millis(100);
-
-/// What `lstat` says of a path: a change in any of these is a change of the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Signature {
-    Missing,
-    /// The error kind of an `lstat` that failed otherwise.
-    Unreadable(io::ErrorKind),
-    Present {
-        symlink: bool,
-        dev: u64,
-        ino: u64,
-        size: u64,
-        mtime: (i64, i64),
-        ctime: (i64, i64),
-        mode: u32,
-        /// For a symbolic link, the same of what it points to.
-        target: Option<Box<Signature>>,
-    },
-}
-
-fn signature(path: &Path) -> Signature {
-    let of = |m: &std::fs::Metadata, target| Signature::Present {
-        symlink: m.file_type().is_symlink(),
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime: (m.mtime(), m.mtime_nsec()),
-        ctime: (m.ctime(), m.ctime_nsec()),
-        mode: m.mode(),
-        target,
-    };
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            let target = match std::fs::metadata(path) {
-                Ok(t) => of(&t, None),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Signature::Missing,
-                Err(e) => Signature::Unreadable(e.kind()),
-            };
-            of(&m, Some(Box::new(target)))
-        }
-        Ok(m) => of(&m, None),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Signature::Missing,
-        Err(e) => Signature::Unreadable(e.kind()),
-    }
-}
 
 /// One watched file.
 #[derive(Debug)]
 struct Watched {
-    path: PathBuf,
-    /// It was a symbolic link when the session started (then it may stay one).
-    was_symlink: bool,
+    file: Pinned,
     machine: bool,
 }
 
@@ -101,10 +58,13 @@ enum Attempt {
 /// The policy files of a session and what was last seen of them.
 pub struct Watch {
     files: Vec<Watched>,
-    seen: Vec<Signature>,
-    /// Signatures seen changed once, waiting for one more poll to hold still.
-    pending: Option<Vec<Signature>>,
+    seen: Vec<State>,
+    /// States seen changed once, waiting for one more poll to hold still.
+    pending: Option<Vec<State>>,
     last: Option<Attempt>,
+    /// The refusals for lost files already recorded: each is recorded once in a session, so a
+    /// path flipped back and forth (a link re-pointed and back) cannot fill the log.
+    lost_reported: Vec<String>,
     /// The team policy the session started under: a reload merges the files under the same copy
     /// (a new team release takes effect at the next session).
     team: Option<fenzi_policy::config::Config>,
@@ -124,9 +84,11 @@ pub enum Look {
 /// What offering the files led to, for the person.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// New tool rules in force now; `next_session` names what else changed, which waits.
     Reloaded {
         policy: String,
         servers: Vec<String>,
+        next_session: Vec<String>,
     },
     NextSession {
         what: Vec<String>,
@@ -144,13 +106,24 @@ impl Outcome {
     /// The line the person sees (stderr, or the session log under `fenzi run`).
     pub fn line(&self, files: &str) -> String {
         match self {
-            Outcome::Reloaded { policy, servers } => {
+            Outcome::Reloaded {
+                policy,
+                servers,
+                next_session,
+            } => {
                 let servers: Vec<String> = servers.iter().map(|s| format!("mcp.{s}")).collect();
-                format!(
+                let mut line = format!(
                     "policy reloaded from {files}: new tool rules for {} (policy {}), from the next request on",
                     servers.join(", "),
                     &policy[..12.min(policy.len())]
-                )
+                );
+                if !next_session.is_empty() {
+                    line.push_str(&format!(
+                        "; the rest of the change takes effect in the next session ({})",
+                        next_session.join(", ")
+                    ));
+                }
+                line
             }
             Outcome::NextSession { what } => format!(
                 "the change to {files} takes effect in the next session ({}); nothing changed now, \
@@ -169,30 +142,31 @@ impl Outcome {
 }
 
 impl Watch {
-    /// The files `args` loaded: the project file and the machine file if the session read one.
-    pub fn new(args: &PolicyArgs) -> Watch {
+    /// Pins the files `args` loaded: the project file and the machine file if the session read
+    /// one. Called before the command starts (and the sandbox protects them), so the files pinned
+    /// are ones the agent never had a chance to write; a file that cannot be pinned is an error.
+    pub fn new(args: &PolicyArgs) -> io::Result<Watch> {
         let mut files = vec![Watched {
-            was_symlink: is_symlink(&args.config),
-            path: args.config.clone(),
+            file: Pinned::open(&args.config)?,
             machine: false,
         }];
         if let Some(machine) = args.machine_path() {
             files.push(Watched {
-                was_symlink: is_symlink(&machine),
-                path: machine,
+                file: Pinned::open(&machine)?,
                 machine: true,
             });
         }
-        Watch::of(files)
+        Ok(Watch::of(files))
     }
 
     fn of(files: Vec<Watched>) -> Watch {
-        let seen = files.iter().map(|f| signature(&f.path)).collect();
+        let seen = files.iter().map(|f| f.file.look()).collect();
         Watch {
             files,
             seen,
             pending: None,
             last: None,
+            lost_reported: Vec::new(),
             team: None,
         }
     }
@@ -200,7 +174,7 @@ impl Watch {
     /// Looks at the files once; when they changed and have held still since the last look, reads
     /// and offers them to `proxy`.
     pub async fn poll(&mut self, proxy: &Proxy) -> Look {
-        let now: Vec<Signature> = self.files.iter().map(|f| signature(&f.path)).collect();
+        let now = self.look();
         if now == self.seen {
             self.pending = None;
             return Look::Quiet;
@@ -230,18 +204,35 @@ impl Watch {
             return None;
         }
         self.last = Some(attempt);
+        let lost = matches!(&read, Err(why) if self.lost_reported.contains(why));
+        if lost {
+            return None;
+        }
         let loaded = read.and_then(|texts| self.load(&texts));
         let outcome = match loaded {
             Ok(policy) => match proxy.reload(policy, files).await {
                 Ok(Reload::Unchanged) => return None,
-                Ok(Reload::Reloaded { policy, servers }) => Outcome::Reloaded { policy, servers },
+                Ok(Reload::Reloaded {
+                    policy,
+                    servers,
+                    next_session,
+                }) => Outcome::Reloaded {
+                    policy,
+                    servers,
+                    next_session,
+                },
                 Ok(Reload::NextSession { what }) => Outcome::NextSession { what },
                 Err(e) => Outcome::NotRecorded {
                     error: e.to_string(),
                 },
             },
             Err(why) => match proxy.refuse_reload(files, &why).await {
-                Ok(()) => Outcome::Refused { why },
+                Ok(()) => {
+                    if self.seen.iter().any(|s| matches!(s, State::Lost(_))) {
+                        self.lost_reported.push(why.clone());
+                    }
+                    Outcome::Refused { why }
+                }
                 Err(e) => Outcome::NotRecorded {
                     error: e.to_string(),
                 },
@@ -254,26 +245,56 @@ impl Watch {
         Some(outcome)
     }
 
-    fn names_changed(&self, now: &[Signature]) -> String {
-        let names: Vec<String> = self
+    /// Each file's state now. A file that was lost at the last look stays lost as it was: what is
+    /// then done at its path (written, removed, made again) is not another change.
+    fn look(&self) -> Vec<State> {
+        self.files
+            .iter()
+            .zip(&self.seen)
+            .map(|(f, was)| match (f.file.look(), was) {
+                (State::Lost(_), State::Lost(_)) => was.clone(),
+                (now, _) => now,
+            })
+            .collect()
+    }
+
+    fn names_changed(&self, now: &[State]) -> String {
+        let names: Vec<&str> = self
             .files
             .iter()
             .zip(&self.seen)
             .zip(now)
             .filter(|((_, was), is)| was != is)
-            .map(|((f, _), _)| f.path.display().to_string())
+            .map(|((f, _), _)| f.file.name())
             .collect();
         names.join(", ")
     }
 
-    /// Every file's bytes, or why one cannot be used.
+    /// Every file's name.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.files.iter().map(|f| f.file.name()).collect();
+        names.join(", ")
+    }
+
+    /// Every file's bytes, read through the descriptors pinned at start, or why they cannot be
+    /// used: while a path no longer leads to its pinned file (as last seen), nothing is loaded,
+    /// whatever the other file says.
     fn read_all(&self) -> Result<Vec<Vec<u8>>, String> {
+        let lost: Vec<String> = self
+            .files
+            .iter()
+            .zip(&self.seen)
+            .filter_map(|(f, state)| match state {
+                State::Lost(lost) => Some(f.file.why(*lost)),
+                State::Protected(_) => None,
+            })
+            .collect();
+        if !lost.is_empty() {
+            return Err(lost.join("\n"));
+        }
         self.files
             .iter()
-            .map(|f| {
-                read_policy_file(&f.path, f.was_symlink)
-                    .map_err(|e| format!("{}: {e}", f.path.display()))
-            })
+            .map(|f| f.file.read().map_err(|e| format!("{}: {e}", f.file.name())))
             .collect()
     }
 
@@ -282,7 +303,7 @@ impl Watch {
         let mut project = None;
         let mut machine = None;
         for (file, bytes) in self.files.iter().zip(texts) {
-            let name = file.path.display().to_string();
+            let name = file.file.name().to_string();
             let text = fenzi_policy::config::decode(bytes, &name)
                 .map_err(|e| e.to_string())?
                 .to_string();
@@ -306,51 +327,6 @@ fn as_pair(file: &Option<(String, String)>) -> Option<(&str, &str)> {
     file.as_ref().map(|(t, n)| (t.as_str(), n.as_str()))
 }
 
-fn is_symlink(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
-}
-
-/// A policy file's bytes, refusing what the session must not take a policy from: a symbolic link
-/// where the session started with a file, anything but a regular file (a FIFO is opened without
-/// blocking, and refused), more than [`MAX_CONFIG_BYTES`].
-fn read_policy_file(path: &Path, may_be_symlink: bool) -> io::Result<Vec<u8>> {
-    use io::{Error, ErrorKind};
-    let mut flags = rustix::fs::OFlags::NONBLOCK.bits() as i32;
-    if !may_be_symlink {
-        if is_symlink(path) {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "is now a symbolic link; a policy file replaced by a link is not followed \
-                 (the session started with a regular file)",
-            ));
-        }
-        flags |= rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(Error::new(ErrorKind::InvalidInput, "is not a regular file"));
-    }
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(Error::new(
-            ErrorKind::InvalidData,
-            format!("is larger than {} MiB", MAX_CONFIG_BYTES >> 20),
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(Error::new(
-            ErrorKind::InvalidData,
-            format!("is larger than {} MiB", MAX_CONFIG_BYTES >> 20),
-        ));
-    }
-    Ok(bytes)
-}
-
 /// The watch running on its own thread (file reads and YAML parsing stay off the proxy's
 /// workers); it stops when dropped.
 pub struct Watcher {
@@ -359,26 +335,27 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts watching `args`' files for `proxy`, whose runtime `runtime` is; `say` tells the
-    /// person each outcome.
+    /// Starts `watch` (pinned by [`Watch::new`]) for `proxy`, whose runtime `runtime` is; `say`
+    /// tells the person each outcome. Called outside the runtime: the first look is made here.
     pub fn start(
-        args: &PolicyArgs,
+        mut watch: Watch,
         team: Option<fenzi_policy::config::Config>,
         proxy: Proxy,
         runtime: tokio::runtime::Handle,
         say: fn(&str),
     ) -> io::Result<Watcher> {
-        let mut watch = Watch::new(args);
         watch.team = team;
+        // A change made between the session's load and now, before the session serves (on the
+        // caller's thread, outside the runtime).
+        let all = watch.names();
+        if let Some(outcome) = runtime.block_on(watch.offer(&proxy, &all)) {
+            say(&outcome.line(&all));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::Builder::new()
             .name("fenzi-reload".into())
             .spawn(move || {
-                let all = watch.names_changed(&vec![Signature::Missing; watch.files.len()]);
-                if let Some(outcome) = runtime.block_on(watch.offer(&proxy, &all)) {
-                    say(&outcome.line(&all));
-                }
                 let mut wait = POLL;
                 while !stopped.load(Ordering::Relaxed) {
                     std::thread::sleep(wait);
@@ -409,20 +386,20 @@ impl Drop for Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::{Path, PathBuf};
 
     fn watch(dir: &Path) -> (Watch, PathBuf) {
         let path = dir.join("fenzi.yaml");
         std::fs::write(&path, "version: 1\n").unwrap();
         let files = vec![Watched {
-            path: path.clone(),
-            was_symlink: false,
+            file: Pinned::open(&path).unwrap(),
             machine: false,
         }];
         (Watch::of(files), path)
     }
 
     fn changed(w: &mut Watch) -> bool {
-        let now: Vec<Signature> = w.files.iter().map(|f| signature(&f.path)).collect();
+        let now = w.look();
         let changed = now != w.seen;
         w.seen = now;
         changed
@@ -454,78 +431,100 @@ mod tests {
     }
 
     #[test]
-    fn edits_renames_and_removals_change_the_signature() {
+    fn an_edit_in_place_is_read_and_a_rename_over_the_file_never_is() {
         let dir = tempfile::tempdir().unwrap();
         let (mut w, path) = watch(dir.path());
         assert!(!changed(&mut w));
-        // The same size, rewritten in place.
+        // The same size, rewritten in place: a change, read.
         std::fs::write(&path, "version: 2\n").unwrap();
         assert!(changed(&mut w));
-        // Replaced by a rename (a new inode), same content.
+        assert_eq!(w.read_all().unwrap(), vec![b"version: 2\n".to_vec()]);
+        // Permissions (the change time and the mode).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(changed(&mut w));
+        // Replaced by a rename (a new inode), the same content: refused with the reason.
         let temp = dir.path().join(".fenzi.yaml.tmp");
         std::fs::write(&temp, "version: 2\n").unwrap();
         std::fs::rename(&temp, &path).unwrap();
         assert!(changed(&mut w));
-        // Permissions (the change time and the mode).
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
-        assert!(changed(&mut w));
+        let why = w.read_all().unwrap_err();
+        assert!(
+            why.starts_with(&format!("{} was replaced", path.display())),
+            "{why}"
+        );
+        // While it stays lost, nothing done at the path is another change, and nothing is read.
+        for text in ["version: 1\nhosts: [evil.example]\n", "version: 1\n"] {
+            std::fs::write(&path, text).unwrap();
+            assert!(!changed(&mut w), "{text}");
+            assert_eq!(w.read_all().unwrap_err(), why);
+        }
         std::fs::remove_file(&path).unwrap();
-        assert!(changed(&mut w));
-        assert_eq!(w.seen, vec![Signature::Missing]);
+        assert!(!changed(&mut w), "removed while lost is no other change");
+        std::fs::write(&path, "version: 2\n").unwrap();
         assert!(!changed(&mut w));
+        assert_eq!(w.read_all().unwrap_err(), why);
     }
 
     #[test]
-    fn files_that_must_not_be_read_are_refused() {
+    fn a_lost_file_keeps_the_other_from_loading_too() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("fenzi.yaml");
-        std::fs::write(&path, "version: 1\n").unwrap();
-        assert_eq!(read_policy_file(&path, false).unwrap(), b"version: 1\n");
-        let link = dir.path().join("link.yaml");
-        std::os::unix::fs::symlink(&path, &link).unwrap();
-        let e = read_policy_file(&link, false).unwrap_err().to_string();
-        assert!(e.contains("symbolic link"), "{e}");
-        // A session that started with a link may keep it.
-        assert_eq!(read_policy_file(&link, true).unwrap(), b"version: 1\n");
-        let fifo = dir.path().join("fifo.yaml");
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
-        // Opened without blocking, then refused.
-        let e = read_policy_file(&fifo, false).unwrap_err().to_string();
-        assert!(e.contains("not a regular file"), "{e}");
-        let e = read_policy_file(dir.path(), false).unwrap_err().to_string();
-        assert!(e.contains("not a regular file"), "{e}");
-        let big = dir.path().join("big.yaml");
-        std::fs::File::create(&big)
-            .unwrap()
-            .set_len(MAX_CONFIG_BYTES + 1)
-            .unwrap();
-        let e = read_policy_file(&big, false).unwrap_err().to_string();
-        assert!(e.contains("larger than"), "{e}");
+        let (project, machine) = (dir.path().join("fenzi.yaml"), dir.path().join("mcp.yaml"));
+        std::fs::write(&project, "version: 1\n").unwrap();
+        std::fs::write(&machine, "version: 1\n").unwrap();
+        let args = PolicyArgs {
+            config: project.clone(),
+            machine: Some(machine.clone()),
+            no_machine: false,
+        };
+        let mut w = Watch::new(&args).unwrap();
         assert_eq!(
-            read_policy_file(&dir.path().join("gone.yaml"), false)
-                .unwrap_err()
-                .kind(),
-            io::ErrorKind::NotFound
+            w.names(),
+            format!("{}, {}", project.display(), machine.display())
         );
+        assert_eq!(w.read_all().unwrap().len(), 2);
+        // The project file moved away, the machine file edited in place: nothing is read.
+        let aside = dir.path().join("aside.yaml");
+        std::fs::rename(&project, &aside).unwrap();
+        std::fs::write(&machine, "version: 1\nhosts: [github.com]\n").unwrap();
+        assert!(changed(&mut w));
+        let why = w.read_all().unwrap_err();
+        assert!(why.contains("fenzi.yaml was removed"), "{why}");
+        // Moved back: the same file through the same path again.
+        std::fs::rename(&aside, &project).unwrap();
+        assert!(changed(&mut w));
+        let texts = w.read_all().unwrap();
+        assert_eq!(texts[1], b"version: 1\nhosts: [github.com]\n");
+        // A path that cannot be pinned at start is an error naming it.
+        let gone = PolicyArgs {
+            config: dir.path().join("gone.yaml"),
+            machine: None,
+            no_machine: true,
+        };
+        let e = Watch::new(&gone).err().unwrap().to_string();
+        assert!(e.contains("gone.yaml"), "{e}");
     }
 
     #[test]
     fn outcomes_read_as_a_person_needs_them() {
-        let reloaded = Outcome::Reloaded {
+        let mut reloaded = Outcome::Reloaded {
             policy: "0123456789abcdef".repeat(4),
             servers: vec!["echo".into()],
+            next_session: vec![],
         };
         assert_eq!(
             reloaded.line("fenzi.yaml"),
             "policy reloaded from fenzi.yaml: new tool rules for mcp.echo (policy 0123456789ab), \
              from the next request on"
+        );
+        if let Outcome::Reloaded { next_session, .. } = &mut reloaded {
+            next_session.push("hosts".into());
+        }
+        assert_eq!(
+            reloaded.line("fenzi.yaml"),
+            "policy reloaded from fenzi.yaml: new tool rules for mcp.echo (policy 0123456789ab), \
+             from the next request on; the rest of the change takes effect in the next session \
+             (hosts)"
         );
         let next = Outcome::NextSession {
             what: vec!["hosts".into()],

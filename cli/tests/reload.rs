@@ -1,11 +1,14 @@
 //! A running `fenzi proxy` reloads its policy files (README, "Reloading the policy"): the real
 //! binary in front of a plain-HTTP MCP server on loopback, its project file (narrowing a machine
-//! server) edited while it serves. A denied call is allowed within 2 s of the edit that allows
-//! it, and the audit log's `reloaded` record carries the new policy's hash, as do the decisions
-//! after it. Invalid YAML, a half-written file (completed later), a truncated file, a widening the
-//! merge refuses, a file replaced by a symbolic link or a directory, an unreadable file, and a
-//! host change each keep the policy in force with a `reload_refused` record; the same text
-//! written again writes nothing. The log verifies, and `fenzi log` shows the policy records.
+//! server) edited in place while it serves. A denied call is allowed within 2 s of the edit that
+//! allows it, and the audit log's `reloaded` record carries the new policy's hash, as do the
+//! decisions after it. Invalid YAML, a half-written file (completed later), a truncated file and a
+//! widening the merge refuses each keep the policy in force with a `reload_refused` record; an
+//! edit that narrows the tools and adds a host narrows at once, the host waiting; the same text
+//! written again writes nothing. A file replaced by a rename (as editors that save through a
+//! temporary file do) is refused once with the reason and never read again, whatever is written
+//! there; a folder link on the way re-pointed is refused, and re-pointed back, edits reload again.
+//! The log verifies, and `fenzi log` shows the policy records.
 
 mod mcp_support;
 
@@ -43,6 +46,13 @@ fn project(port: u16, allow: &str, hosts: &str) -> String {
 
 impl Session {
     fn start(name: &str) -> Session {
+        Session::start_with(name, |dir, port| {
+            std::fs::write(dir.join("fenzi.yaml"), project(port, "read", "github.com")).unwrap()
+        })
+    }
+
+    /// A session whose `fenzi.yaml` `place` puts in the directory (the upstream's port given).
+    fn start_with(name: &str, place: impl FnOnce(&Path, u16)) -> Session {
         let dir = std::env::temp_dir().join(format!("fenzi-reload-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -52,11 +62,7 @@ impl Session {
             MACHINE.replace("PORT", &upstream.to_string()),
         )
         .unwrap();
-        std::fs::write(
-            dir.join("fenzi.yaml"),
-            project(upstream, "read", "github.com"),
-        )
-        .unwrap();
+        place(&dir, upstream);
         let mut child = mcp_support::proxy_command(&dir, &["--machine", "mcp.yaml"])
             .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
             .spawn()
@@ -144,7 +150,12 @@ impl Session {
         Policy::from_config(&config).sha256()
     }
 
-    /// Writes `text` as an editor that saves atomically does.
+    /// Writes `text` in place (the same file, truncated and written).
+    fn edit(&self, text: &str) {
+        std::fs::write(self.path(), text).unwrap();
+    }
+
+    /// Writes `text` as an editor that saves through a temporary file does.
     fn replace(&self, text: &str) {
         let temp = self.dir.join(".fenzi.yaml.swp");
         std::fs::write(&temp, text).unwrap();
@@ -161,6 +172,18 @@ impl Session {
         assert_eq!(r["policy"], in_force, "{r}");
     }
 
+    /// Expects no policy record beyond the first `seen` for a while (four polls and more).
+    fn expect_no_record(&self, seen: usize) {
+        std::thread::sleep(Duration::from_millis(1200));
+        let records = self.policy_records();
+        assert_eq!(
+            records.len(),
+            seen,
+            "{:#?}",
+            &records[seen.min(records.len())..]
+        );
+    }
+
     fn stop(mut self) -> PathBuf {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -169,13 +192,6 @@ impl Session {
         assert!(status.success(), "{status}; stderr:\n{}", self.stderr());
         self.dir.clone()
     }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
 }
 
 fn log(dir: &Path, args: &[&str]) -> std::process::Output {
@@ -201,7 +217,7 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
     // Allow echo: allowed within 2 s, under a `reloaded` record with the new hash.
     let b = project(port, "read, echo", "github.com");
     let hash_b = s.hash_of(&b);
-    s.replace(&b);
+    s.edit(&b);
     let edited = Instant::now();
     while s.call("echo") != 200 {
         assert!(
@@ -228,8 +244,8 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
     assert_eq!(last["decision"], "allowed");
     assert_eq!(last["policy"], hash_b.as_str());
 
-    // Invalid YAML, written in place.
-    std::fs::write(s.path(), format!("{b}  - [unclosed\n")).unwrap();
+    // Invalid YAML.
+    s.edit(&format!("{b}  - [unclosed\n"));
     s.expect_refused(&mut seen, "fenzi.yaml:", &hash_b);
     assert_eq!(s.call("echo"), 200);
 
@@ -237,7 +253,7 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
     let c = project(port, "read, echo, add", "github.com");
     let hash_c = s.hash_of(&c);
     let cut = c.find("allow:").unwrap() + 3;
-    std::fs::write(s.path(), &c[..cut]).unwrap();
+    s.edit(&c[..cut]);
     s.expect_refused(&mut seen, "fenzi.yaml:", &hash_b);
     assert_eq!(s.call("add"), 403);
     std::fs::OpenOptions::new()
@@ -253,59 +269,52 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
     assert_eq!(s.call("add"), 200);
 
     // Truncated (the end of the file lost).
-    std::fs::write(s.path(), &c[..c.len() - 12]).unwrap();
+    s.edit(&c[..c.len() - 12]);
     s.expect_refused(&mut seen, "fenzi.yaml:", &hash_c);
     // A widening the merge refuses: the machine file denies `drop`.
-    s.replace(&project(port, "read, echo, add, drop", "github.com"));
+    s.edit(&project(port, "read, echo, add, drop", "github.com"));
     s.expect_refused(&mut seen, "which the machine file denies", &hash_c);
-    // A host: valid, but for the next session.
-    s.replace(&project(port, "read, echo", "github.com, gitlab.com"));
-    s.expect_refused(
-        &mut seen,
-        "takes effect in the next session: hosts",
-        &hash_c,
-    );
+    // One edit narrowing the tools and adding a host: the tools now, the host next session.
+    s.edit(&project(port, "read, echo", "github.com, gitlab.com"));
+    let d = project(port, "read, echo", "github.com");
+    let hash_d = s.hash_of(&d);
+    let r = s.next_policy_record(seen);
+    seen += 1;
+    assert_eq!(r["decision"], "reloaded", "{r}");
     assert_eq!(
-        s.call("add"),
-        200,
-        "the tool part of that change was not applied"
+        r["rule"],
+        "tool rules of mcp.local; takes effect in the next session: hosts"
     );
-    // Replaced by a symbolic link to a file that would allow less.
-    let elsewhere = s.dir.join("elsewhere.yaml");
-    std::fs::write(&elsewhere, &a).unwrap();
-    let link = s.dir.join(".link");
-    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
-    std::fs::rename(&link, s.path()).unwrap();
-    s.expect_refused(&mut seen, "symbolic link", &hash_c);
-    // Replaced by a directory.
-    std::fs::remove_file(s.path()).unwrap();
-    std::fs::create_dir(s.path()).unwrap();
-    s.expect_refused(&mut seen, "not a regular file", &hash_c);
-    std::fs::remove_dir(s.path()).unwrap();
-
-    // Back to C: what is in force already, so no record. Then C again, rewritten: none either.
-    s.replace(&c);
-    std::thread::sleep(Duration::from_millis(1200));
-    // The moment without a file is too short to be read, unless this thread stalled there.
-    let missing = s.policy_records()[seen..]
-        .iter()
-        .filter(|r| r["rule"].as_str().unwrap_or("").contains("No such file"))
-        .count();
-    seen += missing;
-    s.replace(&c);
-    std::thread::sleep(Duration::from_millis(1200));
-    assert_eq!(s.policy_records().len(), seen, "{:#?}", s.policy_records());
-
-    // Unreadable (root reads it anyway: then it is the same text, and nothing is recorded).
+    assert_eq!(r["policy"], hash_d.as_str(), "the hosts in force stay");
+    assert_eq!(s.call("add"), 403, "the narrowing applies at once");
+    assert_eq!(s.call("echo"), 200);
+    // What is in force, written again: nothing to record. A mode change alone: the descriptor
+    // opened at start still reads the same text, so nothing either.
+    s.edit(&d);
+    s.expect_no_record(seen);
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(s.path(), std::fs::Permissions::from_mode(0o000)).unwrap();
-    if is_root() {
-        std::thread::sleep(Duration::from_millis(1200));
-        assert_eq!(s.policy_records().len(), seen);
-    } else {
-        s.expect_refused(&mut seen, "Permission denied", &hash_c);
-    }
-    assert_eq!(s.call("add"), 200);
+    s.expect_no_record(seen);
+    std::fs::set_permissions(s.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    // Replaced by a rename, as editors that save through a temporary file do: refused with the
+    // reason, once; the file now at the path is never read, whatever is written there.
+    s.replace(&c);
+    s.expect_refused(
+        &mut seen,
+        "fenzi.yaml was replaced by another file",
+        &hash_d,
+    );
+    let r = &s.policy_records()[seen - 1];
+    let rule = r["rule"].as_str().unwrap();
+    assert!(rule.contains("start a new session"), "{rule}");
+    assert!(rule.contains("in place"), "{rule}");
+    s.edit(&project(port, "read, echo, add", "github.com, gitlab.com"));
+    std::fs::remove_file(s.path()).unwrap();
+    s.expect_no_record(seen);
+    s.edit(&c);
+    s.expect_no_record(seen);
+    assert_eq!(s.call("add"), 403);
     assert_eq!(s.call("drop"), 403);
 
     let stderr = s.stderr();
@@ -315,12 +324,17 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
         "{stderr}"
     );
     assert!(
+        stderr.contains("; the rest of the change takes effect in the next session (hosts)"),
+        "{stderr}"
+    );
+    assert!(
         stderr
             .contains("fenzi proxy: policy reload refused, the policy in force stays: fenzi.yaml"),
         "{stderr}"
     );
-    assert!(
-        stderr.contains("takes effect in the next session (hosts)"),
+    assert_eq!(
+        stderr.matches("was replaced by another file").count(),
+        1,
         "{stderr}"
     );
     let dir = s.stop();
@@ -331,7 +345,60 @@ fn a_running_proxy_takes_new_tool_rules_within_two_seconds_and_refuses_what_does
         shown.contains(&format!("reloaded policy {} fenzi.yaml", &hash_b[..12])),
         "{shown}"
     );
+    assert!(
+        shown.contains(&format!(
+            "reloaded policy {} fenzi.yaml: tool rules of mcp.local; takes effect in the next \
+             session: hosts",
+            &hash_d[..12]
+        )),
+        "{shown}"
+    );
     assert!(shown.contains("reload_refused policy"), "{shown}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_policy_file_reached_through_a_relinked_folder_is_not_read_from_its_new_place() {
+    // fenzi.yaml -> conf/fenzi.yaml, conf -> real: the session protects real/fenzi.yaml.
+    let mut s = Session::start_with("relinked", |dir, port| {
+        for (folder, allow) in [("real", "read"), ("other", "read, echo")] {
+            std::fs::create_dir(dir.join(folder)).unwrap();
+            std::fs::write(
+                dir.join(folder).join("fenzi.yaml"),
+                project(port, allow, "github.com"),
+            )
+            .unwrap();
+        }
+        std::os::unix::fs::symlink("real", dir.join("conf")).unwrap();
+        std::os::unix::fs::symlink("conf/fenzi.yaml", dir.join("fenzi.yaml")).unwrap();
+    });
+    let port = s.upstream;
+    let hash_a = s.hash_of(&project(port, "read", "github.com"));
+    assert_eq!(s.call("echo"), 403);
+    let dir = s.dir.clone();
+    let point = |to: &str| {
+        let new = dir.join("conf.new");
+        std::os::unix::fs::symlink(to, &new).unwrap();
+        std::fs::rename(&new, dir.join("conf")).unwrap();
+    };
+    // Re-pointed to a folder whose file allows echo: refused, never read.
+    point("other");
+    let mut seen = 0;
+    s.expect_refused(&mut seen, "fenzi.yaml no longer leads to", &hash_a);
+    assert_eq!(s.call("echo"), 403);
+    s.edit(&project(port, "read, echo, add", "github.com"));
+    s.expect_no_record(seen);
+    assert_eq!(s.call("echo"), 403);
+    // Pointed back: the same file through the same place; an edit in place reloads again.
+    point("real");
+    s.expect_no_record(seen);
+    let b = project(port, "read, echo", "github.com");
+    s.edit(&b);
+    let r = s.next_policy_record(seen);
+    assert_eq!(r["decision"], "reloaded", "{r}");
+    assert_eq!(r["policy"], s.hash_of(&b).as_str());
+    assert_eq!(s.call("echo"), 200);
+    let dir = s.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -360,9 +427,8 @@ fn fenzi_run_reports_a_reload_in_the_session_log_not_on_the_agents_terminal() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    let temp = dir.join(".fenzi.yaml.new");
-    std::fs::write(&temp, policy("a, b")).unwrap();
-    std::fs::rename(&temp, dir.join("fenzi.yaml")).unwrap();
+    // Edited in place (a rename over it would be refused: see above).
+    std::fs::write(dir.join("fenzi.yaml"), policy("a, b")).unwrap();
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
@@ -383,4 +449,177 @@ fn fenzi_run_reports_a_reload_in_the_session_log_not_on_the_agents_terminal() {
     let records = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
     assert!(records.contains("\"decision\":\"reloaded\""), "{records}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `fenzi run` can sandbox here (user namespaces); says so loudly when it cannot, and
+/// fails under `FENZI_REQUIRE_SANDBOX`.
+fn sandbox_available(test: &str) -> bool {
+    let ok = Command::new("unshare")
+        .args(["--user", "--net", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("FENZI_REQUIRE_SANDBOX").is_none(),
+            "{test}: user namespaces are unavailable but FENZI_REQUIRE_SANDBOX is set"
+        );
+        eprintln!("\n*** SKIPPED `{test}`: user namespaces are unavailable on this machine\n");
+    }
+    ok
+}
+
+fn agent_policy(allow: &str) -> String {
+    format!(
+        "version: 1\nmcp:\n  s:\n    url: https://s.example/mcp\n    tools:\n      allow: [{allow}]\n"
+    )
+}
+
+/// What came of a sandboxed session (`fenzi run`, the real sandbox) in which `person` edits
+/// `fenzi.yaml` once the agent runs, after which the agent tries to write a wider policy there:
+/// the agent's output, the session's `policy` records, and its session log.
+struct AgentSession {
+    agent: String,
+    records: Vec<Value>,
+    session_log: String,
+}
+
+fn agent_session(name: &str, person: impl FnOnce(&Path)) -> AgentSession {
+    let dir = std::env::temp_dir().join(format!("fenzi-reload-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fenzi.yaml"), agent_policy("a")).unwrap();
+    // The agent says it runs, waits for the person's edit, then writes the policy it wants
+    // (`printf` into the file works only where the read-only mount is gone).
+    let agent = format!(
+        "touch ready; while [ ! -e go ]; do sleep 0.05; done; \
+         if printf '{}' > fenzi.yaml 2>/dev/null; then echo agent-wrote; \
+         else echo agent-blocked; fi; sleep 2",
+        agent_policy("a, b, c").replace('\n', "\\n")
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args(["run", "--", "sh", "-c", &agent])
+        .current_dir(&dir)
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("FENZI_CREDSTORE", "memory")
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !dir.join("ready").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the agent never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    person(&dir);
+    std::fs::write(dir.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit = std::fs::read_dir(dir.join("state/fenzi/audit"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the session's audit log");
+    let records = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &Value| r["method"] == "POLICY")
+        .collect();
+    let session = AgentSession {
+        agent: String::from_utf8_lossy(&out.stdout).into_owned(),
+        records,
+        session_log: std::fs::read_to_string(audit.with_extension("log")).unwrap_or_default(),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    session
+}
+
+#[test]
+fn an_agent_writing_a_policy_file_its_owner_replaced_by_a_rename_is_never_reloaded() {
+    let test = "an_agent_writing_a_policy_file_its_owner_replaced_by_a_rename_is_never_reloaded";
+    if !sandbox_available(test) {
+        return;
+    }
+    // The person saves the same policy as an editor that writes a new file and renames it does.
+    let s = agent_session("agent-rename", |dir| {
+        let temp = dir.join(".fenzi.yaml.swp");
+        std::fs::write(&temp, agent_policy("a")).unwrap();
+        std::fs::rename(&temp, dir.join("fenzi.yaml")).unwrap();
+    });
+    // On kernels that drop the mount with the rename (Linux 3.18 and later) the agent's write
+    // succeeds; the session must not take it either way.
+    eprintln!("agent: {:?}", s.agent);
+    assert_eq!(s.records.len(), 1, "{:#?}", s.records);
+    assert_eq!(s.records[0]["decision"], "reload_refused");
+    let rule = s.records[0]["rule"].as_str().unwrap();
+    assert!(
+        rule.starts_with("fenzi.yaml was replaced by another file"),
+        "{rule}"
+    );
+    assert!(
+        s.session_log
+            .contains("policy reload refused, the policy in force stays: fenzi.yaml was replaced"),
+        "{}",
+        s.session_log
+    );
+}
+
+#[test]
+fn fenzi_mcp_editing_a_running_sessions_policy_keeps_it_protected_and_reloads() {
+    let test = "fenzi_mcp_editing_a_running_sessions_policy_keeps_it_protected_and_reloads";
+    if !sandbox_available(test) {
+        return;
+    }
+    let s = agent_session("agent-mcp-edit", |dir| {
+        let out = mcp_support::command(
+            dir,
+            &[
+                "mcp",
+                "add",
+                "s",
+                "https://s.example/mcp",
+                "--tool",
+                "a",
+                "--tool",
+                "b",
+                "--replace",
+            ],
+        )
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        // Taken before the agent is let go.
+        let start = Instant::now();
+        while std::fs::read_dir(dir.join("state/fenzi/audit"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .all(|e| {
+                !std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .contains("\"reloaded\"")
+            })
+        {
+            assert!(start.elapsed() < Duration::from_secs(5), "no reload");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert_eq!(
+        s.agent, "agent-blocked\n",
+        "the file is still read-only inside"
+    );
+    assert_eq!(s.records.len(), 1, "{:#?}", s.records);
+    assert_eq!(s.records[0]["decision"], "reloaded");
+    assert_eq!(s.records[0]["rule"], "tool rules of mcp.s");
 }

@@ -8,9 +8,11 @@
 //! so there is never a moment without a policy, and nothing ever sees half of one.
 //!
 //! What may change live is [`fenzi_policy::engine::reload::compare`]'s to say: the tool rules of
-//! the servers the session started with. Since the servers, their hosts and their order never
-//! change within a session, what a connection was admitted as (an MCP server, intercepted) stays
-//! true under every later policy, and a server's position is the same in all of them. The
+//! the servers the session started with. The policy it puts in force is always the one in force
+//! with new tool rules (never the loaded policy as a whole, when the edit also changed something
+//! that waits), so the servers, their hosts, urls and order never change within a session: what a
+//! connection was admitted as (an MCP server, intercepted) stays true under every later policy,
+//! and a server's position is the same in all of them. The
 //! session's inventories are outside the swap and survive it; the `limits` counters are carried
 //! ([`Limits::carried`]).
 

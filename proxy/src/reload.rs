@@ -1,9 +1,11 @@
 //! A running session's policy reload (README, "Reloading the policy"): a policy loaded and
 //! validated by the caller (the CLI watches the files) is compared with the one in force
-//! ([`fenzi_policy::engine::reload::compare`]) and swapped in whole ([`crate::live`]) when only MCP
-//! tool rules changed; a reload that did not load is [`refuse`]d. Both outcomes are written to the
-//! audit log as `policy` records before anything changes: a reload whose record cannot be written
-//! does not happen.
+//! ([`fenzi_policy::engine::reload::compare`]), which splits the change: the MCP tool rules of the
+//! session's servers take effect now (the policy in force with them adopted is swapped in whole,
+//! [`crate::live`]), the rest waits for the next session. A reload that did not load is
+//! [`refuse`]d. Every outcome is one `policy` record, written before anything changes: a reload
+//! whose record cannot be written does not happen. What applied now and what waits are one
+//! record (`reloaded`, its rule naming both), so the log never says half of it.
 
 use crate::audit_writer::AuditEntry;
 use crate::context::SessionContext;
@@ -11,7 +13,7 @@ use crate::error::ProxyError;
 use crate::live::Live;
 use fenzi_policy::audit::Outcome;
 use fenzi_policy::engine::Policy;
-use fenzi_policy::engine::reload::{Change, compare};
+use fenzi_policy::engine::reload::compare;
 use std::sync::Arc;
 
 /// Longest reason a `reload_refused` record keeps (the rest is on stderr or the session log).
@@ -22,20 +24,22 @@ const MAX_WHY_CHARS: usize = 400;
 pub enum Reload {
     /// The new policy enforces exactly what the one in force does: nothing changed, no record.
     Unchanged,
-    /// The new policy is in force for every request from now on (its hash; the servers whose tool
-    /// rules changed).
+    /// New tool rules are in force for every request from now on (the policy's hash; the servers
+    /// whose tool rules changed); `next_session` names what else changed, which waits (empty when
+    /// nothing does).
     Reloaded {
         policy: String,
         servers: Vec<String>,
+        next_session: Vec<String>,
     },
-    /// Something outside the tool rules changed: nothing changed now (`reload_refused`), it takes
-    /// effect in the next session. What differs, as policy keys.
+    /// Only what waits for the next session changed: nothing changed now (`reload_refused`). What
+    /// differs, as policy keys.
     NextSession { what: Vec<String> },
 }
 
-/// Compares `policy` (loaded and validated from `files`) with the one in force, and swaps it in
-/// when only tool rules changed. The record comes first: `Err` (the audit log cannot be written)
-/// leaves the old policy in force.
+/// Compares `policy` (loaded and validated from `files`) with the one in force, and swaps in the
+/// policy in force with its new tool rules. The record comes first: `Err` (the audit log cannot be
+/// written) leaves the old policy in force.
 pub(crate) async fn reload(
     session: &SessionContext,
     policy: Policy,
@@ -43,34 +47,42 @@ pub(crate) async fn reload(
 ) -> Result<Reload, ProxyError> {
     let _one = session.live.one_reload_at_a_time().await;
     let old = session.live.current();
-    match compare(&old.policy, &policy) {
-        Change::None => Ok(Reload::Unchanged),
-        Change::NextSession(what) => {
-            let why = format!("takes effect in the next session: {}", what.join(", "));
-            record(session, Outcome::ReloadRefused, &old.hash, files, why)?;
-            Ok(Reload::NextSession { what })
+    // A session opens its control socket at start, only when its policy holds calls; one without
+    // it could hold a call no one can answer.
+    let change = compare(&old.policy, &policy, session.confirm.answerable());
+    let next_session = change.next_session;
+    let Some(now) = change.now else {
+        if next_session.is_empty() {
+            return Ok(Reload::Unchanged);
         }
-        // A session opens its control socket at start, only when its policy holds calls; one
-        // without it could hold a call no one can answer.
-        Change::ToolRules(_)
-            if !session.confirm.answerable()
-                && policy.servers().iter().any(|s| !s.confirm.is_empty()) =>
-        {
-            let what = vec!["confirm (this session has no control socket)".to_string()];
-            let why = format!("takes effect in the next session: {}", what.join(", "));
-            record(session, Outcome::ReloadRefused, &old.hash, files, why)?;
-            Ok(Reload::NextSession { what })
-        }
-        Change::ToolRules(servers) => {
-            let limits = old.limits.carried(&policy);
-            let new = Arc::new(Live::new(policy, limits));
-            let what = format!("tool rules of {}", servers_text(&servers));
-            record(session, Outcome::Reloaded, &new.hash, files, what)?;
-            let policy = new.hash.to_string();
-            session.live.swap_in(new);
-            Ok(Reload::Reloaded { policy, servers })
-        }
+        record(
+            session,
+            Outcome::ReloadRefused,
+            &old.hash,
+            files,
+            waiting(&next_session),
+        )?;
+        return Ok(Reload::NextSession { what: next_session });
+    };
+    let limits = old.limits.carried(&now.policy);
+    let new = Arc::new(Live::new(now.policy, limits));
+    let mut what = format!("tool rules of {}", servers_text(&now.servers));
+    if !next_session.is_empty() {
+        what.push_str("; ");
+        what.push_str(&waiting(&next_session));
     }
+    record(session, Outcome::Reloaded, &new.hash, files, what)?;
+    let hash = new.hash.to_string();
+    session.live.swap_in(new);
+    Ok(Reload::Reloaded {
+        policy: hash,
+        servers: now.servers,
+        next_session,
+    })
+}
+
+fn waiting(what: &[String]) -> String {
+    format!("takes effect in the next session: {}", what.join(", "))
 }
 
 /// Records that a change to `files` could not be loaded (`why`, which names no secret: config

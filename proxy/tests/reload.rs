@@ -1,8 +1,10 @@
 //! A running session's policy reload (README, "Reloading the policy") over loopback with real TLS
 //! on both hops: a call denied, the policy reloaded to allow it, the next call on the same tunnel
 //! and on a new one allowed; every record names the hash of the policy it was decided under; a
-//! change outside the tool rules and a policy that did not load both keep the policy in force; a
-//! request whose head came before the swap is decided under the policy it began with.
+//! change outside the tool rules and a policy that did not load both keep the policy in force; one
+//! edit that denies a tool and adds a host denies the tool from the next request while the host
+//! waits for the next session; a request whose head came before the swap is decided under the
+//! policy it began with.
 
 mod common;
 
@@ -14,8 +16,12 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn yaml(target: &str, allow: &str, extra_hosts: &str) -> String {
+    yaml_denying(target, allow, "", extra_hosts)
+}
+
+fn yaml_denying(target: &str, allow: &str, deny: &str, extra_hosts: &str) -> String {
     format!(
-        "version: 1\nhosts: [github.com{extra_hosts}]\nmcp:\n  local:\n    url: https://{target}/mcp\n    tools:\n      allow: [{allow}]\n"
+        "version: 1\nhosts: [github.com{extra_hosts}]\nmcp:\n  local:\n    url: https://{target}/mcp\n    tools:\n      allow: [{allow}]\n      deny: [{deny}]\n"
     )
 }
 
@@ -23,16 +29,26 @@ struct Setup {
     proxy: TestProxy,
     target: String,
     _upstream: Upstream,
+    /// A plain host (`echo.test:7000`) no policy of these tests allows at start.
+    _echo: Upstream,
 }
 
 async fn setup(allow: &str) -> Setup {
+    setup_with(|target| yaml(target, allow, "")).await
+}
+
+async fn setup_with(yaml: impl Fn(&str) -> String) -> Setup {
     let pki = TestPki::new();
     let upstream = http_upstream(Some(pki.server_config(&["127.0.0.1"])), mcp_handler()).await;
     let target = format!("127.0.0.1:{}", upstream.port());
+    let echo = echo_upstream().await;
+    let network = FakeNetwork::default()
+        .name("echo.test", &[ECHO_IP])
+        .route(&format!("{ECHO_IP}:7000"), echo.addr);
     let proxy = start_proxy(
-        policy(&yaml(&target, allow, ""), None),
+        policy(&yaml(&target), None),
         options(&pki),
-        Arc::new(FakeNetwork::default()),
+        Arc::new(network),
         Arc::new(MemorySink::default()),
     )
     .await;
@@ -40,6 +56,7 @@ async fn setup(allow: &str) -> Setup {
         proxy,
         target,
         _upstream: upstream,
+        _echo: echo,
     }
 }
 
@@ -101,7 +118,8 @@ async fn a_reload_allows_the_next_call_on_an_open_tunnel_and_its_records_name_th
         outcome,
         Reload::Reloaded {
             policy: new_hash.clone(),
-            servers: vec!["local".into()]
+            servers: vec!["local".into()],
+            next_session: vec![],
         }
     );
     assert_eq!(s.proxy.proxy.policy_hash(), new_hash);
@@ -140,8 +158,8 @@ async fn a_reload_allows_the_next_call_on_an_open_tunnel_and_its_records_name_th
 async fn changes_outside_the_tool_rules_and_policies_that_did_not_load_keep_the_policy_in_force() {
     let s = setup("read").await;
     let old = s.proxy.proxy.policy_hash();
-    // A new host together with the tool: refused whole, for the next session.
-    let wider = s.policy("read, echo", ", gitlab.com");
+    // A new host alone: for the next session.
+    let wider = s.policy("read", ", gitlab.com");
     assert_eq!(
         s.proxy.proxy.reload(wider, "fenzi.yaml").await.unwrap(),
         Reload::NextSession {
@@ -224,11 +242,74 @@ async fn confirm_added_to_a_session_without_a_control_socket_waits_for_the_next_
     assert_eq!(
         s.proxy.proxy.reload(held, "fenzi.yaml").await.unwrap(),
         Reload::NextSession {
-            what: vec!["confirm (this session has no control socket)".into()]
+            what: vec!["mcp.local confirm (this session has no control socket)".into()]
         }
     );
     assert_eq!(s.proxy.proxy.policy_hash(), old);
     // echo still goes straight through: nothing is held that no one could answer.
     let mut client = s.client().await;
     assert_eq!(s.call(&mut client, 1, "echo").await, 200);
+}
+
+#[tokio::test]
+async fn one_edit_that_denies_a_tool_and_adds_a_host_denies_the_tool_now_and_the_host_waits() {
+    let s = setup_with(|target| yaml(target, "\"*\"", "")).await;
+    let old = s.proxy.proxy.policy_hash();
+    let connect_echo = || async {
+        let (_stream, status, head) = connect(s.proxy.addr, "echo.test:7000").await;
+        (status, head)
+    };
+    let mut client = s.client().await;
+    assert_eq!(s.call(&mut client, 1, "echo").await, 200);
+    assert_eq!(connect_echo().await.0, 403);
+
+    let edited = policy(
+        &yaml_denying(&s.target, "\"*\"", "echo", ", echo.test:7000"),
+        None,
+    );
+    // What is put in force: the policy in force with the new deny, and not the new host.
+    let now = policy(&yaml_denying(&s.target, "\"*\"", "echo", ""), None);
+    let outcome = s.proxy.proxy.reload(edited, "fenzi.yaml").await.unwrap();
+    assert_eq!(
+        outcome,
+        Reload::Reloaded {
+            policy: now.sha256(),
+            servers: vec!["local".into()],
+            next_session: vec!["hosts".into()],
+        }
+    );
+    assert_ne!(now.sha256(), old);
+    // The next request on the open tunnel, and on a new one, is refused; other tools still go.
+    assert_eq!(s.call(&mut client, 2, "echo").await, 403);
+    assert_eq!(s.call(&mut client, 3, "read").await, 200);
+    let mut fresh = s.client().await;
+    assert_eq!(s.call(&mut fresh, 4, "echo").await, 403);
+    // The host is not allowed in this session.
+    let (status, head) = connect_echo().await;
+    assert_eq!(status, 403, "{head}");
+
+    let entries = s.proxy.entries();
+    let reloaded = entries
+        .iter()
+        .find(|e| e.outcome == Outcome::Reloaded)
+        .expect("a reloaded record");
+    assert_eq!(
+        reloaded.rule.as_deref(),
+        Some("tool rules of mcp.local; takes effect in the next session: hosts")
+    );
+    assert_eq!(reloaded.policy.as_deref(), Some(now.sha256().as_str()));
+    assert_eq!(
+        entries.iter().filter(|e| e.method == "POLICY").count(),
+        1,
+        "{entries:#?}"
+    );
+    let denied = entries
+        .iter()
+        .filter(|e| e.outcome == Outcome::Denied && e.tool.as_deref() == Some("echo"))
+        .count();
+    assert_eq!(denied, 2);
+    // The same host in a policy at start is reached: the refusal above is the reload's.
+    let control = setup_with(|target| yaml(target, "read", ", echo.test:7000")).await;
+    let (_stream, status, head) = connect(control.proxy.addr, "echo.test:7000").await;
+    assert_eq!(status, 200, "{head}");
 }

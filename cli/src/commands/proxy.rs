@@ -86,6 +86,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let options = args.tuning.options(None)?;
     // No good copy of a team policy is an error too: the session does not start (exit 2).
     let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
+    // The policy files as they are now, pinned before anything else can touch them: a running
+    // session reloads only these (see `reload`).
+    let watch = crate::reload::Watch::new(&args.policy).context("cannot watch the policy files")?;
     let config = loaded.result?;
     let policy = Policy::from_config(&config);
     let metrics = args.tuning.metrics_listener()?;
@@ -151,7 +154,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     .collect();
     // Changes to the policy files, from now on (see `reload`).
     let watcher = crate::reload::Watcher::start(
-        &args.policy,
+        watch,
         team.map(|t| t.config),
         proxy.clone(),
         runtime.handle().clone(),

@@ -1,17 +1,26 @@
 //! What a running session may take from a policy loaded while it runs (README, "Reloading the
-//! policy"): [`compare`] says whether a newly compiled [`Policy`] differs from the one in force, and
-//! whether every difference lies in the part that may change live. [`Policy::sha256`] names a policy
-//! in the audit log.
+//! policy"): [`compare`] splits what a newly compiled [`Policy`] changes into what takes effect now
+//! and what waits for the next session. [`Policy::sha256`] names a policy in the audit log.
 //!
 //! The live part is each existing MCP server's tool rules: everything in its [`ServerRule`] (allow,
 //! deny, allow_annotated, argument rules, resources, prompts, list filtering, and whatever field is
-//! added there later) and its `limits`, except what identifies the server (its name and endpoint,
-//! which follow its url) and `pin` (the session's inventories and lock files are set up from it).
-//! Everything else — hosts, the set and order of servers, their urls, tokens and origins, secrets,
-//! private ranges, body limits, and any field added to [`Policy`] or [`McpServer`] later — waits for
-//! the next session. The rule is written as "take the live part from the policy in force and
+//! added there later), its `limits` and `confirm`, except what identifies the server (its name and
+//! endpoint, which follow its url) and `pin` (the session's inventories and lock files are set up
+//! from it). Everything else — hosts, the set and order of servers, their urls, tokens and origins,
+//! secrets, private ranges, body limits, and any field added to [`Policy`] or [`McpServer`] later —
+//! waits for the next session. The rule is written as "take the live part from one policy and
 //! compare the rest whole", so a new field is on the safe side (next session) unless it is added
 //! to the server's rule.
+//!
+//! Reload narrows at once: one edit that changes both parts is split, not refused whole. The
+//! policy put in force is the one in force with, for every server it has, the loaded policy's live
+//! part for the server of that name; the rest is named for the next session. A person's new `deny`
+//! therefore never waits behind an unrelated host change. A server whose url, token, pin or file
+//! changed keeps them as in force and still takes its new tool rules: the rules are the person's
+//! word on that server by name (the only file they come from is one the session protected), and the
+//! session cannot move the server, so the newest rules are the best description of what may be
+//! called on the one it has. A removed server keeps its rules until the next session (the set of
+//! servers is fixed for a session).
 //!
 //! [`ServerRule`]: crate::mcp::ServerRule
 
@@ -20,54 +29,89 @@ use sha2::{Digest, Sha256};
 
 /// What a newly loaded policy changes, compared with the one in force.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// Nothing that is enforced differs (a comment, a reordering that compiles to the same policy,
-    /// the same text written again).
-    None,
-    /// Only the tool rules of these servers (by name) differ: the new policy may replace the old one
-    /// now.
-    ToolRules(Vec<String>),
-    /// Something outside the tool rules differs; what, as keys a person recognises (`hosts`,
-    /// `mcp.linear url`). Nothing may change until the next session.
-    NextSession(Vec<String>),
+pub struct Change {
+    /// What takes effect now, when some server's tool rules changed.
+    pub now: Option<Adopted>,
+    /// What differs outside the live part, as keys a person recognises (`hosts`, `mcp.linear
+    /// url`): it takes effect in the next session. Empty when nothing does.
+    pub next_session: Vec<String>,
 }
 
-/// Compares `loaded` with `in_force` (see the module doc for what may change live).
-pub fn compare(in_force: &Policy, loaded: &Policy) -> Change {
-    if in_force == loaded {
-        return Change::None;
+/// The policy to put in force now: the one in force with new tool rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    pub policy: Policy,
+    /// The servers (by name) whose tool rules changed, in the policy's order.
+    pub servers: Vec<String>,
+}
+
+impl Change {
+    /// Nothing that is enforced differs (a comment, a reordering that compiles to the same policy,
+    /// the same text written again).
+    pub fn is_none(&self) -> bool {
+        self.now.is_none() && self.next_session.is_empty()
     }
-    let same_servers = in_force.servers.len() == loaded.servers.len()
-        && in_force
-            .servers
-            .iter()
-            .zip(&loaded.servers)
-            .all(|(a, b)| a.name == b.name);
-    if same_servers {
-        let mut projected = loaded.clone();
-        for (server, old) in projected.servers.iter_mut().zip(&in_force.servers) {
+}
+
+/// Compares `loaded` with `in_force` (see the module doc for what may change live). `holds_calls`
+/// says whether the session can hold calls for a person (it has a control socket): when it cannot,
+/// a server whose new rules would hold calls keeps its rules in force, and that change waits for
+/// the next session (held calls no one can answer would only time out).
+pub fn compare(in_force: &Policy, loaded: &Policy, holds_calls: bool) -> Change {
+    if in_force == loaded {
+        return Change {
+            now: None,
+            next_session: Vec::new(),
+        };
+    }
+    let mut next_session = Vec::new();
+    // The rest: `loaded` with the live part of each server the session has taken from the policy
+    // in force. Whatever still differs waits.
+    let mut rest = loaded.clone();
+    for server in &mut rest.servers {
+        if let Some(old) = in_force.servers.iter().find(|s| s.name == server.name) {
             adopt_live_part(server, old);
         }
-        if projected == *in_force {
-            let changed = in_force
-                .servers
-                .iter()
-                .zip(&loaded.servers)
-                .filter(|(a, b)| a != b)
-                .map(|(_, b)| b.name.clone())
-                .collect();
-            return Change::ToolRules(changed);
-        }
     }
-    Change::NextSession(differences(in_force, loaded))
+    if rest != *in_force {
+        next_session = differences(in_force, loaded);
+    }
+    // Now: the policy in force with the loaded live part of each of its servers.
+    let mut projected = in_force.clone();
+    let mut servers = Vec::new();
+    for (server, old) in projected.servers.iter_mut().zip(&in_force.servers) {
+        let Some(new) = loaded.servers.iter().find(|s| s.name == server.name) else {
+            continue;
+        };
+        adopt_live_part(server, new);
+        if server == old {
+            continue;
+        }
+        if !holds_calls && !server.confirm.is_empty() {
+            *server = old.clone();
+            next_session.push(format!(
+                "mcp.{} confirm (this session has no control socket)",
+                server.name
+            ));
+            continue;
+        }
+        servers.push(server.name.clone());
+    }
+    let now = (!servers.is_empty()).then_some(Adopted {
+        policy: projected,
+        servers,
+    });
+    Change { now, next_session }
 }
 
 /// `server` with the live part of `from` in place of its own; what identifies it, and `pin`, stay.
+/// `allow_annotated` needs a pinned server (the loader refuses it elsewhere), so it goes with `pin`.
 fn adopt_live_part(server: &mut McpServer, from: &McpServer) {
     let mut rule = from.rule.clone();
     rule.name = std::mem::take(&mut server.rule.name);
     rule.endpoint = server.rule.endpoint.clone();
     rule.pin = server.rule.pin;
+    rule.allow_read_only &= rule.pin;
     server.rule = rule;
     server.limits = from.limits.clone();
     server.confirm = from.confirm.clone();
@@ -178,12 +222,35 @@ mcp:
         policy(&BASE.replacen(from, to, 1))
     }
 
+    fn none() -> Change {
+        Change {
+            now: None,
+            next_session: Vec::new(),
+        }
+    }
+
+    /// The change when only tool rules of `servers` differ: `loaded` is put in force as it is.
+    fn live(loaded: &Policy, servers: &[&str]) -> Change {
+        Change {
+            now: Some(Adopted {
+                policy: loaded.clone(),
+                servers: servers.iter().map(|s| s.to_string()).collect(),
+            }),
+            next_session: Vec::new(),
+        }
+    }
+
+    fn server<'p>(p: &'p Policy, name: &str) -> &'p McpServer {
+        p.servers.iter().find(|s| s.name == name).unwrap()
+    }
+
     #[test]
     fn the_same_policy_and_a_comment_are_no_change() {
         let base = policy(BASE);
-        assert_eq!(compare(&base, &policy(BASE)), Change::None);
+        assert_eq!(compare(&base, &policy(BASE), true), none());
+        assert!(compare(&base, &policy(BASE), true).is_none());
         let commented = format!("{BASE}# a comment at the end\n");
-        assert_eq!(compare(&base, &policy(&commented)), Change::None);
+        assert_eq!(compare(&base, &policy(&commented), true), none());
         assert_eq!(base.sha256(), policy(BASE).sha256());
         assert_eq!(base.sha256().len(), 64);
     }
@@ -220,11 +287,7 @@ mcp:
         ];
         for (from, to) in cases {
             let new = edited(from, to);
-            assert_eq!(
-                compare(&base, &new),
-                Change::ToolRules(vec!["echo".into()]),
-                "{to}"
-            );
+            assert_eq!(compare(&base, &new, true), live(&new, &["echo"]), "{to}");
             assert_ne!(base.sha256(), new.sha256(), "{to}");
         }
     }
@@ -265,30 +328,114 @@ mcp:
             ),
         ];
         for (from, to, named) in cases {
-            let new = edited(from, to);
-            match compare(&base, &new) {
-                Change::NextSession(what) => {
-                    assert!(what.iter().any(|w| w == named), "{to}: {what:?}")
-                }
-                other => panic!("{to}: {other:?}"),
-            }
+            let change = compare(&base, &edited(from, to), true);
+            assert_eq!(change.now, None, "{to}");
+            assert!(
+                change.next_session.iter().any(|w| w == named),
+                "{to}: {change:?}"
+            );
         }
-        // A tool-rule change together with a host change is refused whole.
-        let both = policy(
-            &BASE
-                .replacen("allow: [echo]", "allow: [echo, add]", 1)
-                .replacen("hosts: [github.com]", "hosts: []", 1),
-        );
-        assert_eq!(
-            compare(&base, &both),
-            Change::NextSession(vec!["hosts".into()])
-        );
         // A removed server.
         let removed = policy(BASE.split("  other:").next().unwrap());
         assert_eq!(
-            compare(&base, &removed),
-            Change::NextSession(vec!["mcp.other (removed)".into()])
+            compare(&base, &removed, true),
+            Change {
+                now: None,
+                next_session: vec!["mcp.other (removed)".into()],
+            }
         );
+    }
+
+    #[test]
+    fn one_edit_of_both_parts_takes_the_tool_rules_now_and_the_rest_next_session() {
+        let base = policy(BASE);
+        // A new deny and a host: the deny now, the host later.
+        let both = policy(
+            &BASE
+                .replacen("deny: [drop]", "deny: [drop, delete]", 1)
+                .replacen("hosts: [github.com]", "hosts: [github.com, gitlab.com]", 1),
+        );
+        let change = compare(&base, &both, true);
+        assert_eq!(change.next_session, vec!["hosts".to_string()]);
+        let now = change.now.expect("the deny applies now");
+        assert_eq!(now.servers, vec!["echo".to_string()]);
+        // The policy put in force: the new rules, the hosts in force.
+        let only_the_deny = policy(&BASE.replacen("deny: [drop]", "deny: [drop, delete]", 1));
+        assert_eq!(now.policy, only_the_deny);
+        assert_eq!(now.policy.hosts, base.hosts);
+
+        // A server added, another removed, a url, token and pin changed, together with tool
+        // rules: each server the session has takes its new rules, keeping what identifies it.
+        let moved = policy(
+            "version: 1
+hosts: [github.com]
+mcp:
+  echo:
+    url: https://127.0.0.1:9443/v2/mcp
+    token: true
+    pin: true
+    tools:
+      allow: [echo]
+      allow_annotated: [read_only]
+      deny: [drop, add]
+  third:
+    url: https://third.example/mcp
+    tools:
+      allow: [x]
+",
+        );
+        let change = compare(&base, &moved, true);
+        assert_eq!(
+            change.next_session,
+            vec![
+                "mcp.third (a new server)".to_string(),
+                "mcp.other (removed)".to_string(),
+                "mcp.echo url".to_string(),
+                "mcp.echo token".to_string(),
+                "mcp.echo pin".to_string(),
+                // The token's secret binding.
+                "secrets".to_string(),
+            ]
+        );
+        let now = change.now.unwrap();
+        assert_eq!(now.servers, vec!["echo".to_string()]);
+        let (old, new) = (server(&base, "echo"), server(&now.policy, "echo"));
+        assert_eq!(new.rule.deny, server(&moved, "echo").rule.deny);
+        assert_eq!(
+            (&new.pattern, new.tls, &new.rule.endpoint, &new.token_secret),
+            (&old.pattern, old.tls, &old.rule.endpoint, &old.token_secret)
+        );
+        // Not pinned in this session: `allow_annotated` (pinned servers only) is not taken.
+        assert!(!new.rule.pin && !new.rule.allow_read_only);
+        // The servers stay those in force, in order; a removed one keeps its rules.
+        let names: Vec<&str> = now.policy.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["echo", "other"]);
+        assert_eq!(server(&now.policy, "other"), server(&base, "other"));
+    }
+
+    #[test]
+    fn a_session_that_cannot_hold_calls_keeps_the_rules_of_a_server_that_would() {
+        let base = policy(BASE);
+        let held = policy(
+            &BASE
+                .replacen("deny: [drop]", "deny: [drop]\n      confirm: [echo]", 1)
+                .replacen("allow: [read]", "allow: []", 1),
+        );
+        let change = compare(&base, &held, false);
+        assert_eq!(
+            change.next_session,
+            vec!["mcp.echo confirm (this session has no control socket)".to_string()]
+        );
+        // The other server's narrowing applies now; echo keeps its rules, without confirm.
+        let now = change.now.unwrap();
+        assert_eq!(now.servers, vec!["other".to_string()]);
+        assert_eq!(server(&now.policy, "echo"), server(&base, "echo"));
+        assert!(server(&now.policy, "other").rule.allow.is_empty());
+        // Only the held server changed: nothing now.
+        let held_only = edited("deny: [drop]", "deny: [drop]\n      confirm: [echo]");
+        let change = compare(&base, &held_only, false);
+        assert_eq!(change.now, None);
+        assert_eq!(change.next_session.len(), 1);
     }
 
     #[test]
@@ -309,9 +456,10 @@ mcp:
                 ),
             )
         };
+        let new = narrowed("echo");
         assert_eq!(
-            compare(&narrowed("echo, add"), &narrowed("echo")),
-            Change::ToolRules(vec!["echo".into()])
+            compare(&narrowed("echo, add"), &new, true),
+            live(&new, &["echo"])
         );
         // Private ranges (machine file only) are not live.
         let project = "version: 1\nhosts: [github.com]\n";
@@ -324,8 +472,11 @@ mcp:
             )
         };
         assert_eq!(
-            compare(&ranges("10.20.0.0/16"), &ranges("10.30.0.0/16")),
-            Change::NextSession(vec!["private ranges".into()])
+            compare(&ranges("10.20.0.0/16"), &ranges("10.30.0.0/16"), true),
+            Change {
+                now: None,
+                next_session: vec!["private ranges".into()],
+            }
         );
     }
 }

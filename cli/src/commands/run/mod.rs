@@ -83,6 +83,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let options = args.tuning.options(Some(1))?;
     // No good copy of a team policy is an error too: the command does not start (exit 2).
     let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
+    // The policy files as they are now, pinned before anything else can touch them: a running
+    // session reloads only these (see `reload`).
+    let watch = crate::reload::Watch::new(&args.policy).context("cannot watch the policy files")?;
     let config = loaded.result?;
     let policy = Policy::from_config(&config);
     let metrics = args.tuning.metrics_listener()?;
@@ -290,7 +293,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Changes to the policy files while the command runs (see `reload`): only the person can make
     // them, the sandbox has the files read-only. What happened goes to the session log.
     let watcher = crate::reload::Watcher::start(
-        &args.policy,
+        watch,
         team.map(|t| t.config),
         proxy.clone(),
         runtime.handle().clone(),
