@@ -68,6 +68,8 @@ pub struct Watch {
     /// The team policy the session started under: a reload merges the files under the same copy
     /// (a new team release takes effect at the next session).
     team: Option<fenzi_policy::config::Config>,
+    /// Follow the paths instead of pinning (`fenzi proxy`, see [`Watch::following`]).
+    follow: bool,
 }
 
 /// What one look at the files found.
@@ -159,6 +161,33 @@ impl Watch {
         Ok(Watch::of(files))
     }
 
+    /// For `fenzi proxy`: the same watch, except that a path which leads to another file (a
+    /// rename over it, a link re-pointed) is followed and that file loaded, instead of refused.
+    /// Pinning is what makes a reload safe where fenzi protects the files from an agent that can
+    /// write beside them (`fenzi run`'s sandbox); `fenzi proxy` protects nothing, whoever can write
+    /// its files is trusted as their author, and a Kubernetes ConfigMap is updated exactly by
+    /// re-pointing a link.
+    pub fn following(args: &PolicyArgs) -> io::Result<Watch> {
+        let mut watch = Watch::new(args)?;
+        watch.follow = true;
+        Ok(watch)
+    }
+
+    /// Under [`Watch::following`], pins afresh each file whose path now leads elsewhere (and that
+    /// can be opened): the look that follows sees a new file, which is a change.
+    fn follow_paths(&mut self) {
+        if !self.follow {
+            return;
+        }
+        for watched in &mut self.files {
+            if matches!(watched.file.look(), State::Lost(_))
+                && let Ok(fresh) = watched.file.reopen()
+            {
+                watched.file = fresh;
+            }
+        }
+    }
+
     fn of(files: Vec<Watched>) -> Watch {
         let seen = files.iter().map(|f| f.file.look()).collect();
         Watch {
@@ -168,12 +197,14 @@ impl Watch {
             last: None,
             lost_reported: Vec::new(),
             team: None,
+            follow: false,
         }
     }
 
     /// Looks at the files once; when they changed and have held still since the last look, reads
     /// and offers them to `proxy`.
     pub async fn poll(&mut self, proxy: &Proxy) -> Look {
+        self.follow_paths();
         let now = self.look();
         if now == self.seen {
             self.pending = None;
@@ -427,6 +458,39 @@ mod tests {
         assert!(
             w.load(&[outside]).is_ok(),
             "without a team policy a project may add hosts"
+        );
+    }
+
+    #[test]
+    fn fenzi_proxy_follows_a_link_re_pointed_as_a_configmap_is_updated() {
+        let dir = tempfile::tempdir().unwrap();
+        // The kubelet's layout: the file is a link through `..data`, re-pointed to a new copy.
+        for (copy, text) in [("v1", "version: 1\n"), ("v2", "version: 2\n")] {
+            std::fs::create_dir(dir.path().join(copy)).unwrap();
+            std::fs::write(dir.path().join(copy).join("fenzi.yaml"), text).unwrap();
+        }
+        std::os::unix::fs::symlink("v1", dir.path().join("..data")).unwrap();
+        let path = dir.path().join("fenzi.yaml");
+        std::os::unix::fs::symlink("..data/fenzi.yaml", &path).unwrap();
+        let files = || {
+            vec![Watched {
+                file: Pinned::open(&path).unwrap(),
+                machine: false,
+            }]
+        };
+        let (mut pinned, mut following) = (Watch::of(files()), Watch::of(files()));
+        following.follow = true;
+        let staged = dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink("v2", &staged).unwrap();
+        std::fs::rename(&staged, dir.path().join("..data")).unwrap();
+        // Pinned (fenzi run): refused. Following (fenzi proxy): the new copy is read.
+        assert!(changed(&mut pinned));
+        assert!(pinned.read_all().is_err());
+        following.follow_paths();
+        assert!(changed(&mut following));
+        assert_eq!(
+            following.read_all().unwrap(),
+            vec![b"version: 2\n".to_vec()]
         );
     }
 

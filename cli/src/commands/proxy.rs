@@ -88,7 +88,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (loaded, team) = crate::team::load(&args.policy, &args.team, &options.upstream_roots)?;
     // The policy files as they are now, pinned before anything else can touch them: a running
     // session reloads only these (see `reload`).
-    let watch = crate::reload::Watch::new(&args.policy).context("cannot watch the policy files")?;
+    // Nothing here protects the files from anyone: the path is followed (crate::reload).
+    let watch =
+        crate::reload::Watch::following(&args.policy).context("cannot watch the policy files")?;
     let config = loaded.result?;
     let policy = Policy::from_config(&config);
     let metrics = args.tuning.metrics_listener()?;

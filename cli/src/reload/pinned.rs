@@ -47,6 +47,8 @@ pub enum State {
 /// A pinned file's metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
+    /// Which file: the same for a pinned file, another once `fenzi proxy` follows its path.
+    ino: u64,
     size: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
@@ -101,6 +103,14 @@ impl Pinned {
     }
 
     /// The path as the person gave it.
+    /// The file the path leads to now, pinned afresh (for `fenzi proxy`, which protects nothing
+    /// and so follows the path: a Kubernetes ConfigMap is updated by re-pointing a link).
+    pub fn reopen(&self) -> io::Result<Pinned> {
+        let mut fresh = Pinned::open(&self.given)?;
+        fresh.shown.clone_from(&self.shown);
+        Ok(fresh)
+    }
+
     pub fn name(&self) -> &str {
         &self.shown
     }
@@ -113,6 +123,7 @@ impl Pinned {
         match self.file.metadata() {
             Ok(m) if m.nlink() > 1 => State::Lost(Lost::Linked),
             Ok(m) => State::Protected(Stamp {
+                ino: m.ino(),
                 size: m.size(),
                 mtime: (m.mtime(), m.mtime_nsec()),
                 ctime: (m.ctime(), m.ctime_nsec()),
