@@ -3,14 +3,16 @@
 //!
 //! - The only transfer-coding is `chunked`, once. Any other (`gzip, chunked`, `identity`, a name
 //!   fenzi does not know) hides the body's bytes from the scrubber and the MCP reader, or leaves
-//!   its framing to the upstream's say (read until close), so it is refused.
+//!   its framing to the upstream's say (read until close), so it is refused. An answer framed both
+//!   ways (`chunked` and a `Content-Length`) is read chunked, and loses the length it did not use
+//!   (RFC 9112 §6.3), so that no one after fenzi frames it by the other.
 //! - A request a secret value was written into gets no `206 Partial Content`: such a request goes
 //!   without `Range`/`If-Range` ([`crate::secrets::substitute`]), and an answer in pieces could
 //!   carry a value cut where no piece holds it whole, out of the scrubber's reach.
 //!
 //! A refusal names the rule in fenzi's own words; nothing the upstream wrote is quoted.
 
-use http::header::TRANSFER_ENCODING;
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::response::Parts;
 use http::{HeaderMap, StatusCode};
 
@@ -30,9 +32,12 @@ pub enum Unaccepted {
 }
 
 /// Checks the head of an upstream's answer to a request that had a secret value written into it
-/// (`swapped`) or not.
-pub(crate) fn check(head: &Parts, swapped: bool) -> Result<(), Unaccepted> {
+/// (`swapped`) or not, and drops a `Content-Length` that chunked framing overrode.
+pub(crate) fn check(head: &mut Parts, swapped: bool) -> Result<(), Unaccepted> {
     check_transfer_coding(&head.headers)?;
+    if head.headers.contains_key(TRANSFER_ENCODING) {
+        head.headers.remove(CONTENT_LENGTH);
+    }
     if swapped && head.status == StatusCode::PARTIAL_CONTENT {
         return Err(Unaccepted::PartialContent);
     }
@@ -66,7 +71,14 @@ mod tests {
     #[test]
     fn only_chunked_once_is_accepted() {
         for accepted in [&[][..], &["chunked"], &["Chunked"], &[" CHUNKED "]] {
-            assert_eq!(check(&head(200, accepted), true), Ok(()), "{accepted:?}");
+            let mut head = head(200, accepted);
+            head.headers.insert(CONTENT_LENGTH, "3".parse().unwrap());
+            assert_eq!(check(&mut head, true), Ok(()), "{accepted:?}");
+            // Read chunked, it keeps no length; without a transfer-coding, the length frames it.
+            assert_eq!(
+                head.headers.contains_key(CONTENT_LENGTH),
+                accepted.is_empty()
+            );
         }
         let refused: [&[&str]; 9] = [
             &["gzip, chunked"],
@@ -80,7 +92,7 @@ mod tests {
             &["sk-live-0123456789abcdef"],
         ];
         for codings in refused {
-            let error = check(&head(200, codings), false).unwrap_err();
+            let error = check(&mut head(200, codings), false).unwrap_err();
             assert_eq!(error, Unaccepted::TransferCoding, "{codings:?}");
             // fenzi's words only: nothing the upstream wrote is quoted.
             for word in ["gzip", "identity", "sk-live"] {
@@ -92,10 +104,10 @@ mod tests {
     #[test]
     fn partial_content_is_refused_only_after_a_swap() {
         assert_eq!(
-            check(&head(206, &[]), true),
+            check(&mut head(206, &[]), true),
             Err(Unaccepted::PartialContent)
         );
-        assert_eq!(check(&head(206, &[]), false), Ok(()));
-        assert_eq!(check(&head(200, &[]), true), Ok(()));
+        assert_eq!(check(&mut head(206, &[]), false), Ok(()));
+        assert_eq!(check(&mut head(200, &[]), true), Ok(()));
     }
 }

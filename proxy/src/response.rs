@@ -39,7 +39,7 @@ pub(crate) async fn finish(
     response: Response<Incoming>,
 ) -> Result<Response<Body>, Refusal> {
     let (mut head, body) = response.into_parts();
-    if let Err(unaccepted) = framing::check(&head, request.swapped) {
+    if let Err(unaccepted) = framing::check(&mut head, request.swapped) {
         // The body is dropped unread, and its connection with it.
         return Err(Refusal::failed(&cx.subject, unaccepted.into()));
     }
