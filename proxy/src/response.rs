@@ -67,10 +67,18 @@ pub(crate) async fn finish(
         let body = RecordsFailure::new(body, cx.session.clone(), cx.subject);
         return Ok(Response::from_parts(head, body.boxed_unsync()));
     }
-    // A HEAD or 304 response has no body to scrub; its length describes another response.
+    // A HEAD or 304 response has no body to scrub; its length describes another response. Nothing
+    // checked that length (no body is framed by it), so it is kept only as a number that holds no
+    // value.
     let length = (request.is_head || head.status == StatusCode::NOT_MODIFIED)
         .then(|| head.headers.get(CONTENT_LENGTH).cloned())
-        .flatten();
+        .flatten()
+        .filter(|length| {
+            let digits = length.as_bytes();
+            !digits.is_empty()
+                && digits.iter().all(u8::is_ascii_digit)
+                && secrets.scrubber().scrub(digits).is_none()
+        });
     if let Err(refused) = secrets.scrubber().check_response_head(&mut head.headers) {
         return Err(Refusal::failed(&cx.subject, refused.into()));
     }

@@ -547,3 +547,33 @@ fn answer_to(
         .map(Some)
         .ok_or_else(|| ListingError::answer(step, "the answer has no result object"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    #[test]
+    fn a_message_holding_the_token_in_any_spelling_is_withheld() {
+        let token = "tok_0123456789/abcdef";
+        let b64 = base64::engine::general_purpose::STANDARD.encode(token);
+        for text in [
+            format!("bad token {token}"),
+            format!("bad token {}", token.replace('/', "\\/")),
+            format!("bad token {}", token.replace('/', "%2F")),
+            format!("echo {b64}"),
+        ] {
+            assert!(holds_token(&text, token), "{text}");
+        }
+        assert!(!holds_token("invalid token", token));
+        let message = serde_json::json!({"jsonrpc": "2.0", "id": 2,
+            "error": {"code": -32001, "message": format!("bad {b64}")}});
+        let message = json::parse(message.to_string().as_bytes(), &limits()).unwrap();
+        let error = answer_to("tools/list", 2, &message, Some(token)).unwrap_err();
+        let shown = error.to_string();
+        assert!(
+            shown.contains("withheld") && !shown.contains(&b64),
+            "{shown}"
+        );
+    }
+}

@@ -356,6 +356,8 @@ const CASES: &[(&str, Expect, Expect)] = &[
     ("rpc-error", Pass, Pass),
     ("bad-json", Pass, Failed),
     ("error-status", Pass, Pass),
+    // A HEAD to the `secrets:` host (an MCP server is sent its POST): a length nothing framed.
+    ("head-length", Pass, Refused),
 ];
 
 /// The bytes of the answer `case`, echoing `s` (for an MCP server when `mcp`).
@@ -525,6 +527,7 @@ fn scripted(case: &str, s: &str, mcp: bool) -> Vec<u8> {
             &["Content-Type: text/html".into()],
             &format!("<p>{s} {MARKER}</p>"),
         ),
+        "head-length" => message("200 OK", &[json, format!("Content-Length: {s}")], ""),
         other => panic!("no case {other}"),
     }
 }
@@ -701,6 +704,11 @@ fn agent_request(w: &World, wire: Wire, mcp: bool, case: &str) -> Request<Full<B
         common::tools_call(host, &path, 7, "echo")
     } else {
         Request::builder()
+            .method(if case.starts_with("head-") {
+                "HEAD"
+            } else {
+                "GET"
+            })
             .uri(&path)
             .header("host", host)
             .header("authorization", format!("Bearer {}", w.ph("API_KEY")))
