@@ -4,8 +4,9 @@
 //! hop-by-hop headers and gets the client's HTTP version; an MCP server's answer is read strictly
 //! and its lists filtered ([`crate::mcp_response`]); with secrets in the session, the head is
 //! checked (an encoded body cannot be scrubbed, so it is refused), its header names, values and
-//! reason phrase scrubbed, and every value in the body is replaced by its placeholder as it streams. A body that breaks off after its head went out gets
-//! its `failed` record ([`crate::failure_body`]).
+//! reason phrase scrubbed, and every value in the body is replaced by its placeholder as it
+//! streams. A body that breaks off after its head went out gets its `failed` record
+//! ([`crate::failure_body`]).
 
 use crate::body::{Body, BoxError};
 use crate::failure_body::RecordsFailure;

@@ -18,9 +18,9 @@
 //! [`reframe_chunked`] and lets HTTP/1.1 chunked framing carry it.
 //!
 //! Headers that receive a value are marked sensitive (HPACK never indexes them). A request a value
-//! goes into loses its `Range` and `If-Range`: its answer must come whole, since pieces could cut an
-//! echoed value where no piece holds it and the scrubber sees it whole in none (the response phase
-//! refuses a `206` to it). Nothing here logs.
+//! goes into loses its `Range`, `Request-Range` and `If-Range`: its answer must come whole, since
+//! pieces could cut an echoed value where no piece holds it and the scrubber sees it whole in none
+//! (the response phase refuses a `206` to it). Nothing here logs.
 
 use super::SecretsError;
 use super::placeholders::SecretSet;
@@ -139,6 +139,8 @@ impl Substituter {
         if grant.changes_request() {
             headers.remove(RANGE);
             headers.remove(IF_RANGE);
+            // Netscape's name for `Range`, which some servers still honour.
+            headers.remove("request-range");
         }
         if !grant.substitute.is_empty() {
             for (header, value) in headers.iter_mut() {
@@ -628,6 +630,7 @@ mod tests {
             headers.insert("x", HeaderValue::from_str(PA).unwrap());
             headers.insert(RANGE, HeaderValue::from_static("bytes=0-9"));
             headers.insert(IF_RANGE, HeaderValue::from_static("\"v1\""));
+            headers.insert("request-range", HeaderValue::from_static("bytes=0-9"));
             headers
         };
         for grant in [allow(&[("A_KEY", false)], None), allow(&[], Some("A_KEY"))] {
@@ -636,6 +639,7 @@ mod tests {
             s.apply_head(&grant, &mut uri, &mut headers).unwrap();
             assert!(!headers.contains_key(RANGE), "{grant:?}");
             assert!(!headers.contains_key(IF_RANGE), "{grant:?}");
+            assert!(!headers.contains_key("request-range"), "{grant:?}");
         }
         // Nothing written in: the request keeps its range.
         let mut headers = ranged();
