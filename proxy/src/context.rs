@@ -176,6 +176,21 @@ impl SessionContext {
         }
     }
 
+    /// `text` with every value and placeholder of this session as `[placeholder:NAME]` (values
+    /// are turned into their placeholders first). For text that may hold what a peer chose (an
+    /// error's words, a failure's detail) on its way to a log line or a client.
+    pub fn redact(&self, text: &mut String) {
+        if self.secrets.is_empty() {
+            return;
+        }
+        if let Some(scrubbed) = self.secrets.scrubber().scrub(text.as_bytes()) {
+            *text = String::from_utf8_lossy(&scrubbed).into_owned();
+        }
+        if let Cow::Owned(safe) = self.secrets.scanner().redact(text) {
+            *text = safe;
+        }
+    }
+
     /// `entry` with every placeholder of this session in its text fields replaced by
     /// `[placeholder:NAME]` (see `Scanner::redact`): text taken from a request may hold one. A
     /// real value is turned into its placeholder first, and so into the same mark; no request
@@ -184,15 +199,7 @@ impl SessionContext {
         if self.secrets.is_empty() {
             return entry;
         }
-        let (scanner, scrubber) = (self.secrets.scanner(), self.secrets.scrubber());
-        let redact = |text: &mut String| {
-            if let Some(scrubbed) = scrubber.scrub(text.as_bytes()) {
-                *text = String::from_utf8_lossy(&scrubbed).into_owned();
-            }
-            if let Cow::Owned(safe) = scanner.redact(text) {
-                *text = safe;
-            }
-        };
+        let redact = |text: &mut String| self.redact(text);
         redact(&mut entry.method);
         redact(&mut entry.host);
         for field in [

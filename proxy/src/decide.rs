@@ -35,6 +35,9 @@ pub(crate) struct Decided {
     pub body: Bytes,
     /// For a request to an MCP server: what its answer must answer.
     pub reading: Option<Reading>,
+    /// A secret value was written into it (its answer may not come in pieces, see
+    /// [`crate::framing`]).
+    pub swapped: bool,
 }
 
 /// Decides and records a buffered request (`parts` updated).
@@ -136,7 +139,11 @@ pub(crate) async fn decide(
     session
         .record_all_together(entries, cx.guard.others_in_flight())
         .await?;
-    Ok(Decided { body, reading })
+    Ok(Decided {
+        body,
+        reading,
+        swapped: use_.changes_request(),
+    })
 }
 
 /// The refusal of a buffered request by `decision`, naming `secrets`: on an MCP server answered with

@@ -63,6 +63,10 @@ pub enum ProxyError {
     Audit(String),
     #[error("TLS setup failed: {0}")]
     TlsSetup(String),
+    /// The upstream framed its answer in a way fenzi does not accept (a transfer-coding other than
+    /// `chunked`, a `206` to a request a secret value was written into).
+    #[error(transparent)]
+    Unaccepted(#[from] crate::framing::Unaccepted),
     /// The upstream's response cannot be checked for secret values (an encoded body).
     #[error(transparent)]
     Unscrubbable(#[from] crate::secrets::Unscrubbable),
@@ -103,6 +107,7 @@ impl ProxyError {
             | UnreadableResponse(_)
             | LimitTimeout { .. }
             | ResponseTooLarge { .. }
+            | Unaccepted(_)
             | Unscrubbable(_) => ErrorSource::Upstream,
             ClientTls(_) | ClientTlsTimeout(_) | ClientBody(_) | ClientBodyTimeout(_) => {
                 ErrorSource::Client

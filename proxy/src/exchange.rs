@@ -59,6 +59,7 @@ async fn phases(
         client_version: parts.version,
         is_head: parts.method == Method::HEAD,
         reading: None,
+        swapped: false,
     };
     // A response that will be scrubbed or read must come unencoded.
     let mcp = matches!(cx.dest().handling, Handling::Mcp(_));
@@ -73,6 +74,7 @@ async fn phases(
         let bytes = request_body::read(&cx, &parts, body).await?;
         let decided = decide(&cx, &mut parts, bytes).await?;
         answering.reading = decided.reading;
+        answering.swapped = decided.swapped;
         body::full(decided.body)
     };
 

@@ -49,6 +49,7 @@ mod context;
 mod decide;
 mod exchange;
 mod failure_body;
+mod framing;
 mod h2_streams;
 mod head;
 mod held;

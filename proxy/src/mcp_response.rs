@@ -139,22 +139,15 @@ pub(crate) async fn read(
     }
     let server = reading.server();
     let media = media_type(head.headers.get(CONTENT_TYPE));
-    let encoding = head
-        .headers
-        .get(CONTENT_ENCODING)
-        .map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .filter(|e| !e.is_empty() && e != "identity");
-    if media == "text/event-stream" && head.status.is_success() {
-        if let Some(encoding) = encoding {
-            return Err(unreadable(
-                subject,
-                &reading,
-                ResponseError::Encoded(encoding),
-            ));
+    let encoded = head.headers.get_all(CONTENT_ENCODING).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .map(<[u8]>::trim_ascii)
+            .any(|e| !e.is_empty() && !e.eq_ignore_ascii_case(b"identity"))
+    });
+    if media == Media::EventStream && head.status.is_success() {
+        if encoded {
+            return Err(unreadable(subject, &reading, ResponseError::Encoded));
         }
         head.headers.remove(CONTENT_LENGTH);
         let stream = SseRead::new(body, session.clone(), subject.clone(), reading);
@@ -198,11 +191,11 @@ pub(crate) async fn read(
     if bytes.is_empty() {
         return Ok(body::empty());
     }
-    if let Some(encoding) = encoding {
-        return answer_unreadable(subject, &reading, head, ResponseError::Encoded(encoding));
+    if encoded {
+        return answer_unreadable(subject, &reading, head, ResponseError::Encoded);
     }
-    if media != "application/json" {
-        return answer_unreadable(subject, &reading, head, ResponseError::ContentType(media));
+    if media != Media::Json {
+        return answer_unreadable(subject, &reading, head, ResponseError::ContentType);
     }
     let read = match read_one(session, &server.rule, &bytes) {
         Ok(read) => read,
@@ -295,11 +288,27 @@ fn unreadable(subject: &Subject, reading: &Reading, error: ResponseError) -> Ref
     Refusal::records(vec![entry], answer, error.reason(), detail)
 }
 
-/// The media type of a `Content-Type` value, lower case, without parameters.
-fn media_type(value: Option<&HeaderValue>) -> String {
+/// The media types an MCP server's answer may have; anything else is [`Media::Other`], never
+/// kept as text (the server chose it, so it may hold anything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Media {
+    Json,
+    EventStream,
+    Other,
+}
+
+/// The media type of a `Content-Type` value (case-insensitive, parameters ignored).
+fn media_type(value: Option<&HeaderValue>) -> Media {
     let bytes = value.map_or(&[][..], HeaderValue::as_bytes);
     let media = bytes.split(|&b| b == b';').next().unwrap_or_default();
-    String::from_utf8_lossy(media.trim_ascii()).to_ascii_lowercase()
+    let media = media.trim_ascii();
+    if media.eq_ignore_ascii_case(b"application/json") {
+        Media::Json
+    } else if media.eq_ignore_ascii_case(b"text/event-stream") {
+        Media::EventStream
+    } else {
+        Media::Other
+    }
 }
 
 /// An event stream from an MCP server, read and passed on event by event.

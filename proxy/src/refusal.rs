@@ -33,19 +33,24 @@ pub(crate) struct Refusal(Box<Refused>);
 struct Refused {
     /// Written in order before the answer; empty only for [`Refusal::audit_unavailable`].
     entries: Vec<AuditEntry>,
-    answer: Response<Body>,
+    /// `None` for a failure: its plain denial body is made from `why` once that is redacted.
+    answer: Option<Response<Body>>,
     /// A failure's full text, for the log line only: the record names its reason and source.
     failure: Option<(ErrorSource, String)>,
     /// The reason the answer names and a line for people, for its `Proxy-Status` and reason phrase.
     why: (Reason, String),
 }
 
+// A failure's text may carry words a peer chose (an upstream's certificate names, say): it and
+// every detail reach the log line and the client only through `SessionContext::redact`, which
+// turns any secret value or placeholder of the session into its name.
+
 impl Refusal {
     /// A denial by `decision` (the policy's, or the proxy's own), answered with its plain JSON body.
     pub fn denied(subject: &Subject, decision: &Decision) -> Refusal {
         Refusal(Box::new(Refused {
             entries: vec![subject.decided(decision)],
-            answer: respond::denied(decision),
+            answer: Some(respond::denied(decision)),
             failure: None,
             why: (
                 decision.reason().unwrap_or(Reason::PolicyDenied),
@@ -74,7 +79,7 @@ impl Refusal {
     pub fn failed(subject: &Subject, error: ProxyError) -> Refusal {
         Refusal(Box::new(Refused {
             entries: vec![subject.failed(&error)],
-            answer: respond::failure(&error),
+            answer: None,
             why: (error.reason(), error.to_string()),
             failure: Some((error.source_kind(), error.to_string())),
         }))
@@ -90,7 +95,7 @@ impl Refusal {
     ) -> Refusal {
         Refusal(Box::new(Refused {
             entries,
-            answer,
+            answer: Some(answer),
             failure: None,
             why: (reason, detail),
         }))
@@ -100,7 +105,7 @@ impl Refusal {
     pub fn audit_unavailable() -> Refusal {
         Refusal(Box::new(Refused {
             entries: Vec::new(),
-            answer: respond::audit_unavailable(),
+            answer: Some(respond::audit_unavailable()),
             failure: None,
             why: (
                 Reason::AuditUnavailable,
@@ -119,7 +124,7 @@ impl Refusal {
 
     /// The same records, answered with `answer` instead.
     pub fn answered_with(mut self, answer: Response<Body>) -> Refusal {
-        self.0.answer = answer;
+        self.0.answer = Some(answer);
         self
     }
 
@@ -130,10 +135,14 @@ impl Refusal {
             entries,
             answer,
             failure,
-            why: (reason, detail),
+            why: (reason, mut detail),
         } = *self.0;
         match write(session, entries, failure) {
-            Ok(()) => respond::naming(answer, reason, &detail),
+            Ok(()) => {
+                session.redact(&mut detail);
+                let answer = answer.unwrap_or_else(|| respond::denial(reason, &detail));
+                respond::naming(answer, reason, &detail)
+            }
             Err(AuditUnavailable) => respond::naming(
                 respond::audit_unavailable(),
                 Reason::AuditUnavailable,
@@ -168,10 +177,11 @@ fn write(
     entries: Vec<AuditEntry>,
     failure: Option<(ErrorSource, String)>,
 ) -> Result<(), AuditUnavailable> {
-    if let (Some((source, text)), Some(first)) = (&failure, entries.first()) {
+    if let (Some((source, mut text)), Some(first)) = (failure, entries.first()) {
+        session.redact(&mut text);
         let (host, port) = (&first.host, first.port);
         // The client's own failures (a TLS handshake it gave up) are routine; the rest are not.
-        if *source == ErrorSource::Client {
+        if source == ErrorSource::Client {
             tracing::info!(%host, port, "{} failed: {text}", source.label());
         } else {
             tracing::warn!(%host, port, "{} failed: {text}", source.label());

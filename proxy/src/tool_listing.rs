@@ -8,8 +8,8 @@
 //! server by naming it in their policy. TLS is verified as the proxy verifies upstreams (the public
 //! roots plus `--upstream-ca`), and a request carries the server's token only when the policy says
 //! `token: true`. Errors name the step and what was wrong; they never quote the token, and quote
-//! nothing of an answer but its status, its content type and a JSON-RPC error's code and message
-//! (withheld when it holds the token).
+//! nothing of an answer but its status and a JSON-RPC error's code and message (withheld when it
+//! holds the token in any spelling the scrubber knows, [`crate::secrets::scrub`]).
 
 use crate::tls::upstream::client_config;
 use bytes::Bytes;
@@ -481,14 +481,35 @@ async fn read_result(
                 "the event stream ended without the answer",
             ))
         }
-        other => Err(ListingError::answer(
+        // The server's own text is not quoted: it could hold anything, the token included.
+        _ => Err(ListingError::answer(
             step,
-            format!(
-                "content type {:?}, not application/json or text/event-stream",
-                if other.is_empty() { "(none)" } else { other }
-            ),
+            "the answer's Content-Type is not application/json or text/event-stream",
         )),
     }
+}
+
+/// Whether `text` holds `token`: as it is, or in any spelling the session scrubber finds (JSON,
+/// percent, base64, hex).
+fn holds_token(text: &str, token: &str) -> bool {
+    if token.is_empty() {
+        return false;
+    }
+    if text.contains(token) {
+        return true;
+    }
+    let mut set = crate::secrets::SecretSet::new();
+    // A token the set refuses (too short for scrubbing) was looked for as it is above.
+    if set
+        .insert("MCP_LISTING", token.as_bytes().to_vec())
+        .is_err()
+    {
+        return false;
+    }
+    crate::secrets::Scrubber::new(&set)
+        .map(|scrubber| scrubber.scrub(text.as_bytes()).is_some())
+        // A scrubber that cannot be built finds nothing: withhold rather than show.
+        .unwrap_or(true)
 }
 
 /// `Some(result)` when `message` answers request `id`; an error when it answers it with an error.
@@ -509,7 +530,7 @@ fn answer_to(
             _ => "?".into(),
         };
         let text = error.get("message").and_then(Value::as_str).unwrap_or("");
-        let text: String = if bearer.is_some_and(|b| !b.is_empty() && text.contains(b)) {
+        let text: String = if bearer.is_some_and(|b| holds_token(text, b)) {
             "(message withheld: it holds the token)".into()
         } else {
             text.chars().filter(|c| !c.is_control()).take(200).collect()
@@ -525,4 +546,34 @@ fn answer_to(
         .cloned()
         .map(Some)
         .ok_or_else(|| ListingError::answer(step, "the answer has no result object"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    #[test]
+    fn a_message_holding_the_token_in_any_spelling_is_withheld() {
+        let token = "tok_0123456789/abcdef";
+        let b64 = base64::engine::general_purpose::STANDARD.encode(token);
+        for text in [
+            format!("bad token {token}"),
+            format!("bad token {}", token.replace('/', "\\/")),
+            format!("bad token {}", token.replace('/', "%2F")),
+            format!("echo {b64}"),
+        ] {
+            assert!(holds_token(&text, token), "{text}");
+        }
+        assert!(!holds_token("invalid token", token));
+        let message = serde_json::json!({"jsonrpc": "2.0", "id": 2,
+            "error": {"code": -32001, "message": format!("bad {b64}")}});
+        let message = json::parse(message.to_string().as_bytes(), &limits()).unwrap();
+        let error = answer_to("tools/list", 2, &message, Some(token)).unwrap_err();
+        let shown = error.to_string();
+        assert!(
+            shown.contains("withheld") && !shown.contains(&b64),
+            "{shown}"
+        );
+    }
 }

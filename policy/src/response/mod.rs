@@ -49,7 +49,8 @@ pub const LISTS: [(&str, &str); 4] = [
     ("resourceTemplates", "uriTemplate"),
 ];
 
-/// Why a message from a server cannot be passed on. The texts never quote the message.
+/// Why a message from a server cannot be passed on. The texts never quote the message, nor any
+/// other byte the server chose.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResponseError {
     #[error("larger than {0} bytes")]
@@ -70,10 +71,14 @@ pub enum ResponseError {
     EventType,
     #[error("an endpoint event whose data is not a single URI reference")]
     Endpoint,
-    #[error("a {0} body, which is neither JSON nor an event stream")]
-    ContentType(String),
-    #[error("an encoded body ({0})")]
-    Encoded(String),
+    /// The server's own words (its `Content-Type`, `Content-Encoding`) are never quoted: they
+    /// may hold anything, a secret value it echoes included.
+    #[error(
+        "a body whose Content-Type is not one an MCP server may send (JSON or an event stream)"
+    )]
+    ContentType,
+    #[error("an encoded body (a Content-Encoding other than identity)")]
+    Encoded,
 }
 
 /// What to make of one server-sent event's type before its data is read.

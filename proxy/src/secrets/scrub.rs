@@ -43,26 +43,26 @@ use super::placeholders::SecretSet;
 use super::replace::Patterns;
 use super::spelling::{self, json_escape_with, percent_encode_with};
 use crate::BoxError;
-use aho_corasick::{Input, Match, PatternID};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, Match, PatternID};
 use bytes::Bytes;
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use hyper::body::{Body, Frame, SizeHint};
+use hyper::ext::ReasonPhrase;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use zeroize::Zeroizing;
 
-/// A response whose body the scrubber cannot read.
+/// A response whose body the scrubber cannot read. It does not say which encoding: the upstream
+/// chose that text, and it may hold anything (the value it was sent included).
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the upstream answered with Content-Encoding {encoding:?} although identity was asked for; \
-     an encoded body cannot be checked for secret values"
+    "the upstream answered with a Content-Encoding other than identity although identity was \
+     asked for; an encoded body cannot be checked for secret values"
 )]
-pub struct Unscrubbable {
-    pub encoding: String,
-}
+pub struct Unscrubbable;
 
 /// What a pattern is, so what replaces it.
 #[derive(Clone, Copy)]
@@ -83,6 +83,8 @@ struct Inner {
     /// Some form has a lead edge: bytes that could be one are held back at a chunk's end.
     leads: bool,
     names: Vec<String>,
+    /// The text spellings again, in any letter case: for header names, which HTTP lower-cases.
+    in_names: AhoCorasick,
 }
 
 /// Every value of the session, compiled for scrubbing. Cheap to clone (shared).
@@ -127,6 +129,7 @@ impl Scrubber {
         let mut placeholders = vec![];
         let mut forms = vec![];
         let mut names = vec![];
+        let mut texts: Vec<Zeroizing<Vec<u8>>> = vec![];
         // The first secret to claim a spelling keeps it (two secrets with one value share it).
         let mut add = |pattern: Zeroizing<Vec<u8>>, kind: Kind| {
             if !patterns.contains(&pattern) {
@@ -138,6 +141,7 @@ impl Scrubber {
             names.push(name.to_string());
             placeholders.push(placeholder.as_bytes().to_vec());
             for spelled in text_spellings(value.as_bytes()) {
+                texts.push(spelled.clone());
                 add(spelled, Kind::Text { secret });
             }
             for form in encoded::forms(value.as_bytes()) {
@@ -149,6 +153,10 @@ impl Scrubber {
         }
         // No prefilter: values start with common bytes (see `Patterns::new`).
         let patterns = Patterns::new(patterns, false)?;
+        let in_names = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .build(texts.iter().map(|t| t.as_slice()))
+            .map_err(|e| SecretsError::Matcher(e.to_string()))?;
         Ok(Scrubber {
             inner: Arc::new(Inner {
                 patterns,
@@ -157,6 +165,7 @@ impl Scrubber {
                 leads: forms.iter().any(|f| f.lead().is_some()),
                 forms,
                 names,
+                in_names,
             }),
         })
     }
@@ -173,9 +182,20 @@ impl Scrubber {
         Some(out)
     }
 
-    /// Rewrites every header value that holds a value. Returns how many were rewritten.
+    /// Rewrites every header value that holds a value, and removes every header whose name holds
+    /// one (in any letter case: a name cannot take a placeholder in its place, since HTTP
+    /// lower-cases it). Returns how many were rewritten or removed.
     pub fn scrub_headers(&self, headers: &mut HeaderMap) -> usize {
         let mut count = 0;
+        let named: Vec<HeaderName> = headers
+            .keys()
+            .filter(|name| self.inner.in_names.is_match(name.as_str()))
+            .cloned()
+            .collect();
+        for name in named {
+            headers.remove(&name);
+            count += 1;
+        }
         for value in headers.values_mut() {
             if let Some(new) = self.scrub(value.as_bytes()) {
                 // Placeholders are `[A-Za-z0-9_-]` and masks letters and digits, so the result is a
@@ -193,20 +213,33 @@ impl Scrubber {
     /// close-delimited).
     pub fn check_response_head(&self, headers: &mut HeaderMap) -> Result<(), Unscrubbable> {
         for value in headers.get_all(CONTENT_ENCODING) {
-            let text = String::from_utf8_lossy(value.as_bytes());
-            if text
-                .split(',')
-                .map(str::trim)
-                .any(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"))
+            if value
+                .as_bytes()
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .any(|e| !e.is_empty() && !e.eq_ignore_ascii_case(b"identity"))
             {
-                return Err(Unscrubbable {
-                    encoding: text.chars().take(100).collect(),
-                });
+                return Err(Unscrubbable);
             }
         }
         self.scrub_headers(headers);
         headers.remove(CONTENT_LENGTH);
         Ok(())
+    }
+
+    /// Scrubs the reason phrase of an HTTP/1.1 status line (hyper keeps one that is not the
+    /// standard phrase, and a server writes it out again): the upstream chose it.
+    pub fn scrub_reason(&self, extensions: &mut http::Extensions) {
+        let Some(phrase) = extensions.get::<ReasonPhrase>() else {
+            return;
+        };
+        if let Some(new) = self.scrub(phrase.as_bytes()) {
+            // A placeholder or a mask is valid in a reason phrase; if not, the standard one goes.
+            match ReasonPhrase::try_from(new) {
+                Ok(new) => extensions.insert(new),
+                Err(_) => extensions.remove::<ReasonPhrase>(),
+            };
+        }
     }
 
     /// A streaming scrub of one body.
@@ -938,6 +971,53 @@ mod tests {
             .decode(echoed.strip_prefix("Basic ").unwrap())
             .unwrap();
         assert_eq!(decoded, masked(b"agent:", VA, b""));
+    }
+
+    #[test]
+    fn a_header_named_by_a_value_goes_and_a_reason_phrase_is_scrubbed() {
+        // A value that is a valid header name, sent in upper and mixed case: HTTP lower-cases it.
+        const VN: &str = "Tok-Name-0123456789ABCDEF";
+        let mut set = SecretSet::new();
+        set.insert_with_placeholder("N_KEY", PA, VN.as_bytes().to_vec())
+            .unwrap();
+        let s = Scrubber::new(&set).unwrap();
+        let mut headers = HeaderMap::new();
+        let lower = VN.to_ascii_lowercase();
+        for name in [lower.clone(), format!("x-{lower}-y")] {
+            headers.insert(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("1"),
+            );
+        }
+        headers.insert("x-kept", HeaderValue::from_static("tok-name-0123"));
+        s.check_response_head(&mut headers).unwrap();
+        let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-kept"]);
+
+        let mut extensions = http::Extensions::new();
+        extensions.insert(ReasonPhrase::try_from(format!("OK {VN}")).unwrap());
+        s.scrub_reason(&mut extensions);
+        let phrase = extensions.get::<ReasonPhrase>().unwrap().as_bytes();
+        assert_eq!(phrase, format!("OK {PA}").as_bytes());
+        // A phrase without a value is left as the upstream wrote it.
+        extensions.insert(ReasonPhrase::from_static(b"Fine"));
+        s.scrub_reason(&mut extensions);
+        assert_eq!(
+            extensions.get::<ReasonPhrase>().unwrap().as_bytes(),
+            b"Fine"
+        );
+    }
+
+    #[test]
+    fn the_refusal_of_an_encoded_body_quotes_nothing_of_it() {
+        let s = scrubber();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            CONTENT_ENCODING,
+            HeaderValue::from_str(&format!("identity, {}", "sk-live-quoted")).unwrap(),
+        );
+        let refused = s.check_response_head(&mut headers).unwrap_err();
+        assert!(!refused.to_string().contains("sk-live"), "{refused}");
     }
 
     #[test]

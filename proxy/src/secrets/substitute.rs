@@ -17,7 +17,10 @@
 //! body's length is then unknown in advance, so the caller removes `Content-Length` with
 //! [`reframe_chunked`] and lets HTTP/1.1 chunked framing carry it.
 //!
-//! Headers that receive a value are marked sensitive (HPACK never indexes them). Nothing here logs.
+//! Headers that receive a value are marked sensitive (HPACK never indexes them). A request a value
+//! goes into loses its `Range`, `Request-Range` and `If-Range`: its answer must come whole, since
+//! pieces could cut an echoed value where no piece holds it and the scrubber sees it whole in none
+//! (the response phase refuses a `206` to it). Nothing here logs.
 
 use super::SecretsError;
 use super::placeholders::SecretSet;
@@ -28,7 +31,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use fenzi_policy::secret_position::query_params;
 use fenzi_policy::secret_use::{Grant, SecretUse};
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+use http::header::{
+    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, IF_RANGE, RANGE, TRANSFER_ENCODING,
+};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Uri};
 use std::fmt;
@@ -130,6 +135,12 @@ impl Substituter {
     ) -> Result<(), SecretsError> {
         if !grant.is_allowed() {
             return Ok(());
+        }
+        if grant.changes_request() {
+            headers.remove(RANGE);
+            headers.remove(IF_RANGE);
+            // Netscape's name for `Range`, which some servers still honour.
+            headers.remove("request-range");
         }
         if !grant.substitute.is_empty() {
             for (header, value) in headers.iter_mut() {
@@ -609,6 +620,33 @@ mod tests {
         s.apply_head(&allow(&[], Some("A_KEY")), &mut uri, &mut headers)
             .unwrap();
         assert_eq!(headers[AUTHORIZATION], "Bearer mine");
+    }
+
+    #[test]
+    fn a_request_a_value_goes_into_asks_for_the_whole_answer() {
+        let s = Substituter::new(&set()).unwrap();
+        let ranged = || {
+            let mut headers = HeaderMap::new();
+            headers.insert("x", HeaderValue::from_str(PA).unwrap());
+            headers.insert(RANGE, HeaderValue::from_static("bytes=0-9"));
+            headers.insert(IF_RANGE, HeaderValue::from_static("\"v1\""));
+            headers.insert("request-range", HeaderValue::from_static("bytes=0-9"));
+            headers
+        };
+        for grant in [allow(&[("A_KEY", false)], None), allow(&[], Some("A_KEY"))] {
+            let mut headers = ranged();
+            let mut uri = Uri::from_static("/");
+            s.apply_head(&grant, &mut uri, &mut headers).unwrap();
+            assert!(!headers.contains_key(RANGE), "{grant:?}");
+            assert!(!headers.contains_key(IF_RANGE), "{grant:?}");
+            assert!(!headers.contains_key("request-range"), "{grant:?}");
+        }
+        // Nothing written in: the request keeps its range.
+        let mut headers = ranged();
+        s.apply_head(&allow(&[], None), &mut Uri::from_static("/"), &mut headers)
+            .unwrap();
+        assert_eq!(headers[RANGE], "bytes=0-9");
+        assert_eq!(headers[IF_RANGE], "\"v1\"");
     }
 
     #[test]

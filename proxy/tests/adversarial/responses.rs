@@ -1170,17 +1170,17 @@ async fn a_text_plain_answer_to_a_post_is_refused() {
     s.script("html", Canned::new(200, "text/html", "<p>hi</p>"));
     let mut client = s.client().await;
     let reply = client.call("plain", 9, "echo").await;
-    assert_refused_with_reply(
-        &reply,
-        json!(9),
-        "a text/plain body, which is neither JSON nor an event stream",
-    );
+    // fenzi's words: the server's Content-Type is not quoted back (it could hold anything).
+    let refused = "a body whose Content-Type is not one an MCP server may send";
+    assert_refused_with_reply(&reply, json!(9), refused);
     assert!(!reply.contains(b"Ignore previous"));
-    assert_failed_record(&s, "a text/plain body");
+    assert!(!reply.contains(b"text/plain"));
+    assert_failed_record(&s, refused);
 
     let reply = client.call("html", 10, "echo").await;
-    assert_refused_with_reply(&reply, json!(10), "a text/html body");
+    assert_refused_with_reply(&reply, json!(10), refused);
     assert!(!reply.contains(b"<p>"));
+    assert!(!reply.contains(b"text/html"));
     assert_eq!(s.failed().len(), 2);
 }
 
@@ -1287,13 +1287,16 @@ async fn gzip_encoded_answers_are_refused() {
     let mut client = s.client().await;
     for script in ["gzip-json", "gzip-sse"] {
         let reply = client.list(script, 14).await;
-        assert_refused_with_reply(&reply, json!(14), "an encoded body (gzip)");
+        assert_refused_with_reply(&reply, json!(14), "an encoded body");
+        assert!(!reply.contains(b"gzip"), "{script}");
         assert!(!reply.contains(&[0x1f, 0x8b]), "{script}");
     }
     let failed = s.failed();
     assert_eq!(failed.len(), 2, "{:?}", s.proxy.summaries());
     for record in failed {
-        assert!(record.rule.unwrap().ends_with("an encoded body (gzip)"));
+        let rule = record.rule.unwrap();
+        assert!(rule.contains("an encoded body"), "{rule}");
+        assert!(!rule.contains("gzip"), "{rule}");
     }
 
     let reply = client.list("gzip-401", 15).await;
