@@ -14,9 +14,10 @@
 //! is read when its writer pauses, not mid-write; one that is still half-written then does not
 //! load and is refused, and its completion is the next change.
 //!
-//! Refused, with the last good policy kept: a path that no longer leads to the file the session
-//! protected (replaced by a rename, removed, a link on its way re-pointed, a second name: never
-//! loaded, whatever is there now), a file grown past the bound, text that does not load (invalid
+//! Refused, with the last good policy kept: under `fenzi run`, a path that no longer leads to the
+//! file the session protected (replaced by a rename, removed, a link on its way re-pointed, a
+//! second name: never loaded, whatever is there now; `fenzi proxy` protects nothing and follows the
+//! path instead, [`Watch::following`]), a file grown past the bound, text that does not load (invalid
 //! YAML, a truncated file, a project widening a machine server). The same bytes again (or the same
 //! failure again) are not offered twice: one record per change, none when nothing changed, and
 //! while a file stays lost nothing done at its path makes another. Lock files are not watched:
