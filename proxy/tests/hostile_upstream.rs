@@ -19,6 +19,8 @@
 
 mod common;
 
+use common::tracing_capture::{capture, captured};
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
@@ -33,8 +35,7 @@ use hyper::body::Incoming;
 use rustls::ServerConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -552,65 +553,6 @@ fn message(status: &str, headers: &[String], body: &str) -> Vec<u8> {
     out.push_str("Connection: close\r\n\r\n");
     out.push_str(body);
     out.into_bytes()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tracing capture: every event and span field of the whole test binary, at TRACE level.
-
-static CAPTURED: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
-
-struct Capture {
-    out: Arc<Mutex<String>>,
-    next: AtomicU64,
-}
-
-struct Fields<'a>(&'a Mutex<String>);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        let mut out = self.0.lock().unwrap();
-        let _ = write!(out, " {}={value:?}", field.name());
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
-    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        attrs.record(&mut Fields(&self.out));
-        tracing::span::Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed))
-    }
-    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
-        values.record(&mut Fields(&self.out));
-    }
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        event.record(&mut Fields(&self.out));
-        self.out.lock().unwrap().push('\n');
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn capture() {
-    CAPTURED.get_or_init(|| {
-        let out = Arc::new(Mutex::new(String::new()));
-        let capture = Capture {
-            out: out.clone(),
-            next: AtomicU64::new(1),
-        };
-        tracing::subscriber::set_global_default(capture).unwrap();
-        out
-    });
-}
-
-fn captured() -> String {
-    CAPTURED.get().unwrap().lock().unwrap().clone()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::tracing_capture::{capture, captured};
+
 use bytes::Bytes;
 use common::{ChannelBody, FakeNetwork, Handler, TestPki, full_body, http_upstream, respond};
 use fenzi_policy::audit::{AuditRecord, Outcome};
@@ -23,8 +25,7 @@ use hyper_util::rt::TokioIo;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -285,65 +286,6 @@ fn echo_handler(sse_go: Arc<Notify>) -> Handler {
             r
         }
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tracing capture: every event and span field of the whole test binary, at TRACE level.
-
-static CAPTURED: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
-
-struct Capture {
-    out: Arc<Mutex<String>>,
-    next: AtomicU64,
-}
-
-struct Fields<'a>(&'a Mutex<String>);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        let mut out = self.0.lock().unwrap();
-        let _ = write!(out, " {}={value:?}", field.name());
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
-    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        attrs.record(&mut Fields(&self.out));
-        tracing::span::Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed))
-    }
-    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
-        values.record(&mut Fields(&self.out));
-    }
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        event.record(&mut Fields(&self.out));
-        self.out.lock().unwrap().push('\n');
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn capture() {
-    CAPTURED.get_or_init(|| {
-        let out = Arc::new(Mutex::new(String::new()));
-        let capture = Capture {
-            out: out.clone(),
-            next: AtomicU64::new(1),
-        };
-        tracing::subscriber::set_global_default(capture).unwrap();
-        out
-    });
-}
-
-fn captured() -> String {
-    CAPTURED.get().unwrap().lock().unwrap().clone()
 }
 
 // ---------------------------------------------------------------------------------------------

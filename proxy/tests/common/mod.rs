@@ -5,6 +5,8 @@
 //! (raw CONNECT, TLS, hyper).
 #![allow(dead_code)]
 
+pub mod tracing_capture;
+
 use bytes::Bytes;
 use fenzi_policy::config;
 use fenzi_policy::engine::Policy;
