@@ -229,7 +229,7 @@ async fn a_request_begun_before_the_swap_is_decided_under_the_policy_it_began_wi
 }
 
 #[tokio::test]
-async fn confirm_added_to_a_session_without_a_control_socket_waits_for_the_next_session() {
+async fn confirm_added_to_a_session_without_a_control_socket_refuses_those_calls_until_the_next() {
     let s = setup("read, echo").await;
     let old = s.proxy.proxy.policy_hash();
     let held = policy(
@@ -239,16 +239,23 @@ async fn confirm_added_to_a_session_without_a_control_socket_waits_for_the_next_
         ),
         None,
     );
-    assert_eq!(
-        s.proxy.proxy.reload(held, "fenzi.yaml").await.unwrap(),
-        Reload::NextSession {
-            what: vec!["mcp.local confirm (this session has no control socket)".into()]
-        }
-    );
-    assert_eq!(s.proxy.proxy.policy_hash(), old);
-    // echo still goes straight through: nothing is held that no one could answer.
+    match s.proxy.proxy.reload(held, "fenzi.yaml").await.unwrap() {
+        Reload::Reloaded { next_session, .. } => assert_eq!(
+            next_session,
+            vec![
+                "mcp.local confirm (this session has no control socket; until then those calls \
+                 are refused)"
+                    .to_string()
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_ne!(s.proxy.proxy.policy_hash(), old);
+    // Nothing is held that no one could answer: echo, which the person wants confirmed, is
+    // refused now, and read still goes through.
     let mut client = s.client().await;
-    assert_eq!(s.call(&mut client, 1, "echo").await, 200);
+    assert_eq!(s.call(&mut client, 1, "echo").await, 403);
+    assert_eq!(s.call(&mut client, 2, "read").await, 200);
 }
 
 #[tokio::test]

@@ -88,12 +88,19 @@ pub fn compare(in_force: &Policy, loaded: &Policy, holds_calls: bool) -> Change 
             continue;
         }
         if !holds_calls && !server.confirm.is_empty() {
-            *server = old.clone();
+            // No one can answer a held call in this session: the calls the new rules would hold
+            // are refused instead (narrower than holding them), the rest of the new rules apply
+            // now, and holding waits for the next session, which opens a control socket.
+            let held = std::mem::take(&mut server.confirm.tools);
+            server
+                .rule
+                .deny
+                .extend(held.into_iter().map(|tool| tool.value));
             next_session.push(format!(
-                "mcp.{} confirm (this session has no control socket)",
+                "mcp.{} confirm (this session has no control socket; until then those calls are \
+                 refused)",
                 server.name
             ));
-            continue;
         }
         servers.push(server.name.clone());
     }
@@ -414,7 +421,7 @@ mcp:
     }
 
     #[test]
-    fn a_session_that_cannot_hold_calls_keeps_the_rules_of_a_server_that_would() {
+    fn a_session_that_cannot_hold_calls_refuses_what_the_new_rules_would_hold() {
         let base = policy(BASE);
         let held = policy(
             &BASE
@@ -424,18 +431,34 @@ mcp:
         let change = compare(&base, &held, false);
         assert_eq!(
             change.next_session,
-            vec!["mcp.echo confirm (this session has no control socket)".to_string()]
+            vec![
+                "mcp.echo confirm (this session has no control socket; until then those calls \
+                 are refused)"
+                    .to_string()
+            ]
         );
-        // The other server's narrowing applies now; echo keeps its rules, without confirm.
+        // Both servers' changes apply now: echo's held calls as refusals, without confirm.
         let now = change.now.unwrap();
-        assert_eq!(now.servers, vec!["other".to_string()]);
-        assert_eq!(server(&now.policy, "echo"), server(&base, "echo"));
+        assert_eq!(now.servers, vec!["echo".to_string(), "other".to_string()]);
+        let echo = server(&now.policy, "echo");
+        assert!(echo.confirm.is_empty());
+        let denied: Vec<String> = echo.rule.deny.iter().map(|p| format!("{p:?}")).collect();
+        let wanted: Vec<String> = server(&held, "echo")
+            .confirm
+            .tools
+            .iter()
+            .map(|t| format!("{:?}", t.value))
+            .collect();
+        assert!(wanted.iter().all(|w| denied.contains(w)), "{denied:?}");
         assert!(server(&now.policy, "other").rule.allow.is_empty());
-        // Only the held server changed: nothing now.
-        let held_only = edited("deny: [drop]", "deny: [drop]\n      confirm: [echo]");
-        let change = compare(&base, &held_only, false);
-        assert_eq!(change.now, None);
-        assert_eq!(change.next_session.len(), 1);
+        // A session that can hold calls takes confirm as it is.
+        let change = compare(&base, &held, true);
+        assert!(change.next_session.is_empty());
+        assert!(
+            !server(&change.now.unwrap().policy, "echo")
+                .confirm
+                .is_empty()
+        );
     }
 
     #[test]
