@@ -144,7 +144,10 @@ impl HostDir {
     /// renamed over `name` relative to the descriptor. Only for directories the agent cannot write
     /// (a session's runtime directory, `fenzi proxy --ca-dir`): a file the sandbox mounts read-only
     /// is rewritten in place instead ([`SmallFile`]).
-    pub fn replace_file(&self, name: &OsStr, contents: &[u8]) -> io::Result<()> {
+    ///
+    /// `mode` is the file's: 0600 for what only this user reads, 0644 for what is public (a CA
+    /// certificate that another user's agent must trust, `fenzi proxy --ca-dir`).
+    pub fn replace_file(&self, name: &OsStr, contents: &[u8], mode: u32) -> io::Result<()> {
         use std::io::Write;
         check_name(name)?;
         let mut nonce = [0u8; 8];
@@ -153,7 +156,11 @@ impl HostDir {
         temp.push(name);
         temp.push(format!(".{}.tmp", u64::from_le_bytes(nonce)));
         let mut file = self.open_file(&temp, OFlags::WRONLY, Opening::New)?;
-        let written = file.write_all(contents).and_then(|()| file.sync_all());
+        // Set explicitly: the umask applies at creation.
+        let written = rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
+            .map_err(io::Error::from)
+            .and_then(|()| file.write_all(contents))
+            .and_then(|()| file.sync_all());
         let renamed = written.and_then(|()| {
             rustix::fs::renameat(&self.fd, &temp, &self.fd, name).map_err(io::Error::from)
         });
@@ -509,8 +516,12 @@ mod tests {
         let victim = tmp.path().join("victim");
         std::fs::write(&victim, "keep").unwrap();
         std::os::unix::fs::symlink(&victim, tmp.path().join("ca.pem")).unwrap();
-        dir.replace_file(OsStr::new("ca.pem"), b"new").unwrap();
-        dir.replace_file(OsStr::new("ca.pem"), b"newer").unwrap();
+        dir.replace_file(OsStr::new("ca.pem"), b"new", 0o600)
+            .unwrap();
+        dir.replace_file(OsStr::new("ca.pem"), b"newer", 0o644)
+            .unwrap();
+        let mode = std::fs::metadata(tmp.path().join("ca.pem")).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o644);
         assert_eq!(std::fs::read(tmp.path().join("ca.pem")).unwrap(), b"newer");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();

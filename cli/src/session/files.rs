@@ -45,15 +45,20 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
 /// file created exclusively, renamed over the name; a link there is replaced, never followed), and
 /// returns its path.
 pub fn write_file(dir: &HostDir, name: &str, contents: &[u8]) -> Result<PathBuf> {
-    let path = dir.join(name);
-    dir.replace_file(OsStr::new(name), contents)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(path)
+    write_with_mode(dir, name, contents, 0o600)
 }
 
-/// Writes the session CA certificate (never its key) to `dir/ca.pem`.
+/// Writes the session CA certificate (never its key) to `dir/ca.pem`, 0644: a certificate is
+/// public, and under `fenzi proxy --ca-dir` an agent running as another user must read it.
 pub fn write_ca(dir: &HostDir, pem: &str) -> Result<PathBuf> {
-    write_file(dir, "ca.pem", pem.as_bytes())
+    write_with_mode(dir, "ca.pem", pem.as_bytes(), 0o644)
+}
+
+fn write_with_mode(dir: &HostDir, name: &str, contents: &[u8], mode: u32) -> Result<PathBuf> {
+    let path = dir.join(name);
+    dir.replace_file(OsStr::new(name), contents, mode)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
 }
 
 /// A session's runtime directory, `<runtime base>/<session>`: created exclusively, private, and
