@@ -1,4 +1,4 @@
-//! Secret positions (README, "Secrets"; DESIGN §10): the places in a request where a secret's
+//! Secret positions (README, "Secrets"): the places in a request where a secret's
 //! placeholder may be swapped for its value, as a top-level secret's `in:` names them
 //! (`header:Authorization`, `query:token`, `body`), and how the proxy tells which place a
 //! placeholder sits in. Pure: the loader parses positions here, the secret-use decision compares

@@ -1,4 +1,4 @@
-//! The team policy's trust rules (README "Team policy", DESIGN §13): which copy of a signed team
+//! The team policy's trust rules (README "Team policy"): which copy of a signed team
 //! policy a session may use. Pure: the caller fetches the copy from the server and reads the copy
 //! kept on disk, and this module says which one holds, why the other does not, and whether the
 //! kept copy must be replaced.

@@ -1,5 +1,5 @@
 //! What fenzi accepts of how an upstream frames its answer, checked on the head before any of the
-//! body is read or passed on (DESIGN.md §16, "Bytes from servers"):
+//! body is read or passed on (SECURITY.md, "the deputy"; README, "Secrets"):
 //!
 //! - The only transfer-coding is `chunked`, once. Any other (`gzip, chunked`, `identity`, a name
 //!   fenzi does not know) hides the body's bytes from the scrubber and the MCP reader, or leaves

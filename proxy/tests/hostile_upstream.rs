@@ -1,4 +1,4 @@
-//! Hostile upstreams (DESIGN.md §16, "Bytes from servers"): a bound host that echoes the secret
+//! Hostile upstreams (SECURITY.md, "the deputy"): a bound host that echoes the secret
 //! value fenzi swapped in, in every header and framing it controls, written byte by byte on the
 //! wire (no HTTP library between the test and what the server sends). For each way of answering, over an
 //! intercepted tunnel with HTTP/1.1 and HTTP/2 clients, for a `secrets:` host and a `token: true`

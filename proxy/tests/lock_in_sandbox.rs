@@ -1,4 +1,4 @@
-//! fenzi writing a lock file while a sandbox holds it read-only (DESIGN §16): the sandbox protects
+//! fenzi writing a lock file while a sandbox holds it read-only (SECURITY.md, "the deputy"; docs/pinning.md): the sandbox protects
 //! the lock by mounting it read-only onto itself, and a rename over it on the host would detach
 //! that mount inside the sandbox. [`write_lock`] writes in place, so the agent sees what fenzi
 //! wrote and still cannot write or replace it.

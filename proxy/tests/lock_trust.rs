@@ -1,5 +1,5 @@
-//! Lock files a session trusts only when fenzi vouches for them (DESIGN §16, "Files fenzi reads as
-//! policy"), over loopback with real TLS on both hops.
+//! Lock files a session trusts only when fenzi vouches for them (docs/pinning.md, "Who vouches for
+//! the lock"), over loopback with real TLS on both hops.
 //!
 //! The agent's attack: before a server is pinned it writes `fenzi.lock` with definitions of its
 //! own choosing (a destructive tool annotated read-only, a tool whose description steers the

@@ -1,5 +1,5 @@
 //! One policy file as the session protected it at its start, and whether the path the person gave
-//! still leads to it (README, "Reloading the policy"; DESIGN §16, "Files fenzi reads as policy").
+//! still leads to it (README, "Reloading the policy"; SECURITY.md, "A policy change never opens a gap").
 //!
 //! At start the path is resolved once (every symbolic link followed), the file opened there
 //! (`O_RDONLY|O_NOFOLLOW|O_CLOEXEC`, without blocking) and its device and inode kept with the

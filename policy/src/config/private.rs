@@ -1,4 +1,4 @@
-//! Private destinations by name (README "Configuration", DESIGN §10): the model of a `private:`
+//! Private destinations by name (README "Configuration"): the model of a `private:`
 //! list — one exact name and port, and the internal ranges it may resolve to — and its rule in the
 //! machine/project merge. Reading it is `schema/private.rs`; deciding with it is
 //! `Policy::check_address`.
