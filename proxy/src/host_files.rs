@@ -118,7 +118,9 @@ impl HostDir {
     /// regular file is refused.
     fn open_at(&self, name: &OsStr, flags: OFlags) -> io::Result<File> {
         check_name(name)?;
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        // O_NONBLOCK: a FIFO planted under the name is refused below instead of blocking the
+        // open; on a regular file it changes nothing.
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
             .map_err(|e| link_refused(e, &self.join(name)))?;
         let file = File::from(fd);
@@ -406,19 +408,27 @@ pub fn private_dir(path: &Path) -> io::Result<HostDir> {
             ));
         }
     }
+    existing_private_dir(path)
+}
+
+/// Opens the existing private directory `path` (see [`private_dir`]), creating nothing.
+pub fn existing_private_dir(path: &Path) -> io::Result<HostDir> {
     let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| {
-        let why = if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR {
-            "it is a symbolic link or not a directory".to_string()
+        let (kind, why) = if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR {
+            (
+                io::ErrorKind::PermissionDenied,
+                "it is a symbolic link or not a directory".to_string(),
+            )
         } else {
-            e.to_string()
+            (io::Error::from(e).kind(), e.to_string())
         };
         io::Error::new(
-            io::ErrorKind::PermissionDenied,
+            kind,
             format!(
                 "{}: {why}; fenzi keeps its runtime files only in a directory private to you: \
                  remove it, or set XDG_RUNTIME_DIR",

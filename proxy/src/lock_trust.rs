@@ -18,13 +18,11 @@
 //! when reading a record (missing, unreadable, malformed, another lock's) means "not vouched for":
 //! the lock is unreviewed, never trusted.
 
-use rustix::fs::{Mode, OFlags};
+use crate::host_files::{self, HostDir};
 use sha2::{Digest, Sha256};
 use std::fs;
-use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// A record is a few hundred bytes; anything larger is not one.
@@ -82,27 +80,8 @@ impl TrustRecords {
                 "sha256": hex::encode(Sha256::digest(content)),
             })
         );
-        let mut random = [0u8; 12];
-        getrandom::fill(&mut random).map_err(|e| io::Error::other(e.to_string()))?;
-        let temp = format!(".{name}.{}.tmp", hex::encode(random));
-        let result = (|| {
-            let fd = rustix::fs::openat(
-                &dir,
-                temp.as_str(),
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            )?;
-            let mut file = fs::File::from(fd);
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
-            rustix::fs::renameat(&dir, temp.as_str(), &dir, name.as_str())?;
-            rustix::fs::fsync(&dir)?;
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = rustix::fs::unlinkat(&dir, temp.as_str(), rustix::fs::AtFlags::empty());
-        }
-        result
+        dir.replace_file(name.as_ref(), text.as_bytes(), 0o600)?;
+        dir.sync()
     }
 
     /// The SHA-256 (hex) the record for `lock` names, `None` when there is none.
@@ -117,20 +96,11 @@ impl TrustRecords {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let fd = match rustix::fs::openat(
-            &dir,
-            record_name(&key).as_str(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let file = match dir.open_read(record_name(&key).as_ref()) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
         };
-        let file = fs::File::from(fd);
-        if !file.metadata()?.is_file() {
-            return Err(invalid("the record is not a regular file"));
-        }
         let mut bytes = Vec::new();
         file.take(MAX_RECORD_BYTES + 1).read_to_end(&mut bytes)?;
         if bytes.len() as u64 > MAX_RECORD_BYTES {
@@ -155,27 +125,13 @@ impl TrustRecords {
     }
 
     /// Opens the records directory without following a link (created 0700 when `create`),
-    /// refusing one another user owns or others can write.
-    fn open_dir(&self, create: bool) -> io::Result<OwnedFd> {
+    /// refusing one another user owns or others can write ([`host_files::private_dir`]).
+    fn open_dir(&self, create: bool) -> io::Result<HostDir> {
         if create {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&self.dir)?;
+            host_files::private_dir(&self.dir)
+        } else {
+            host_files::existing_private_dir(&self.dir)
         }
-        let dir = rustix::fs::open(
-            &self.dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let stat = rustix::fs::fstat(&dir)?;
-        if stat.st_uid != rustix::process::geteuid().as_raw() {
-            return Err(invalid("the records directory belongs to another user"));
-        }
-        if stat.st_mode & 0o022 != 0 {
-            return Err(invalid("others can write the records directory"));
-        }
-        Ok(dir)
     }
 }
 
