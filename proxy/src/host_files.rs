@@ -101,27 +101,29 @@ impl HostDir {
         self.open_file(name, OFlags::RDWR, opening)
     }
 
+    /// [`HostDir::open_rw`] for a file others may read (0644 when created): one that belongs with
+    /// the project, such as its `fenzi.lock`.
+    pub fn open_rw_shared(&self, name: &OsStr, opening: Opening) -> io::Result<File> {
+        self.open_at(name, OFlags::RDWR | creating(opening), 0o644)
+    }
+
     fn open_file(&self, name: &OsStr, access: OFlags, opening: Opening) -> io::Result<File> {
-        let mut flags = access | OFlags::CREATE;
-        if opening == Opening::New {
-            flags |= OFlags::EXCL;
-        }
-        self.open_at(name, flags)
+        self.open_at(name, access | creating(opening), 0o600)
     }
 
     /// Opens the existing file `name` for reading (never through a link; a regular file only).
     pub fn open_read(&self, name: &OsStr) -> io::Result<File> {
-        self.open_at(name, OFlags::RDONLY)
+        self.open_at(name, OFlags::RDONLY, 0)
     }
 
-    /// `openat` with `flags`, never through a link, private (0600) when it creates; anything but a
-    /// regular file is refused.
-    fn open_at(&self, name: &OsStr, flags: OFlags) -> io::Result<File> {
+    /// `openat` with `flags`, never through a link, `mode` when it creates; anything but a regular
+    /// file is refused.
+    fn open_at(&self, name: &OsStr, flags: OFlags, mode: u32) -> io::Result<File> {
         check_name(name)?;
         // O_NONBLOCK: a FIFO planted under the name is refused below instead of blocking the
         // open; on a regular file it changes nothing.
         let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode))
             .map_err(|e| link_refused(e, &self.join(name)))?;
         let file = File::from(fd);
         if !file.metadata()?.is_file() {
@@ -260,6 +262,14 @@ impl AsFd for HostDir {
     }
 }
 
+/// The creation flags of `opening`.
+fn creating(opening: Opening) -> OFlags {
+    match opening {
+        Opening::New => OFlags::CREATE | OFlags::EXCL,
+        Opening::Existing => OFlags::CREATE,
+    }
+}
+
 /// A name directly in a directory: one component, not `.`/`..`, no `/`.
 fn check_name(name: &OsStr) -> io::Result<()> {
     let bytes = name.as_bytes();
@@ -272,14 +282,27 @@ fn check_name(name: &OsStr) -> io::Result<()> {
     Ok(())
 }
 
-/// `ELOOP` from `O_NOFOLLOW` says a link was found where a file was expected: say so.
+/// A link found where fenzi expected a file (`ELOOP` from `O_NOFOLLOW`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} is a symbolic link; fenzi does not write through links (something may have planted it to \
+     redirect fenzi's writes): remove it",
+    path.display()
+)]
+pub struct LinkRefused {
+    pub path: PathBuf,
+}
+
+/// Whether `error` is a [`LinkRefused`].
+pub fn is_link_refused(error: &io::Error) -> bool {
+    error.get_ref().is_some_and(|e| e.is::<LinkRefused>())
+}
+
 fn link_refused(e: rustix::io::Errno, path: &Path) -> io::Error {
     if e == rustix::io::Errno::LOOP {
-        io::Error::other(format!(
-            "{} is a symbolic link; fenzi does not write through links (something may have \
-             planted it to redirect fenzi's writes): remove it",
-            path.display()
-        ))
+        io::Error::other(LinkRefused {
+            path: path.to_path_buf(),
+        })
     } else {
         e.into()
     }

@@ -13,6 +13,7 @@
 //! writer in between leaves a lock whose hash no record names: the next reader finds it
 //! unreviewed (every entry hidden and denied) until `fenzi mcp pin` accepts it. It fails closed.
 
+use crate::host_files::{self, HostDir, Opening};
 use crate::lock_trust::TrustRecords;
 use fenzi_policy::pins::{Lock, LockError, MAX_LOCK_BYTES};
 use rustix::fs::{Mode, OFlags};
@@ -156,14 +157,17 @@ pub fn write_lock(
     records: Option<&TrustRecords>,
 ) -> Result<(), LockFileError> {
     let text = lock.to_text();
-    write_in_place(path, text.as_bytes()).map_err(|e| match e.raw_os_error() {
-        Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() => LockFileError::Symlink {
-            path: path.to_path_buf(),
-        },
-        _ => LockFileError::Write {
-            path: path.to_path_buf(),
-            source: e,
-        },
+    write_in_place(path, text.as_bytes()).map_err(|e| {
+        if host_files::is_link_refused(&e) {
+            LockFileError::Symlink {
+                path: path.to_path_buf(),
+            }
+        } else {
+            LockFileError::Write {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        }
     })?;
     if let Some(records) = records {
         records
@@ -177,27 +181,13 @@ pub fn write_lock(
     Ok(())
 }
 
+/// Through the lock's directory (crate::host_files): opened in place, never through a link, a
+/// FIFO refused; created 0644 when missing (the lock belongs with the project).
 fn write_in_place(path: &Path, text: &[u8]) -> io::Result<()> {
-    let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => {
-            // Created exclusively: if something appeared under the name since, this fails.
-            rustix::fs::open(
-                path,
-                flags | OFlags::CREATE | OFlags::EXCL,
-                Mode::from_raw_mode(0o644),
-            )?
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let mut file = fs::File::from(fd);
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
+    let mut file = HostDir::of_file(path)?.open_rw_shared(name, Opening::Existing)?;
     file.write_all(text)?;
     file.set_len(text.len() as u64)?;
     file.sync_all()
