@@ -156,12 +156,10 @@ impl PolicyArgs {
 
 /// Where fenzi records the lock contents it wrote or a person accepted: beside the audit logs in
 /// its state directory (read-only inside the sandbox). `None` without XDG_STATE_HOME or HOME.
-pub fn lock_trust() -> Option<fenzi_proxy::lock_trust::TrustRecords> {
-    let audit = crate::commands::log::audit_dir(
-        std::env::var_os("XDG_STATE_HOME"),
-        std::env::var_os("HOME"),
-    )?;
-    Some(fenzi_proxy::lock_trust::TrustRecords::in_state_dir(
+pub fn lock_trust() -> Option<fenzi_proxy::lock_file::trust::TrustRecords> {
+    let audit =
+        crate::session::audit_dir(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))?;
+    Some(fenzi_proxy::lock_file::trust::TrustRecords::in_state_dir(
         audit.parent()?,
     ))
 }

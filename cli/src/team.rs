@@ -1,6 +1,6 @@
 //! The team policy at the start of a session (README "Team policy"): where it comes from
 //! (`--team-policy URL --team-key FILE`, else the machine file's `team: {url, key}`; the flags
-//! win), fetching it (`fenzi_proxy::team_fetch`), the copy kept between sessions, and loading the
+//! win), fetching it (`fenzi_proxy::outbound::team_fetch`), the copy kept between sessions, and loading the
 //! three layers. Which copy holds is `fenzi_policy::team::choose`'s decision.
 //!
 //! The kept copy is one file per url, `$XDG_STATE_HOME/fenzi/team/<sha256(url)[..16]>.copy`
@@ -68,7 +68,7 @@ impl TeamLayer {
 }
 
 /// How long each of the two team files may take to fetch.
-const FETCH_TIMEOUT: Duration = fenzi_proxy::team_fetch::DEFAULT_TIMEOUT;
+const FETCH_TIMEOUT: Duration = fenzi_proxy::outbound::team_fetch::DEFAULT_TIMEOUT;
 
 /// The policy of `args` under the team policy of `team` (or the machine file's `team:`), with
 /// the team layer in use. An unreadable file or no good team copy is an `Err` (exit 2); problems
@@ -222,7 +222,11 @@ fn fetch(url: &RemoteUrl, roots: &[CertificateDer<'static>]) -> Fetched {
         Ok(r) => r,
         Err(e) => return Fetched::Unreachable(format!("cannot start the fetch: {e}")),
     };
-    match runtime.block_on(fenzi_proxy::team_fetch::fetch(url, roots, FETCH_TIMEOUT)) {
+    match runtime.block_on(fenzi_proxy::outbound::team_fetch::fetch(
+        url,
+        roots,
+        FETCH_TIMEOUT,
+    )) {
         Ok(files) => Fetched::Copy {
             policy: files.policy,
             signature: files.signature,

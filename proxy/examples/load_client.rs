@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         limits();
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = fenzi_proxy::capacity::raise_fd_limit() {
+    if let Err(e) = fenzi_proxy::connection::capacity::raise_fd_limit() {
         eprintln!("load_client: could not raise the descriptor limit: {e}");
     }
     if command == "certs" {
@@ -182,7 +182,7 @@ impl Opts {
 /// The descriptor limits this process inherited (what a sibling started from the same shell gets)
 /// and the connection budget they give the proxy, as `key=value` lines for a shell.
 fn limits() {
-    use fenzi_proxy::capacity::{connections_for_fds, default_max_connections, fd_limits};
+    use fenzi_proxy::connection::capacity::{connections_for_fds, default_max_connections, fd_limits};
     let (soft, hard) = fd_limits();
     let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
     println!("fd_soft={}", show(soft));

@@ -2,6 +2,8 @@
 //! itself (linkerd-style). The class is what a `failed` audit record names as its `source`, and the
 //! error picks the reason code and so the status the client gets. A policy's refusal is a decision,
 //! not an error, so no error comes from the policy.
+//!
+//! May use: `connection`, `lock_file`, `secrets`, `tls`.
 
 use fenzi_policy::Reason;
 use fenzi_policy::config::limits::{show_duration, show_size};
@@ -66,7 +68,7 @@ pub enum ProxyError {
     /// The upstream framed its answer in a way fenzi does not accept (a transfer-coding other than
     /// `chunked`, a `206` to a request a secret value was written into).
     #[error(transparent)]
-    Unaccepted(#[from] crate::framing::Unaccepted),
+    Unaccepted(#[from] crate::connection::framing::Unaccepted),
     /// The upstream's response cannot be checked for secret values (an encoded body).
     #[error(transparent)]
     Unscrubbable(#[from] crate::secrets::Unscrubbable),
@@ -76,7 +78,7 @@ pub enum ProxyError {
     /// A message from an MCP server that cannot be read strictly (never passed on).
     #[error("the upstream's answer cannot be read: {0}")]
     UnreadableResponse(#[from] fenzi_policy::response::ResponseError),
-    /// A `tools/call`'s answer did not end within its `limits` entry's `timeout` ([`crate::limits`]).
+    /// A `tools/call`'s answer did not end within its `limits` entry's `timeout` ([`crate::session::limits`]).
     #[error("the answer did not end within {}, the limit {rule}", show_duration(*after))]
     LimitTimeout { after: Duration, rule: String },
     /// A `tools/call`'s answer grew past its `limits` entry's `max_response`.

@@ -24,6 +24,8 @@
 //!
 //! Runtime directories are per user and private ([`private_dir`]): created 0700, and refused when
 //! they are a link, another user's, or writable by group or others.
+//!
+//! May use: nothing of this crate.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;

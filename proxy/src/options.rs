@@ -2,6 +2,8 @@
 //! when an idle one gives way), the session CA's lifetime and the extra roots trusted for upstream
 //! TLS. Every field has a default that suits an agent sandbox; `fenzi proxy` and `fenzi run` start
 //! from [`ProxyOptions::default`].
+//!
+//! May use: `connection`.
 
 use rustls::pki_types::CertificateDer;
 use std::time::Duration;
@@ -26,9 +28,9 @@ pub struct ProxyOptions {
     pub body_read_timeout: Duration,
     /// Client connections served at once, tunnels included. When all are taken, a new client gets the
     /// slot of the connection idle longest once that one has been idle for `eviction_grace`; a
-    /// request in flight is never cut (see [`crate::capacity`]). The default is what the hard
+    /// request in flight is never cut (see [`crate::connection::capacity`]). The default is what the hard
     /// descriptor limit allows (two descriptors a connection, after a reserve), at most
-    /// [`crate::capacity::MAX_DEFAULT_CONNECTIONS`]; the proxy never serves more than its soft limit
+    /// [`crate::connection::capacity::MAX_DEFAULT_CONNECTIONS`]; the proxy never serves more than its soft limit
     /// allows, whatever this says.
     pub max_connections: usize,
     /// At capacity, how long a connection must have been idle before a new client may take its slot.
@@ -44,7 +46,7 @@ pub struct ProxyOptions {
     pub max_idle_upstream: usize,
     /// A kept upstream connection unused for this long is closed.
     pub upstream_idle_timeout: Duration,
-    /// Threads that each serve their own connections start to finish ([`crate::shards`]); 0 serves
+    /// Threads that each serve their own connections start to finish ([`crate::connection::shards`]); 0 serves
     /// every connection on the runtime that calls `serve`.
     pub shards: usize,
 }
@@ -59,7 +61,7 @@ impl Default for ProxyOptions {
             tls_handshake_timeout: Duration::from_secs(10),
             response_header_timeout: Duration::from_secs(300),
             body_read_timeout: Duration::from_secs(60),
-            max_connections: crate::capacity::default_max_connections(),
+            max_connections: crate::connection::capacity::default_max_connections(),
             eviction_grace: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(10),
             ca_validity: Duration::from_secs(24 * 60 * 60),

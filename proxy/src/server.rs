@@ -1,24 +1,26 @@
 //! The proxy itself: [`Proxy`] holds one session's context (the compiled policy, the audit sink, the
 //! session CA, the secrets and the options; built with [`Proxy::builder`]), and [`Proxy::serve`] is
 //! the accept loop: it admits client connections under the connection cap (at most
-//! `max_connections` at once, see [`crate::capacity`]) and hands each to [`crate::client`]. Shutdown
+//! `max_connections` at once, see [`crate::connection::capacity`]) and hands each to [`crate::request::client`]. Shutdown
 //! stops accepting, lets in-flight connections finish within `drain_timeout`, and returns; the
 //! caller then flushes the audit log.
+//!
+//! May use: any module.
 
-use crate::audit_sink::AuditSink;
-use crate::capacity::Capacity;
-use crate::client::serve_client;
+use crate::audit::sink::AuditSink;
 use crate::confirm::{Confirmations, ControlSocket};
-use crate::context::{ConnGuard, SessionContext};
+use crate::connection::capacity::Capacity;
+use crate::connection::net::{Network, SystemNetwork};
+use crate::connection::shards::Shards;
 use crate::error::ProxyError;
-use crate::inventories::{Inventories, LockFiles};
-use crate::live::LivePolicy;
 use crate::metrics::Metrics;
-use crate::net::{Network, SystemNetwork};
 use crate::options::ProxyOptions;
-use crate::reload::{self, Reload};
+use crate::request::client::serve_client;
 use crate::secrets::{SecretSet, SessionSecrets};
-use crate::shards::Shards;
+use crate::session::context::{ConnGuard, SessionContext};
+use crate::session::inventories::{Inventories, LockFiles};
+use crate::session::live::LivePolicy;
+use crate::session::reload::{self, Reload};
 use crate::tls::{SessionCa, upstream};
 use crate::transparent;
 use fenzi_policy::engine::Policy;
@@ -195,7 +197,7 @@ impl Proxy {
 
     /// Offers `policy`, loaded and validated from the changed `files` (their names, for the
     /// record), to the running session: swapped in whole for the next request when only MCP tool
-    /// rules changed, otherwise left for the next session (see [`crate::reload`]). Both write a
+    /// rules changed, otherwise left for the next session (see [`crate::session::reload`]). Both write a
     /// `policy` record first; `Err` means it could not be written, and nothing changed.
     pub async fn reload(&self, policy: Policy, files: &str) -> Result<Reload, ProxyError> {
         reload::reload(&self.session, policy, files).await
@@ -257,7 +259,7 @@ impl Proxy {
     /// the drain time ran out (they are cut when the runtime ends).
     ///
     /// At most `max_connections` clients are served at once; when all slots are taken, a new client
-    /// takes the slot of the connection idle longest (see [`crate::capacity`]).
+    /// takes the slot of the connection idle longest (see [`crate::connection::capacity`]).
     pub async fn serve(
         &self,
         listener: TcpListener,

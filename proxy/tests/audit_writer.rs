@@ -8,7 +8,7 @@
 
 use fenzi_policy::Reason;
 use fenzi_policy::audit::{self, AuditRecord, Head, Outcome};
-use fenzi_proxy::audit_writer::{AuditEntry, AuditError, AuditWriter, Staged, head_path};
+use fenzi_proxy::audit::writer::{AuditEntry, AuditError, AuditWriter, Staged, head_path};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use common::{FakeNetwork, TestPki};
 use fenzi_policy::audit::{AuditRecord, Outcome};
 use fenzi_proxy::Proxy;
-use fenzi_proxy::audit_writer::AuditWriter;
+use fenzi_proxy::audit::writer::AuditWriter;
 use fenzi_proxy::secrets::SecretSet;
 use http::Request;
 use http_body_util::{BodyExt, Full};

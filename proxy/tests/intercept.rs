@@ -1001,7 +1001,7 @@ async fn records_name_the_client_peer_and_the_policy_in_force() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_are_each_recorded_once_in_one_chain_that_verifies() {
     use fenzi_policy::audit::{self, AuditRecord, Head};
-    use fenzi_proxy::audit_writer::{AuditWriter, head_path};
+    use fenzi_proxy::audit::writer::{AuditWriter, head_path};
     const TUNNELS: u64 = 16;
     const CALLS: u64 = 25;
     let pki = TestPki::new();

@@ -6,7 +6,7 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use fenzi_policy::audit;
-use fenzi_proxy::audit_writer::AuditWriter;
+use fenzi_proxy::audit::writer::AuditWriter;
 use fenzi_proxy::{Proxy, ProxyOptions};
 use http_body_util::BodyExt;
 use std::sync::{Arc, Mutex};
@@ -242,7 +242,7 @@ async fn the_audit_writer_records_a_verifiable_chain() {
 
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<&[u8]> = text.lines().map(str::as_bytes).collect();
-    let head = std::fs::read_to_string(fenzi_proxy::audit_writer::head_path(&path)).unwrap();
+    let head = std::fs::read_to_string(fenzi_proxy::audit::writer::head_path(&path)).unwrap();
     let verified =
         audit::verify(lines.iter().copied(), audit::Head::parse(&head).as_ref()).unwrap();
     assert_eq!(verified.records, 2);

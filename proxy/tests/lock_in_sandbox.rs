@@ -8,8 +8,8 @@
 
 use fenzi_policy::json::{JsonLimits, parse};
 use fenzi_policy::pins::{Lock, PinnedTool, ServerPins};
+use fenzi_proxy::lock_file::trust::TrustRecords;
 use fenzi_proxy::lock_file::{read_reviewed, write_lock};
-use fenzi_proxy::lock_trust::TrustRecords;
 use fenzi_proxy::sandbox::{SandboxSpec, Session};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;

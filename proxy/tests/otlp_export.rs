@@ -10,7 +10,7 @@ mod common;
 
 use bytes::Bytes;
 use fenzi_policy::audit::{self, Outcome};
-use fenzi_proxy::audit_writer::{AuditEntry, AuditWriter};
+use fenzi_proxy::audit::writer::{AuditEntry, AuditWriter};
 use fenzi_proxy::export::{self, Endpoint, ExportConfig, Exporter, Note};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;

@@ -13,7 +13,7 @@ use common::tracing_capture::{capture, captured};
 use bytes::Bytes;
 use common::{ChannelBody, FakeNetwork, Handler, TestPki, full_body, http_upstream, respond};
 use fenzi_policy::audit::{AuditRecord, Outcome};
-use fenzi_proxy::audit_writer::AuditWriter;
+use fenzi_proxy::audit::writer::AuditWriter;
 use fenzi_proxy::secrets::SecretSet;
 use fenzi_proxy::{Body, Proxy};
 use http::request::Parts;

@@ -22,7 +22,7 @@ use crate::session::{self, ProxyFlags};
 use anyhow::{Context, Result};
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::Proxy;
-use fenzi_proxy::audit_writer::AuditWriter;
+use fenzi_proxy::audit::writer::AuditWriter;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -7,17 +7,12 @@
 use super::ProxyFlags;
 use super::serving::upstream_roots;
 use anyhow::Result;
-use fenzi_proxy::export::{Endpoint, ExportConfig, Exporter, Note};
+use fenzi_proxy::export::{ExportConfig, Exporter, Note};
 use std::path::Path;
 use std::time::Duration;
 
 /// How long the export gets at exit when `--drain-timeout` is not given.
 pub const EXPORT_DRAIN: Duration = Duration::from_secs(5);
-
-/// `--otlp`'s value parser.
-pub fn parse_otlp_url(url: &str) -> Result<Endpoint, String> {
-    Endpoint::parse(url)
-}
 
 /// Starts exporting `log` when `--otlp` asks; `note` takes what the export has to say (failures
 /// starting and ending, a permanent refusal, rejected records).

@@ -9,13 +9,22 @@
 //! `fenzi run` keeps the whole base read-only inside the sandbox, so no session's agent can write
 //! its own or another session's runtime files.
 
-use crate::commands::log::audit_dir;
 use anyhow::{Context, Result};
-use fenzi_proxy::audit_writer::AuditWriter;
+use fenzi_proxy::audit::writer::AuditWriter;
 use fenzi_proxy::host_files::{self, HostDir};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+
+/// `$XDG_STATE_HOME/fenzi/audit`, or `~/.local/state/fenzi/audit`. A relative XDG path is ignored, as
+/// the XDG spec says.
+pub fn audit_dir(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+    let base = match xdg_state_home.map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        _ => PathBuf::from(home.filter(|h| !h.is_empty())?).join(".local/state"),
+    };
+    Some(base.join("fenzi").join("audit"))
+}
 
 /// The audit log of a session: `explicit`, or `$XDG_STATE_HOME/fenzi/audit/<session>.jsonl`.
 pub fn open_audit(explicit: Option<&Path>, session: &str) -> Result<(PathBuf, AuditWriter)> {
@@ -97,5 +106,28 @@ impl SessionDir {
 impl Drop for SessionDir {
     fn drop(&mut self) {
         let _ = self.base.remove_tree(&self.name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_directory_follows_xdg() {
+        let p = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            audit_dir(p("/state"), p("/home/u")),
+            Some(PathBuf::from("/state/fenzi/audit"))
+        );
+        assert_eq!(
+            audit_dir(p("relative"), p("/home/u")),
+            Some(PathBuf::from("/home/u/.local/state/fenzi/audit"))
+        );
+        assert_eq!(
+            audit_dir(None, p("/home/u")),
+            Some(PathBuf::from("/home/u/.local/state/fenzi/audit"))
+        );
+        assert_eq!(audit_dir(None, None), None);
     }
 }

@@ -2,7 +2,7 @@
 //! shared flags ([`ProxyFlags`]), serving until stopped, and what the exit reports ([`Served`]).
 
 use anyhow::{Context, Result, anyhow};
-use fenzi_proxy::audit_writer::{AuditError, AuditWriter};
+use fenzi_proxy::audit::writer::{AuditError, AuditWriter};
 use fenzi_proxy::tls::upstream::{CertificateDer, parse_pem_certs};
 use fenzi_proxy::{Proxy, ProxyOptions};
 use std::path::PathBuf;
@@ -112,7 +112,7 @@ pub struct ProxyFlags {
     /// http://127.0.0.1:4318/v1/logs or https://collector.example/v1/logs (trusting the public
     /// roots and --upstream-ca). From the log file, after the request: never slows or fails one.
     /// Progress is kept in <log>.otlp-cursor; `fenzi log --export-status` shows it.
-    #[arg(long, value_name = "URL", value_parser = super::export::parse_otlp_url)]
+    #[arg(long, value_name = "URL", value_parser = fenzi_proxy::export::Endpoint::parse)]
     pub(super) otlp: Option<fenzi_proxy::export::Endpoint>,
     /// Threads serving connections, each its own connections start to finish (with the upstream
     /// connections they use) [default: half the CPUs, rounded up, for `fenzi proxy` (it shares the
@@ -135,7 +135,7 @@ impl ProxyFlags {
     /// [`ProxyFlags::options`]), one thread each, so one worker is all this runtime needs.
     /// Also lifts the soft descriptor limit to the hard one first: each connection holds up to two.
     pub fn runtime(&self) -> Result<tokio::runtime::Runtime> {
-        match fenzi_proxy::capacity::raise_fd_limit() {
+        match fenzi_proxy::connection::capacity::raise_fd_limit() {
             Ok(limit) => tracing::debug!("descriptor limit {limit}"),
             Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
         }

@@ -1,7 +1,7 @@
 //! `tools.confirm` at run time (README, "Confirm"): the calls of one session held for a person,
 //! and how each hold ends. The control socket a person answers on is [`socket`]; the lines on it
 //! are [`protocol`]. Which calls are held is the policy's (`fenzi_policy::config::confirm`);
-//! `decide.rs` holds them and writes their records.
+//! `request/decide.rs` holds them (through `request/held.rs`) and writes their records.
 //!
 //! A held request, step by step (the state machine):
 //!
@@ -23,6 +23,8 @@
 //!    withdrawn from every watcher (a `gone` line).
 //!
 //! Holds are independent: each has its own ids, its own deadline and its own answers.
+//!
+//! May use: `host_files`.
 
 pub mod protocol;
 pub mod socket;

@@ -20,6 +20,8 @@
 //!
 //! The calls block (D-Bus round trips, keyctl): call them before starting an async runtime or
 //! from `spawn_blocking`.
+//!
+//! May use: nothing of this crate.
 
 mod keyutils;
 mod memory;

@@ -32,6 +32,8 @@
 //!   is shipped from its start; receivers deduplicate on (`fenzi.session`, `fenzi.seq`).
 //!
 //! [`ExportProgress`] is the live count (records written, acknowledged, lag) for metrics.
+//!
+//! May use: `error`, `host_files`, `tls`.
 
 pub mod cursor;
 mod endpoint;

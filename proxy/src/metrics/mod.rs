@@ -6,7 +6,7 @@
 //! | metric | type | counted where |
 //! |---|---|---|
 //! | `decisions_total{decision,reason,server}` | counter | each record the audit sink wrote (`SessionContext::record`), with the record's own labels, so the counts equal the log's |
-//! | `decide_seconds` | histogram | a buffered request's decisions (`decide.rs`): secrets, classifier, substitution, limits; not the wait for a person |
+//! | `decide_seconds` | histogram | a buffered request's decisions (`request/decide.rs`): secrets, classifier, substitution, limits; not the wait for a person |
 //! | `upstream_seconds` | histogram | a request sent upstream until its response head (`Upstream::send`), failures and cancellations included |
 //! | `audit_append_seconds` | histogram | each record's append to the audit sink (`SessionContext::record`; a staged record's staging and write, observed once) |
 //! | `upstream_errors_total{kind}` | counter | dials, requests, resolutions and response bodies that failed on the upstream's side |
@@ -17,6 +17,8 @@
 //! can grow. A session without `--metrics` has no [`Metrics`] at all, and each point pays one
 //! `Option` check. Scrapes only read those atomics; the listener runs its own tasks, so a slow or
 //! failing scrape touches no request.
+//!
+//! May use: `error`.
 
 pub mod decisions;
 mod serve;

@@ -49,6 +49,8 @@
 //! session), exits at once if the parent was already gone before it could ask (the parent's end
 //! of the control socket is closed then), and keeps watching that socket afterwards. When the
 //! init, PID 1 of the namespace, dies, the kernel kills every process in it.
+//!
+//! May use: nothing of this crate.
 
 #![allow(unsafe_code)]
 

@@ -69,6 +69,8 @@
 //! every audit record's text fields through
 //! [`Scanner::redact`] (after turning any value into its placeholder). `fenzi proxy` and `fenzi
 //! run` gather the values with the CLI's `session::load_secrets`.
+//!
+//! May use: `credstore`.
 
 pub mod encoded;
 pub mod placeholders;

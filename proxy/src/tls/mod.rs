@@ -1,6 +1,8 @@
 //! TLS on both sides of an intercepted connection: the per-session CA and the leaves it mints toward
 //! the client ([`ca`]), and the verified client configuration toward upstreams ([`upstream`]). Both use
 //! rustls with the `ring` provider, chosen explicitly rather than through a process-wide default.
+//!
+//! May use: nothing of this crate.
 
 pub mod ca;
 pub mod upstream;

@@ -1,5 +1,5 @@
 //! The sandbox's DNS stub: a UDP server on the sandbox's loopback that answers every `A` question
-//! with the name's synthetic address ([`crate::synthetic`]), whether or not the policy allows the name,
+//! with the name's synthetic address ([`crate::session::synthetic`]), whether or not the policy allows the name,
 //! so that a refused name is a recorded `host_not_allowed` when the program connects, not a silent
 //! resolution failure. Nothing is ever forwarded: DNS does not leave the machine.
 //!
@@ -9,7 +9,7 @@
 //! `NOTIMP`; a message that is not one well-formed question, `FORMERR` when its header can be read,
 //! else nothing. Responses are never sent to. One question per query, as every resolver sends.
 
-use crate::synthetic::SyntheticNames;
+use crate::session::synthetic::SyntheticNames;
 use fenzi_policy::host::Host;
 use std::sync::Arc;
 use tokio::net::UdpSocket;

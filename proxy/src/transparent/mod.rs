@@ -1,5 +1,5 @@
 //! The transparent path: connections from programs that ignore the proxy variables. Inside the
-//! sandbox, names resolve through a DNS stub ([`dns`]) to synthetic addresses ([`crate::synthetic`]), and
+//! sandbox, names resolve through a DNS stub ([`dns`]) to synthetic addresses ([`crate::session::synthetic`]), and
 //! fenzi listens on every port the policy names at every address of the sandbox's loopback (the
 //! synthetic range and the policy's IP literals among them). A connection accepted there is where
 //! the program wanted to go: its local address gives back the name (or is itself the IP literal),
@@ -7,18 +7,20 @@
 //! decision and one audit record (method `CONNECT`). An admitted connection is then intercepted or
 //! passed through, as a CONNECT tunnel is. A refused one is recorded and closed: there is no HTTP
 //! exchange to answer in.
+//!
+//! May use: `request`, `session`, `audit`, `connection`, `error`, `options`.
 
 pub mod dns;
 
-use crate::admit::{Destination, admit_tunnel};
-use crate::audit_sink::Subject;
-use crate::capacity::Tracked;
-use crate::context::{ConnGuard, SessionContext};
-use crate::intercept;
-use crate::refusal::Refusal;
-use crate::synthetic::SyntheticNames;
-use crate::tunnel;
-use crate::upstream::dial;
+use crate::audit::sink::Subject;
+use crate::connection::capacity::Tracked;
+use crate::connection::tunnel;
+use crate::request::admit::{Destination, admit_tunnel};
+use crate::request::intercept;
+use crate::request::refusal::Refusal;
+use crate::request::upstream::dial;
+use crate::session::context::{ConnGuard, SessionContext};
+use crate::session::synthetic::SyntheticNames;
 use fenzi_policy::host::Host;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The response phase on an intercepted MCP server (`src/mcp_response.rs`, the rules in
+//! The response phase on an intercepted MCP server (`src/request/mcp_response.rs`, the rules in
 //! `fenzi_policy::response`), end to end: a real client sends JSON-RPC through CONNECT + TLS with
 //! the session CA, and a scripted fake MCP server answers each request with a canned, often
 //! hostile, answer. Every test checks both what the client received and the audit records.
@@ -29,7 +29,7 @@ use bytes::Bytes;
 use fenzi_policy::Reason;
 use fenzi_policy::audit::Outcome;
 use fenzi_policy::mcp::JsonLimits;
-use fenzi_proxy::audit_writer::AuditEntry;
+use fenzi_proxy::audit::writer::AuditEntry;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};

@@ -10,7 +10,7 @@ use super::world::{SECRETS, World};
 use crate::common::{Answers, Upstream};
 use fenzi_policy::audit::{self, AuditRecord, Head};
 use fenzi_policy::host::split_authority;
-use fenzi_proxy::audit_writer::head_path;
+use fenzi_proxy::audit::writer::head_path;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};

@@ -1,10 +1,11 @@
 //! Finding the log `fenzi log` reads: `--file`, `--session ID` (`<state dir>/fenzi/audit/<ID>.jsonl`),
-//! or the newest log in the state directory. `fenzi proxy` and `fenzi run` use [`audit_dir`] to choose
-//! where a new session's log goes; `fenzi approve` finds its log with [`find_log`].
+//! or the newest log in the state directory. The directory is
+//! [`crate::session::audit_dir`], where `fenzi proxy` and `fenzi run` put a new session's log;
+//! `fenzi approve` finds its log with [`find_log`].
 
 use super::Args;
+use crate::session::audit_dir;
 use anyhow::{Context, bail};
-use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,16 +21,6 @@ pub(crate) fn parse_session_id(s: &str) -> Result<String, String> {
     } else {
         Err("a session id is letters, digits, `_`, `-` and `.` (not leading)".into())
     }
-}
-
-/// `$XDG_STATE_HOME/fenzi/audit`, or `~/.local/state/fenzi/audit`. A relative XDG path is ignored, as
-/// the XDG spec says.
-pub fn audit_dir(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
-    let base = match xdg_state_home.map(PathBuf::from) {
-        Some(p) if p.is_absolute() => p,
-        _ => PathBuf::from(home.filter(|h| !h.is_empty())?).join(".local/state"),
-    };
-    Some(base.join("fenzi").join("audit"))
 }
 
 pub(super) fn locate(args: &Args) -> anyhow::Result<PathBuf> {
@@ -115,21 +106,7 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_log_directory_follows_xdg_and_the_newest_log_is_found() {
-        let p = |s: &str| Some(OsString::from(s));
-        assert_eq!(
-            audit_dir(p("/state"), p("/home/u")),
-            Some(PathBuf::from("/state/fenzi/audit"))
-        );
-        assert_eq!(
-            audit_dir(p("relative"), p("/home/u")),
-            Some(PathBuf::from("/home/u/.local/state/fenzi/audit"))
-        );
-        assert_eq!(
-            audit_dir(None, p("/home/u")),
-            Some(PathBuf::from("/home/u/.local/state/fenzi/audit"))
-        );
-        assert_eq!(audit_dir(None, None), None);
+    fn the_newest_log_is_found() {
         assert!(parse_session_id("a1b2-c3_d.e").is_ok());
         for bad in ["", "../x", "a/b", ".hidden", "a b"] {
             assert!(parse_session_id(bad).is_err(), "{bad:?}");

@@ -23,7 +23,6 @@ mod show;
 mod test_records;
 mod verify;
 
-pub use locate::audit_dir;
 pub(crate) use locate::{find_log, parse_session_id};
 
 use fenzi_policy::tool_pattern::ToolPattern;

@@ -1,10 +1,10 @@
 //! `fenzi mcp pin SERVER [--yes] [--json]`: reads the server's tools as a client does
-//! ([`fenzi_proxy::tool_listing`]), shows how they differ from its lock entry field by field, and
+//! ([`fenzi_proxy::outbound::tool_listing`]), shows how they differ from its lock entry field by field, and
 //! on acceptance replaces the entry with the whole inventory listed now (a tool no longer listed
 //! leaves the lock; a renamed tool is a new tool). The lock is the one beside the file that
 //! declares the server: `fenzi.lock` for the project, `mcp.lock` for the machine file.
 //!
-//! The comparison is with what fenzi vouches for ([`fenzi_proxy::lock_trust`]). A lock no trust
+//! The comparison is with what fenzi vouches for ([`fenzi_proxy::lock_file::trust`]). A lock no trust
 //! record names (planted or edited by someone else, half-written, or from a fenzi that kept no
 //! records) is unreviewed: the server's tools are all shown as new, and every other server's
 //! entries in it are shown as unreviewed, since accepting records the whole lock as reviewed.
@@ -24,7 +24,7 @@ use fenzi_policy::json_text;
 use fenzi_policy::pins::{self, FieldDiff, PinnedTool, ServerPins, ToolDiff};
 use fenzi_policy::secret_name::server_token_name;
 use fenzi_proxy::lock_file::{read_reviewed, write_lock};
-use fenzi_proxy::tool_listing::{self, ListingTarget};
+use fenzi_proxy::outbound::tool_listing::{self, ListingTarget};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -9,15 +9,15 @@
 //! The write allowlist is the project directory, the temporary directories, `/dev`, the cache
 //! directory, the chosen agent's own state ([`agent_state`]) and whatever `--allow-write` adds.
 
-use crate::commands::log::audit_dir;
 use crate::commands::mcp::render::Agent;
 use crate::config_files;
 use crate::session;
+use crate::session::audit_dir;
 use anyhow::{Context, Result, bail};
 use fenzi_policy::pins::Lock;
-use fenzi_proxy::audit_writer::head_path;
+use fenzi_proxy::audit::writer::head_path;
+use fenzi_proxy::lock_file::trust::TrustRecords;
 use fenzi_proxy::lock_file::{LockFileError, lock_path_for, write_lock};
-use fenzi_proxy::lock_trust::TrustRecords;
 use std::path::{Path, PathBuf};
 
 /// Where the governing files are, as `fenzi run` was asked to use them.

@@ -9,7 +9,7 @@ use anyhow::Result;
 use fenzi_policy::engine::Policy;
 use fenzi_proxy::host_files::HostDir;
 use fenzi_proxy::sandbox::{DEFAULT_PROXY_PORT, TransparentSpec};
-use fenzi_proxy::synthetic::{SYNTHETIC_GATEWAY, SYNTHETIC_PREFIX};
+use fenzi_proxy::session::synthetic::{SYNTHETIC_GATEWAY, SYNTHETIC_PREFIX};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 

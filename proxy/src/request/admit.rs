@@ -1,0 +1,180 @@
+//! Admission of a destination, the first phase of every connection and plain-HTTP request: the policy's
+//! route for host:port, one resolution of the name, and the internal-address check of EVERY resolved
+//! address (an internal one only when the policy names that IP literal, or the name's `private:`
+//! ranges hold it). The result is a [`Destination`] that carries only checked addresses; the proxy dials nothing
+//! else, so a name cannot resolve to one address for the check and another for the connection. A
+//! destination that is not admitted is a [`Refusal`]: `host_not_allowed` or `private_address`, or a
+//! `failed` record when the name cannot be resolved.
+
+use crate::audit::sink::Subject;
+use crate::error::ProxyError;
+use crate::request::refusal::Refusal;
+use crate::session::context::SessionContext;
+use fenzi_policy::Decision;
+use fenzi_policy::engine::{McpServer, Route};
+use fenzi_policy::host::Host;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// How requests to an admitted destination are handled.
+#[derive(Debug, Clone)]
+pub(crate) enum Handling {
+    /// An MCP server: every request is classified before a byte goes upstream.
+    Mcp(Box<McpServer>),
+    /// A plain allowed host: requests are forwarded as they are.
+    Plain,
+}
+
+/// A destination the policy admits, with its checked addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct Destination {
+    pub host: Host,
+    /// `host` as records name it, made once for every request's subject.
+    pub host_text: String,
+    pub port: u16,
+    pub handling: Handling,
+    /// The admitting decision (its rule names the policy entry).
+    pub decision: Decision,
+    /// Whether a CONNECT to it must be intercepted rather than passed through.
+    pub inspect: bool,
+    /// Every address the name resolved to; each one passed `check_address`.
+    pub addrs: Vec<SocketAddr>,
+    /// The hash of the policy that admitted it. A connection stays what it was admitted as under
+    /// later policies too (a reload never changes routes); its requests are decided under the
+    /// policy in force when each begins.
+    pub policy: Arc<str>,
+    /// The peer address of the client connection it was admitted for.
+    pub client: SocketAddr,
+}
+
+impl Destination {
+    pub fn server_name(&self) -> Option<&str> {
+        match &self.handling {
+            Handling::Mcp(server) => Some(&server.name),
+            Handling::Plain => None,
+        }
+    }
+
+    /// The refusal of a request that reached the proxy in clear text (`client_tls` false) for a
+    /// destination the policy only reaches over TLS (an `https` MCP server), if it is one.
+    pub fn check_transport(&self, client_tls: bool) -> Option<Decision> {
+        match &self.handling {
+            Handling::Mcp(server) => server.check_transport(client_tls),
+            Handling::Plain => None,
+        }
+    }
+
+    /// Whether the proxy talks TLS to this destination: the policy's scheme for an MCP server, the
+    /// client's choice for a plain host (see `Route::upstream_tls`).
+    pub fn upstream_tls(&self, client_tls: bool) -> bool {
+        match &self.handling {
+            Handling::Mcp(server) => server.upstream_tls(),
+            Handling::Plain => client_tls,
+        }
+    }
+
+    /// The audit subject of a request with `method` on `path` (no query) to this destination.
+    pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
+        let mut subject =
+            Subject::new(self.client, method, self.host_text.clone(), self.port, path);
+        subject.server = self.server_name().map(str::to_string);
+        subject.under(&self.policy)
+    }
+}
+
+/// Routes, resolves and checks `host:port`; a refusal is recorded about `subject`.
+pub(crate) async fn admit(
+    session: &SessionContext,
+    host: &Host,
+    port: u16,
+    subject: &Subject,
+) -> Result<Destination, Refusal> {
+    let live = session.live.current();
+    let subject = &subject.clone().under(&live.hash);
+    let route = live
+        .policy
+        .route(host, port)
+        .map_err(|denied| Refusal::denied(subject, &denied))?;
+    let inspect = route.needs_inspection();
+    let mut decision = Decision::allow(
+        route.rule(),
+        format!("{} is allowed by the policy", host.authority(port)),
+    );
+    let handling = match route {
+        Route::Mcp(server) => Handling::Mcp(Box::new(server.clone())),
+        Route::Plain { .. } => Handling::Plain,
+    };
+    let ips = resolve(session, host, port).await.map_err(|error| {
+        if let Some(metrics) = &session.metrics {
+            metrics.upstream_error(&error);
+        }
+        Refusal::failed(subject, error)
+    })?;
+    // One refused address refuses the lot. A name allowed into its `private:` ranges is recorded
+    // by them (`hosts[2].private "10.20.0.0/16"`): the record says which entry opened the door.
+    match live.policy.check_addresses(host, port, &ips) {
+        Err(refused) => return Err(Refusal::denied(subject, &refused)),
+        Ok(Some(rule)) => {
+            decision.rule = rule;
+            decision.message = format!(
+                "{} is allowed by the policy, into its private ranges",
+                host.authority(port)
+            );
+        }
+        Ok(None) => {}
+    }
+    Ok(Destination {
+        host: host.clone(),
+        host_text: host.to_string(),
+        port,
+        handling,
+        decision,
+        inspect,
+        addrs: ips
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect(),
+        policy: live.hash.clone(),
+        client: subject.client,
+    })
+}
+
+/// [`admit`] for a tunnel (a CONNECT, or a connection caught on the transparent path), with its
+/// allowing decision recorded: the one record a tunnel gets.
+pub(crate) async fn admit_tunnel(
+    session: &SessionContext,
+    host: &Host,
+    port: u16,
+    subject: &Subject,
+) -> Result<Destination, Refusal> {
+    let dest = admit(session, host, port, subject).await?;
+    session.record(dest.subject("CONNECT", None).decided(&dest.decision))?;
+    Ok(dest)
+}
+
+/// One resolution: an IP literal is itself; a name goes to the resolver, with a timeout.
+async fn resolve(
+    session: &SessionContext,
+    host: &Host,
+    port: u16,
+) -> Result<Vec<std::net::IpAddr>, ProxyError> {
+    let name = match host {
+        Host::Ip(ip) => return Ok(vec![*ip]),
+        Host::Name(name) => name,
+    };
+    let after = session.options.resolve_timeout;
+    let ips = tokio::time::timeout(after, session.network.resolve(name, port))
+        .await
+        .map_err(|_| ProxyError::ResolveTimeout {
+            host: name.clone(),
+            after,
+        })?
+        .map_err(|error| ProxyError::Resolve {
+            host: name.clone(),
+            error,
+        })?;
+    if ips.is_empty() {
+        return Err(ProxyError::NoAddress { host: name.clone() });
+    }
+    Ok(ips)
+}
