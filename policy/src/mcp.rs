@@ -32,11 +32,11 @@
 mod denial;
 mod headers;
 mod http;
+pub mod inventory;
 pub mod legacy;
 pub(crate) mod methods;
 mod shape;
 pub mod teach;
-pub(crate) mod text;
 
 pub use crate::json::JsonLimits;
 pub use denial::{ERROR_CODES, denial_body, error_code};
@@ -44,11 +44,11 @@ pub use methods::{CONNECT_AND_LIST, TOOLS_CALL};
 
 use crate::args::ArgRule;
 use crate::decision::{Decision, Reason};
-use crate::inventory::Inventory;
 use crate::json::{self, JsonErrorKind, Value};
 use crate::tool_pattern::ToolPattern;
+use crate::untrusted_text::shown;
 use crate::uri_pattern::UriPattern;
-use text::shown;
+use inventory::Inventory;
 
 /// Which request paths are the server's MCP endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,10 +10,10 @@
 
 use super::http::path_of;
 use super::teach;
-use super::text::{clip, shown};
 use super::{McpDecision, MessageDecision, MessageKind, RequestView, RpcId};
 use crate::decision::Reason;
 use crate::json::write_string;
+use crate::untrusted_text::{clip, shown};
 
 /// The JSON-RPC `error.code` for each reason.
 pub const ERROR_CODES: [(Reason, i64); 13] = [

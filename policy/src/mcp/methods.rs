@@ -8,14 +8,14 @@
 //! Method and tool names and URIs are compared exactly (case-sensitive, after JSON unescaping,
 //! never normalised).
 
+use super::inventory::{CallPin, Inventory};
 use super::shape::{self, Message};
-use super::text::{push_shown, quoted, shown};
 use super::{MessageDecision, MessageKind, ServerRule};
 use crate::args;
 use crate::decision::{Decision, Reason};
-use crate::inventory::{CallPin, Inventory};
 use crate::json::{self, Value};
 use crate::tool_pattern::ToolPattern;
+use crate::untrusted_text::{push_shown, quoted, shown};
 
 /// Methods allowed without listing, in every protocol version from 2025-03-26 to 2026-07-28: the
 /// handshake, discovery, listing, keep-alive, cancellation and progress, and the task plumbing of

@@ -11,7 +11,7 @@
 //! have no spaces, so the server is the text between `mcp.` and the first space (less
 //! `.tools.deny`).
 
-use crate::config::is_valid_server_name;
+use crate::server_name::is_valid_server_name;
 use crate::tool_pattern::is_plain_tool_name;
 
 /// Why the policy's tool rules denied a call, as far as the person's next step goes.
@@ -66,8 +66,8 @@ pub fn tool_hint(rule: &str, tool: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::Inventory;
     use crate::json::JsonLimits;
+    use crate::mcp::inventory::Inventory;
     use crate::mcp::{EndpointPath, ServerRule, methods};
     use crate::tool_pattern::ToolPattern;
 
