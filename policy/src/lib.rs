@@ -37,4 +37,4 @@ pub mod uri_pattern;
 // `mcp::inventory` (issue 35).
 pub use mcp::inventory;
 
-pub use decision::{Decision, Reason, Verdict};
+pub use decision::{Decision, Reason, ToolDenial, Verdict};

@@ -169,8 +169,10 @@ fn rpc_error(id: &RpcId, reason: Reason, message: &str, rule: &str, m: &MessageD
     out.push_str(",\"rule\":");
     write_string(&mut out, rule);
     // Only for the message's own tool-rule denial: the approve line, or why approve cannot help.
-    let hint = match (&m.tool, m.decision.reason()) {
-        (Some(tool), Some(Reason::PolicyDenied)) => teach::tool_hint(&m.decision.rule, tool),
+    let hint = match (&m.tool, m.decision.reason(), &m.decision.tool_denial) {
+        (Some(tool), Some(Reason::PolicyDenied), Some(denial)) => {
+            teach::tool_hint(denial, &m.decision.rule, tool)
+        }
         _ => None,
     };
     if let Some(hint) = hint {

@@ -12,7 +12,7 @@ use super::inventory::{CallPin, Inventory};
 use super::shape::{self, Message};
 use super::{MessageDecision, MessageKind, ServerRule};
 use crate::args;
-use crate::decision::{Decision, Reason};
+use crate::decision::{Decision, Reason, ToolDenial};
 use crate::json::{self, Value};
 use crate::tool_pattern::ToolPattern;
 use crate::untrusted_text::{push_shown, quoted, shown};
@@ -212,12 +212,18 @@ pub(crate) fn tool(server: &ServerRule, inventory: &Inventory, name: &str) -> De
                 quoted(pattern.as_str())
             ),
             format!("tools/call {} is denied", shown(name)),
-        ),
+        )
+        .by_tool_rule(ToolDenial::DenyListed {
+            server: server.name.clone(),
+        }),
         ToolVerdict::NotAllowed => Decision::deny(
             Reason::PolicyDenied,
             default_deny(server),
             format!("tools/call {} is not in the allowed tools", shown(name)),
-        ),
+        )
+        .by_tool_rule(ToolDenial::NotAllowed {
+            server: server.name.clone(),
+        }),
         ToolVerdict::Changed => changed("its definition differs from the pinned one"),
         ToolVerdict::NotInLock => changed("the tool is not in the lock file"),
         ToolVerdict::Allowed(by) => {
