@@ -4,7 +4,8 @@
 //! - [`engine`]: the compiled [`engine::Policy`] the proxy asks about destinations, addresses and requests.
 //! - [`mcp`]: the MCP JSON-RPC classifier (strict JSON in [`json`]).
 //! - [`host`] and [`ip`]: host matching and the internal-address classifier.
-//! - [`tool_pattern`]: tool names and globs; [`args`]: the argument rules of `tools.rules`.
+//! - [`tool_pattern`]: tool names and globs; [`args`]: the argument rules of `tools.rules`;
+//!   [`server_name`]: the syntax of an MCP server's name.
 //! - [`audit`]: the audit record and its hash chain.
 //! - [`decision`]: the verdicts and reason codes everything returns.
 //!

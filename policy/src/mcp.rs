@@ -27,7 +27,12 @@
 //! get-stream`, `mcp.<server> session-end`, `mcp.<server> oauth-metadata`, `mcp.<server> batch`,
 //! `mcp.<server> default deny`, and for requests that cannot be decided: `strict http`,
 //! `body size limit`, `strict json`, `strict json-rpc`, `mcp headers`. Messages name methods and
-//! tools only, escaped (they are hostile input), never other body content.
+//! tools only, escaped (they are hostile input, `crate::untrusted_text`), never other body
+//! content.
+//!
+//! What one session knows of each server (pins, `x-mcp-header` declarations, announced message
+//! paths) is its [`inventory::Inventory`]: the classifier decides with it, and the response side
+//! (`crate::response`) fills it from what the server lists.
 
 mod denial;
 mod headers;

@@ -1,6 +1,9 @@
 //! How names taken from a request (JSON-RPC methods, tool names, paths) are shown in decision
 //! messages: they are hostile input, so control characters, invisible and bidirectional formatting
 //! characters are escaped and the length is bounded.
+//!
+//! At the crate root because both the MCP classifier (`mcp`) and the argument rules (`args`) show
+//! such names; it uses only `json`.
 
 use crate::json;
 

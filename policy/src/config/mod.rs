@@ -33,11 +33,11 @@
 //!   keeps the machine's hosts and `body` (a cloned repository's `fenzi.yaml` must not be able
 //!   to send the user's stored tokens elsewhere).
 //! - A top-level `hosts` item may be a mapping `{host, private}`, and a `url` entry may have
-//!   `private`: the internal ranges that exact name may resolve to (`private` module). Only the
+//!   `private`: the internal ranges that exact name may resolve to (`model::private`). Only the
 //!   machine file names them; a project may narrow them for a name the machine file names.
 //! - A top-level secret's `in` is a non-empty list of distinct `header:NAME`, `query:NAME` and
 //!   `body`; listing `body` turns bodies on, and `body: true` beside an `in` without it is an
-//!   error. A project may narrow a machine secret's `in` to a subset (see `positions`).
+//!   error. A project may narrow a machine secret's `in` to a subset (see `merge::positions`).
 //! - Error messages may quote names (keys, server, secret, tool and host names) but never a url,
 //!   a command argument or any other value that could hold a credential. A `resources.allow`
 //!   pattern is a URI, so merge errors name it by its key (`mcp.x.resources.allow[1]`) only.
