@@ -14,7 +14,7 @@
 //! `mcp.<server>.tools.deny "<pattern>"` for one a `deny` pattern matches. Server names have no
 //! spaces, so the server is the text between `mcp.` and the first space (less `.tools.deny`).
 
-pub use crate::decision::ToolDenial;
+use crate::decision::ToolDenial;
 use crate::server_name::is_valid_server_name;
 use crate::tool_pattern::is_plain_tool_name;
 

@@ -22,8 +22,9 @@ use super::allow_edit;
 use crate::commands::log::render::field;
 use crate::commands::mcp::files::{Files, PolicyFile, parse_one, write_atomic};
 use anyhow::{Result, anyhow, bail};
+use fenzi_policy::ToolDenial;
 use fenzi_policy::config::{Config, Located, Origin, ServerKind, ToolRules};
-use fenzi_policy::mcp::teach::{ToolDenial, recorded_tool_denial};
+use fenzi_policy::mcp::teach::recorded_tool_denial;
 use fenzi_policy::tool_pattern::{ToolPattern, is_plain_tool_name};
 use std::collections::BTreeSet;
 
