@@ -43,7 +43,7 @@
 use crate::decision::{Decision, Reason};
 use crate::engine::{Policy, Route};
 use crate::host::{Host, split_authority};
-use crate::inventory::Inventory;
+use crate::mcp::inventory::Inventory;
 use crate::mcp::{EndpointPath, RequestView};
 use serde::Deserialize;
 use std::collections::BTreeMap;

@@ -127,6 +127,30 @@ pub struct Decision {
     pub verdict: Verdict,
     pub rule: String,
     pub message: String,
+    /// For a `tools/call` a server's tool rules denied, which rule it was; `None` for every other
+    /// decision. The hint a denial teaches is built from it (`mcp::teach`).
+    pub tool_denial: Option<ToolDenial>,
+}
+
+/// Which of a server's tool rules denied a `tools/call`, as far as a person's next step goes.
+/// Only the tool decision (`mcp::methods::tool`) sets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolDenial {
+    /// No `allow` pattern of `server` matches (rule `mcp.<server> default deny`): `fenzi approve`
+    /// can add the tool.
+    NotAllowed { server: String },
+    /// A `deny` pattern of `server` matches (rule `mcp.<server>.tools.deny "<pattern>"`): a choice
+    /// that approve does not undo.
+    DenyListed { server: String },
+}
+
+impl ToolDenial {
+    /// The server whose tool rules denied the call.
+    pub fn server(&self) -> &str {
+        match self {
+            ToolDenial::NotAllowed { server } | ToolDenial::DenyListed { server } => server,
+        }
+    }
 }
 
 impl Decision {
@@ -135,6 +159,7 @@ impl Decision {
             verdict: Verdict::Allowed,
             rule: rule.into(),
             message: message.into(),
+            tool_denial: None,
         }
     }
 
@@ -143,6 +168,15 @@ impl Decision {
             verdict: Verdict::Denied(reason),
             rule: rule.into(),
             message: message.into(),
+            tool_denial: None,
+        }
+    }
+
+    /// This denial, marked as made by the tool rules (see [`ToolDenial`]).
+    pub fn by_tool_rule(self, denial: ToolDenial) -> Decision {
+        Decision {
+            tool_denial: Some(denial),
+            ..self
         }
     }
 

@@ -12,8 +12,8 @@ use crate::config::{
 };
 use crate::decision::{Decision, Reason};
 use crate::host::{Host, HostPattern};
-use crate::inventory::Inventory;
 use crate::ip::{InternalRange, internal_range};
+use crate::mcp::inventory::Inventory;
 use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, ServerRule};
 use crate::secret_name::server_token_name;
 use crate::secret_position::SecretPosition;
@@ -34,10 +34,10 @@ pub struct McpServer {
     /// The secret name of its token when `token: true` (`MCP_<SERVER>`).
     pub token_secret: Option<String>,
     /// `limits`, the machine file's entries first; the proxy counts them
-    /// ([`crate::config::limits::applicable`] says which apply to a call).
+    /// ([`crate::config::model::limits::applicable`] says which apply to a call).
     pub limits: Vec<ToolLimit>,
     /// `tools.confirm` and `confirm_timeout`: the allowed calls the proxy holds for a person.
-    pub confirm: crate::config::confirm::Confirm,
+    pub confirm: crate::config::Confirm,
 }
 
 impl McpServer {

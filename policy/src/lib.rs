@@ -4,7 +4,8 @@
 //! - [`engine`]: the compiled [`engine::Policy`] the proxy asks about destinations, addresses and requests.
 //! - [`mcp`]: the MCP JSON-RPC classifier (strict JSON in [`json`]).
 //! - [`host`] and [`ip`]: host matching and the internal-address classifier.
-//! - [`tool_pattern`]: tool names and globs; [`args`]: the argument rules of `tools.rules`.
+//! - [`tool_pattern`]: tool names and globs; [`args`]: the argument rules of `tools.rules`;
+//!   [`server_name`]: the syntax of an MCP server's name.
 //! - [`audit`]: the audit record and its hash chain.
 //! - [`decision`]: the verdicts and reason codes everything returns.
 //!
@@ -18,7 +19,6 @@ pub mod config;
 pub mod decision;
 pub mod engine;
 pub mod host;
-pub mod inventory;
 pub mod ip;
 pub mod json;
 pub mod json_text;
@@ -28,8 +28,14 @@ pub mod response;
 pub mod secret_name;
 pub mod secret_position;
 pub mod secret_use;
+pub mod server_name;
 pub mod team;
 pub mod tool_pattern;
+mod untrusted_text;
 pub mod uri_pattern;
 
-pub use decision::{Decision, Reason, Verdict};
+// `inventory` moved under `mcp`; its old path stays only for the proxy's callers until they name
+// `mcp::inventory` (issue 35).
+pub use mcp::inventory;
+
+pub use decision::{Decision, Reason, ToolDenial, Verdict};

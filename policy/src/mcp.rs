@@ -27,16 +27,21 @@
 //! get-stream`, `mcp.<server> session-end`, `mcp.<server> oauth-metadata`, `mcp.<server> batch`,
 //! `mcp.<server> default deny`, and for requests that cannot be decided: `strict http`,
 //! `body size limit`, `strict json`, `strict json-rpc`, `mcp headers`. Messages name methods and
-//! tools only, escaped (they are hostile input), never other body content.
+//! tools only, escaped (they are hostile input, `crate::untrusted_text`), never other body
+//! content.
+//!
+//! What one session knows of each server (pins, `x-mcp-header` declarations, announced message
+//! paths) is its [`inventory::Inventory`]: the classifier decides with it, and the response side
+//! (`crate::response`) fills it from what the server lists.
 
 mod denial;
 mod headers;
 mod http;
+pub mod inventory;
 pub mod legacy;
 pub(crate) mod methods;
 mod shape;
 pub mod teach;
-pub(crate) mod text;
 
 pub use crate::json::JsonLimits;
 pub use denial::{ERROR_CODES, denial_body, error_code};
@@ -44,11 +49,11 @@ pub use methods::{CONNECT_AND_LIST, TOOLS_CALL};
 
 use crate::args::ArgRule;
 use crate::decision::{Decision, Reason};
-use crate::inventory::Inventory;
 use crate::json::{self, JsonErrorKind, Value};
 use crate::tool_pattern::ToolPattern;
+use crate::untrusted_text::shown;
 use crate::uri_pattern::UriPattern;
-use text::shown;
+use inventory::Inventory;
 
 /// Which request paths are the server's MCP endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,8 +6,8 @@
 use fenzi_policy::cases;
 use fenzi_policy::config;
 use fenzi_policy::engine::Policy;
-use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::RequestView;
+use fenzi_policy::mcp::inventory::Inventory;
 use proptest::prelude::*;
 
 fn testdata(path: &str) -> String {

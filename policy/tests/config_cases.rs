@@ -197,10 +197,10 @@ fn surface(s: &ServerSurface, tools: &ToolRules) -> String {
             list(tools.confirm.tools.iter().map(|p| &p.value))
         ));
     }
-    if tools.confirm.timeout != fenzi_policy::config::confirm::DEFAULT_CONFIRM_TIMEOUT {
+    if tools.confirm.timeout != fenzi_policy::config::model::confirm::DEFAULT_CONFIRM_TIMEOUT {
         out.push_str(&format!(
             " confirm_timeout={}",
-            fenzi_policy::config::limits::show_duration(tools.confirm.timeout)
+            fenzi_policy::config::units::show_duration(tools.confirm.timeout)
         ));
     }
     for l in &s.limits {

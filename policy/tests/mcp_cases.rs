@@ -2,7 +2,7 @@
 //! `mcp::classify` and `mcp::denial_body`, and reports every failing case by file:line and name.
 
 use fenzi_policy::decision::{Reason, Verdict};
-use fenzi_policy::inventory::Inventory;
+use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::mcp::legacy::Authority;
 use fenzi_policy::mcp::{
     EndpointPath, JsonLimits, McpDecision, MessageKind, RequestView, RpcId, ServerRule, classify,

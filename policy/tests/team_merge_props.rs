@@ -6,8 +6,8 @@
 use fenzi_policy::config::{self, Config};
 use fenzi_policy::engine::{Policy, Route};
 use fenzi_policy::host::Host;
-use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::RequestView;
+use fenzi_policy::mcp::inventory::Inventory;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
 

@@ -11,7 +11,7 @@ use clap::ValueEnum;
 use fenzi_policy::cases::{self, Case, CaseResult, Expect};
 use fenzi_policy::config::{Config, ConfigError, Origin};
 use fenzi_policy::engine::Policy;
-use fenzi_policy::inventory::Inventory;
+use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::pins::Lock;
 use fenzi_proxy::lock_file::read_lock;
 use std::path::PathBuf;

@@ -17,8 +17,8 @@ pub mod number;
 pub mod pointer;
 
 use crate::json::Value;
-use crate::mcp::text::shown;
 use crate::tool_pattern::ToolPattern;
+use crate::untrusted_text::shown;
 use matcher::{Matcher, Outcome};
 use pointer::Pointer;
 

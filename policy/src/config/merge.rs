@@ -23,25 +23,32 @@
 //!   with `pin: true`. `tools.rules` are both files' (the machine's first): every matching rule
 //!   must hold, so a project's rules and `deny_args` only add conditions, and it cannot remove
 //!   the machine's.
-//! - `tools.confirm` patterns add up and `confirm_timeout` may only get shorter (`confirm.rs`).
+//! - `tools.confirm` patterns add up and `confirm_timeout` may only get shorter ([`confirm`]).
 //! - `limits` add up: the machine's entries stay and the project's follow, both applied
-//!   (`limits.rs`); a project entry looser than the machine's for the same tools is an error.
+//!   ([`limits`]); a project entry looser than the machine's for the same tools is an error.
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
 //!   identical, and then changes nothing.
 //! - `hosts` are the union: the project file may add plain egress hosts.
 //! - `private:` ranges come from the machine file only; a project may narrow them for a name the
-//!   machine file names (see `private`).
+//!   machine file names (see [`private`]).
 //! - Top-level `secrets` are the union, except that a secret the machine file binds keeps the
 //!   machine's hosts: the project may not send a machine secret (top-level, a local server's, or a
 //!   server token) to a host the machine file does not bind it to, nor turn on `body` for it. A
 //!   cloned repository's `fenzi.yaml` must not be a way to ship the user's stored tokens elsewhere.
 //!   A project's `in` for a machine secret must list a subset of the machine's positions, and then
-//!   replaces them (`positions`); without `in` the machine's stand.
+//!   replaces them ([`positions`]); without `in` the machine's stand.
+//!
+//! This file holds the servers', hosts' and secrets' rules and the [`Layers`] every step names;
+//! the parts with rules of their own have a child module each. Uses the model and `units`; the
+//! cross-entry `rules` run after it, on its result.
+
+mod confirm;
+mod limits;
+mod positions;
+mod private;
 
 use super::ConfigError;
 use super::model::*;
-use super::positions;
-use super::rules::place;
 use crate::host::HostPattern;
 use crate::secret_name::server_token_name;
 use crate::secret_position::SecretPosition;
@@ -177,7 +184,7 @@ fn merge_step(
     // Only the machine file names a team policy (the schema refuses it elsewhere).
     out.team = project.team.clone().or(machine.team.clone());
     out.hosts.extend(project.hosts.iter().cloned());
-    out.private = super::private::merge(&machine.private, &project.private, layers, &mut errors);
+    out.private = private::merge(&machine.private, &project.private, layers, &mut errors);
 
     for ps in &project.mcp {
         match out.mcp.iter_mut().find(|ms| ms.name == ps.name) {
@@ -236,7 +243,7 @@ fn merge_step(
         }
     }
 
-    super::confirm::check_unused(&out, &mut errors);
+    confirm::check_unused(&out, &mut errors);
     if errors.is_empty() {
         Ok(out)
     } else {
@@ -593,7 +600,7 @@ fn narrow_tools(
             ));
         }
     }
-    let confirm = super::confirm::narrow(name, &machine.confirm, &project.confirm, layers, errors);
+    let confirm = confirm::narrow(name, &machine.confirm, &project.confirm, layers, errors);
     let (allow_annotated, allow_annotated_at) = match &project.allow_annotated_at {
         None => (
             machine.allow_annotated.clone(),
@@ -762,7 +769,7 @@ fn narrow_surface(
             project.prompts.clone()
         }
     };
-    let limits = super::limits::narrow(name, &machine.limits, &project.limits, layers, errors);
+    let limits = limits::narrow(name, &machine.limits, &project.limits, layers, errors);
     let token_in = match &project.token_in {
         None => machine.token_in.clone(),
         Some(wanted) => {

@@ -5,13 +5,16 @@
 //! - [`decode`]: bytes to text (UTF-8 only; [`parse`] then drops a leading byte-order mark).
 //! - `yaml`: text to a located tree under tight limits (one document; no anchors, aliases, merge
 //!   keys, tags, directives or duplicate keys; YAML 1.2 booleans).
-//! - `schema` (with `url`, and `positions` for a secret's `in`): one file's tree to the [`Config`]
-//!   model, with every per-file rule.
+//! - `schema` (with `url`): one file's tree to the [`Config`] model, with every per-file rule.
 //! - `merge`: machine + project, where the project may add and narrow but never widen; and under
 //!   a team policy ([`parse_team`], [`merge_layers`]) team → machine → project, where neither
 //!   layer below the team may add what the team policy does not admit.
 //! - `rules`: the rules that span entries, on the merged set.
-//! - `limits`: a server's `limits` entries, read by `schema` and merged by `merge`.
+//!
+//! Below the steps, what they all use: [`model`] (the types, each remembering where it was
+//! written) and [`units`] (how rates, durations and sizes are written). Each module uses only
+//! those listed before it in this order: `units`, `yaml`, `model`, `url`, `schema`, `merge`,
+//! `rules`; this file runs them.
 //!
 //! [`parse`] runs the first three on one file; [`merge`] runs the last two and must be called
 //! even for a single file (`merge(None, Some(project))`): only it checks the cross-entry rules.
@@ -30,11 +33,11 @@
 //!   keeps the machine's hosts and `body` (a cloned repository's `fenzi.yaml` must not be able
 //!   to send the user's stored tokens elsewhere).
 //! - A top-level `hosts` item may be a mapping `{host, private}`, and a `url` entry may have
-//!   `private`: the internal ranges that exact name may resolve to (`private` module). Only the
+//!   `private`: the internal ranges that exact name may resolve to (`model::private`). Only the
 //!   machine file names them; a project may narrow them for a name the machine file names.
 //! - A top-level secret's `in` is a non-empty list of distinct `header:NAME`, `query:NAME` and
 //!   `body`; listing `body` turns bodies on, and `body: true` beside an `in` without it is an
-//!   error. A project may narrow a machine secret's `in` to a subset (see `positions`).
+//!   error. A project may narrow a machine secret's `in` to a subset (see `merge::positions`).
 //! - Error messages may quote names (keys, server, secret, tool and host names) but never a url,
 //!   a command argument or any other value that could hold a credential. A `resources.allow`
 //!   pattern is a URI, so merge errors name it by its key (`mcp.x.resources.allow[1]`) only.
@@ -51,20 +54,16 @@
 //!   `prompts.allow` that are textually equal to machine ones (a narrower glob counts as new),
 //!   and keep or drop `allow_annotated` values.
 
-pub mod confirm;
-pub mod limits;
 mod merge;
 pub mod model;
-mod positions;
-mod private;
 mod rules;
 mod schema;
+pub mod units;
 mod url;
 mod yaml;
 
 pub use model::*;
-pub use private::PrivateName;
-pub use schema::{MAX_SERVER_NAME, is_valid_server_name};
+pub use units::{Rate, RatePeriod};
 pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES};
 
 use std::fmt;

@@ -13,16 +13,13 @@
 //!
 //! Pairwise checks are quadratic in the number of entries; the YAML reader caps a file at
 //! `yaml::MAX_NODES` nodes, which keeps that small.
+//!
+//! Uses the model only.
 
 use super::ConfigError;
 use super::model::*;
 use crate::host::{Host, HostMatcher, HostPattern};
 use crate::secret_name::server_token_name;
-
-/// `file:line:column` of a location, for naming the other party of a clash.
-pub fn place(at: &Location) -> String {
-    format!("{}:{}:{}", at.file, at.line, at.column)
-}
 
 fn error(at: &Location, message: String, hint: &str) -> ConfigError {
     ConfigError {

@@ -2,28 +2,31 @@
 //! rule that needs only that file (keys, types, entry kinds, urls, names, allow/deny). Rules that
 //! span entries or files live in `rules` and `merge`.
 //!
+//! One [`Reader`] walks the file; each part of an entry with rules of its own has a child module
+//! that adds its methods (`arg_rules`, `confirm`, `limits`, `positions`, `private`). Uses the
+//! model, `yaml`, `url` and `units`; nothing of `config` uses it but the pipeline in `config`.
+//!
 //! It walks the tree by hand rather than through `#[derive(Deserialize)]`: the walk reports every
 //! problem in the file at once, each with its key path and a hint, where derived structs stop at
 //! the first. Unknown keys are still errors everywhere.
 
 use super::ConfigError;
 use super::model::*;
-use super::positions;
 use super::url;
 use super::yaml::{Node, Value, push_key};
 use crate::host::HostPattern;
 use crate::secret_name::{is_valid_secret_name, reserved_reason};
 use crate::secret_position::SecretPosition;
+use crate::server_name::{MAX_SERVER_NAME, is_valid_server_name};
 use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
 
 mod arg_rules;
 mod confirm;
+mod limits;
+mod positions;
 mod private;
-
-/// Longest server name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`).
-pub const MAX_SERVER_NAME: usize = 64;
 
 const TOP_KEYS: &[&str] = &["version", "hosts", "mcp", "secrets"];
 /// The machine file may also say where the team policy comes from.
@@ -74,16 +77,6 @@ const ANNOTATIONS_HINT: &str = "the one annotation is `read_only`: tools whose p
 const ANNOTATED_PIN_HINT: &str =
     "add `pin: true` to the server: annotations are read from the pinned definition only";
 
-/// True for `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.
-pub fn is_valid_server_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= MAX_SERVER_NAME
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
-}
-
 /// Reads one file's root node, with its `serial` (only a team policy has one, and it must).
 /// `Err` holds every problem found.
 pub fn read(
@@ -110,7 +103,7 @@ struct Reader {
     origin: Origin,
     errors: Vec<ConfigError>,
     /// The file's `private:` lists, gathered where they are read.
-    private: Vec<super::private::PrivateName>,
+    private: Vec<PrivateName>,
     /// A team policy's `serial`.
     serial: Option<u64>,
 }
@@ -682,7 +675,7 @@ impl Reader {
             );
             return None;
         }
-        let list = super::positions::read(&self.file, node, &key, &mut self.errors)?;
+        let list = positions::read(&self.file, node, &key, &mut self.errors)?;
         if let Some(body) = list
             .iter()
             .find(|p| p.value == crate::secret_position::SecretPosition::Body)
@@ -699,26 +692,6 @@ impl Reader {
             return None;
         }
         Some((Some(list), Some(self.at(k, &key))))
-    }
-
-    /// `limits` of a `url` or `account` entry (`limits.rs`), checked against its tool rules.
-    fn limits(
-        &mut self,
-        f: &Fields<'_>,
-        path: &str,
-        server: Option<&ServerKind>,
-    ) -> Option<Vec<ToolLimit>> {
-        let Some((_, node)) = f.get("limits") else {
-            return Some(Vec::new());
-        };
-        let tools = match server {
-            Some(ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. }) => {
-                Some(tools)
-            }
-            _ => None,
-        };
-        let key = child(path, "limits");
-        super::limits::read(node, &self.file, self.origin, &key, tools, &mut self.errors)
     }
 
     /// `list`, `pin`, `resources` and `prompts` of a `url` or `account` entry. The `pin` value is

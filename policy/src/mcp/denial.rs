@@ -10,10 +10,10 @@
 
 use super::http::path_of;
 use super::teach;
-use super::text::{clip, shown};
 use super::{McpDecision, MessageDecision, MessageKind, RequestView, RpcId};
 use crate::decision::Reason;
 use crate::json::write_string;
+use crate::untrusted_text::{clip, shown};
 
 /// The JSON-RPC `error.code` for each reason.
 pub const ERROR_CODES: [(Reason, i64); 13] = [
@@ -169,8 +169,10 @@ fn rpc_error(id: &RpcId, reason: Reason, message: &str, rule: &str, m: &MessageD
     out.push_str(",\"rule\":");
     write_string(&mut out, rule);
     // Only for the message's own tool-rule denial: the approve line, or why approve cannot help.
-    let hint = match (&m.tool, m.decision.reason()) {
-        (Some(tool), Some(Reason::PolicyDenied)) => teach::tool_hint(&m.decision.rule, tool),
+    let hint = match (&m.tool, m.decision.reason(), &m.decision.tool_denial) {
+        (Some(tool), Some(Reason::PolicyDenied), Some(denial)) => {
+            teach::tool_hint(denial, &m.decision.rule, tool)
+        }
         _ => None,
     };
     if let Some(hint) = hint {

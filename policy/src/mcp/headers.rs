@@ -30,8 +30,8 @@
 //! ([`Inventory::mirrored`]).
 
 use super::http::{header_values, trim_ows};
-use crate::inventory::Inventory;
 use crate::json::Value;
+use crate::mcp::inventory::Inventory;
 
 const MCP_METHOD: &str = "mcp-method";
 const MCP_NAME: &str = "mcp-name";

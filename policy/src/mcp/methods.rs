@@ -8,14 +8,14 @@
 //! Method and tool names and URIs are compared exactly (case-sensitive, after JSON unescaping,
 //! never normalised).
 
+use super::inventory::{CallPin, Inventory};
 use super::shape::{self, Message};
-use super::text::{push_shown, quoted, shown};
 use super::{MessageDecision, MessageKind, ServerRule};
 use crate::args;
-use crate::decision::{Decision, Reason};
-use crate::inventory::{CallPin, Inventory};
+use crate::decision::{Decision, Reason, ToolDenial};
 use crate::json::{self, Value};
 use crate::tool_pattern::ToolPattern;
+use crate::untrusted_text::{push_shown, quoted, shown};
 
 /// Methods allowed without listing, in every protocol version from 2025-03-26 to 2026-07-28: the
 /// handshake, discovery, listing, keep-alive, cancellation and progress, and the task plumbing of
@@ -212,12 +212,18 @@ pub(crate) fn tool(server: &ServerRule, inventory: &Inventory, name: &str) -> De
                 quoted(pattern.as_str())
             ),
             format!("tools/call {} is denied", shown(name)),
-        ),
+        )
+        .by_tool_rule(ToolDenial::DenyListed {
+            server: server.name.clone(),
+        }),
         ToolVerdict::NotAllowed => Decision::deny(
             Reason::PolicyDenied,
             default_deny(server),
             format!("tools/call {} is not in the allowed tools", shown(name)),
-        ),
+        )
+        .by_tool_rule(ToolDenial::NotAllowed {
+            server: server.name.clone(),
+        }),
         ToolVerdict::Changed => changed("its definition differs from the pinned one"),
         ToolVerdict::NotInLock => changed("the tool is not in the lock file"),
         ToolVerdict::Allowed(by) => {

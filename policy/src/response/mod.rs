@@ -21,8 +21,8 @@
 pub mod sse;
 
 use crate::Reason;
-use crate::inventory::Inventory;
 use crate::json::{self, JsonError, JsonErrorKind, JsonLimits, Value};
+use crate::mcp::inventory::Inventory;
 use crate::mcp::methods::ToolVerdict;
 use crate::mcp::{RpcId, ServerRule, methods as rules, read_shape};
 use std::borrow::Cow;

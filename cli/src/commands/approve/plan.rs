@@ -22,8 +22,9 @@ use super::allow_edit;
 use crate::commands::log::render::field;
 use crate::commands::mcp::files::{Files, PolicyFile, parse_one, write_atomic};
 use anyhow::{Result, anyhow, bail};
+use fenzi_policy::ToolDenial;
 use fenzi_policy::config::{Config, Located, Origin, ServerKind, ToolRules};
-use fenzi_policy::mcp::teach::ToolDenial;
+use fenzi_policy::mcp::teach::recorded_tool_denial;
 use fenzi_policy::tool_pattern::{ToolPattern, is_plain_tool_name};
 use std::collections::BTreeSet;
 
@@ -114,7 +115,7 @@ pub fn plan(
         let other: Vec<&str> = rules
             .iter()
             .filter(|r| {
-                !matches!(ToolDenial::from_rule(r), Some(ToolDenial::NotAllowed { server: s }) if s == server)
+                !matches!(recorded_tool_denial(r), Some(ToolDenial::NotAllowed { server: s }) if s == server)
             })
             .map(String::as_str)
             .collect();

@@ -125,10 +125,12 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
 
 /// What a person can do about a `tools/call` the tool rules denied: the `fenzi approve` line (or
 /// why approve will not help), shown indented under the record's line; the same text as the
-/// denial's JSON-RPC `data.hint` ([`fenzi_policy::mcp::teach`]). `None` for every other record,
-/// and for a rule that names another server than the record.
+/// denial's JSON-RPC `data.hint` ([`fenzi_policy::mcp::teach`]). A record keeps only the rule's
+/// text, so which tool rule it was is read back from that text
+/// ([`fenzi_policy::mcp::teach::recorded_tool_denial`]). `None` for every other record, and for a
+/// rule that names another server than the record.
 pub fn hint(r: &AuditRecord) -> Option<String> {
-    use fenzi_policy::mcp::teach::{ToolDenial, tool_hint};
+    use fenzi_policy::mcp::teach::{recorded_tool_denial, tool_hint};
     if r.decision != Outcome::Denied
         || r.reason.as_deref() != Some("policy_denied")
         || r.rpc.as_deref() != Some(fenzi_policy::mcp::TOOLS_CALL)
@@ -136,11 +138,12 @@ pub fn hint(r: &AuditRecord) -> Option<String> {
         return None;
     }
     let (rule, tool, server) = (r.rule.as_deref()?, r.tool.as_deref()?, r.server.as_deref()?);
-    if ToolDenial::from_rule(rule)?.server() != server {
+    let denial = recorded_tool_denial(rule)?;
+    if denial.server() != server {
         return None;
     }
     // The hint holds only policy names and a plain tool name; escape anyway, as for every field.
-    let text = tool_hint(rule, tool)?;
+    let text = tool_hint(&denial, rule, tool)?;
     Some(
         text.chars()
             .map(|c| {

@@ -15,8 +15,8 @@ use super::entry::{Body, NewEntry};
 use super::files::{FileArgs, Files, check_edit, parse_before, write_atomic};
 use super::yaml_edit;
 use anyhow::{Result, anyhow, bail};
-use fenzi_policy::config::is_valid_server_name;
 use fenzi_policy::secret_name::{is_valid_secret_name, reserved_reason, server_token_name};
+use fenzi_policy::server_name::is_valid_server_name;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]

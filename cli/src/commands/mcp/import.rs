@@ -27,7 +27,8 @@ use super::files::{
 };
 use super::yaml_edit;
 use anyhow::{Context, Result, bail};
-use fenzi_policy::config::{Config, is_valid_server_name};
+use fenzi_policy::config::Config;
+use fenzi_policy::server_name::is_valid_server_name;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

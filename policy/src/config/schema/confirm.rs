@@ -14,9 +14,9 @@
 
 use super::arg_rules::unreachable_reason;
 use super::{Fields, Reader, child};
-use crate::config::confirm::{Confirm, MAX_CONFIRM_TIMEOUT};
-use crate::config::limits::{parse_duration, show_duration};
 use crate::config::model::ToolRules;
+use crate::config::model::confirm::{Confirm, MAX_CONFIRM_TIMEOUT};
+use crate::config::units::{parse_duration, show_duration};
 use crate::config::yaml::Value;
 
 const TIMEOUT_HINT: &str = "write how long a held call waits for a person, a number and a unit \

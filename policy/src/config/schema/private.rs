@@ -4,10 +4,9 @@
 //! an IP literal, which needs no ranges, and not a wildcard, under which anyone who can make a
 //! subdomain resolve could reach the internal network).
 
-use super::super::private::PrivateName;
 use super::{Reader, child, index};
 use crate::cidr::{Cidr, CidrError};
-use crate::config::model::Located;
+use crate::config::model::{Located, PrivateName};
 use crate::config::yaml::{Node, Value};
 use crate::host::{HostMatcher, HostPattern};
 

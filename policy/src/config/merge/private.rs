@@ -1,33 +1,18 @@
-//! Private destinations by name (README "Configuration"): the model of a `private:`
-//! list — one exact name and port, and the internal ranges it may resolve to — and its rule in the
-//! machine/project merge. Reading it is `schema/private.rs`; deciding with it is
-//! `Policy::check_address`.
+//! The machine/project rule for `private:` lists (README "Configuration"): only the machine file
+//! may name private ranges. A project file is written by whoever controls the repository the agent
+//! works in, so a range it could add would be a door into the user's internal network opened by
+//! someone else. A project may repeat a name the machine file gives ranges to and list ranges
+//! inside the machine's (narrowing them: the project's list then replaces the machine's for that
+//! name); any other `private:` in a project file is an error that names what was tried. Under a
+//! team policy the machine file stands to the team policy as a project to the machine file.
 //!
-//! The merge rule: only the machine file may name private ranges. A project file is written by
-//! whoever controls the repository the agent works in, so a range it could add would be a door
-//! into the user's internal network opened by someone else. A project may repeat a name the
-//! machine file gives ranges to and list ranges inside the machine's (narrowing them: the
-//! project's list then replaces the machine's for that name); any other `private:` in a project
-//! file is an error that names what was tried.
+//! Uses the model and the merge's [`Layers`].
 
-use super::ConfigError;
-use super::model::{Located, Location, Origin};
-use super::rules::place;
+use super::Layers;
 use crate::cidr::Cidr;
-use crate::host::HostPattern;
-
-/// One name that may resolve to internal addresses inside its ranges.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PrivateName {
-    /// An exact name and port: never an IP literal, never a wildcard.
-    pub pattern: HostPattern,
-    /// The ranges, each a range [`Cidr::check_private`] accepts.
-    pub ranges: Vec<Located<Cidr>>,
-    pub origin: Origin,
-    /// The `private` key. Its path (`hosts[2].private`, `mcp.corp.private`) names the entry in
-    /// decisions.
-    pub at: Location,
-}
+use crate::config::ConfigError;
+use crate::config::model::private::PrivateName;
+use crate::config::model::{Located, Origin, place};
 
 fn list(ranges: &[Located<Cidr>]) -> String {
     ranges
@@ -39,13 +24,13 @@ fn list(ranges: &[Located<Cidr>]) -> String {
 
 /// The merged list: the machine's entries, except that a name the project narrows has the
 /// project's entries instead. `errors` gets every project range that is not a narrowing.
-pub fn merge(
+pub(super) fn merge(
     machine: &[PrivateName],
     project: &[PrivateName],
-    layers: &super::merge::Layers,
+    layers: &Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Vec<PrivateName> {
-    let super::merge::Layers {
+    let Layers {
         upper_file,
         lower,
         lower_file,

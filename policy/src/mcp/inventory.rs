@@ -16,8 +16,8 @@
 //!   across pages; the first definition seen of each wins, and a later different one is changed.
 //! - A call to a tool the session has not seen in a list is decided by the lock alone.
 
+use super::legacy::{AnnounceError, Authority, MessagePaths};
 use crate::json::Value;
-use crate::mcp::legacy::{AnnounceError, Authority, MessagePaths};
 use crate::pins::{PinnedTool, ServerPins, ToolHints, listed_hash};
 use std::collections::{HashMap, HashSet};
 

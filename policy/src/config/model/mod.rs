@@ -1,5 +1,18 @@
 //! The validated configuration: what a `fenzi.yaml` (and the machine file) mean once parsed, checked
 //! and merged. Every element remembers where it was written so errors and `fenzi check` can point at it.
+//!
+//! The types only, with what they say about themselves; reading them from a file is `schema`'s,
+//! joining files `merge`'s. The parts with more to them have a module each: [`confirm`],
+//! [`limits`], [`private`]. Of `config`, uses only `units` (the values limits are written in) and
+//! `yaml`'s key paths.
+
+pub mod confirm;
+pub mod limits;
+pub mod private;
+
+pub use confirm::Confirm;
+pub use limits::ToolLimit;
+pub use private::PrivateName;
 
 use crate::args::ArgRule;
 use crate::host::{Host, HostPattern};
@@ -7,7 +20,6 @@ use crate::secret_position::SecretPosition;
 use crate::tool_pattern::ToolPattern;
 use crate::uri_pattern::UriPattern;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Which file an element came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,6 +43,11 @@ pub struct Location {
     pub key: String,
 }
 
+/// `file:line:column` of a location, for naming the other party of a clash in a message.
+pub fn place(at: &Location) -> String {
+    format!("{}:{}:{}", at.file, at.line, at.column)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located<T> {
     pub value: T,
@@ -48,7 +65,7 @@ pub struct Config {
     pub secrets: Vec<SecretConfig>,
     /// The names that may resolve to internal addresses (`private:` on a `hosts` entry or a
     /// `url` server), each with its ranges.
-    pub private: Vec<super::private::PrivateName>,
+    pub private: Vec<PrivateName>,
     /// The machine file's `team: {url, key}`: where the team policy comes from (only the machine
     /// file may name one).
     pub team: Option<TeamSource>,
@@ -90,7 +107,7 @@ pub struct ServerSurface {
     /// `prompts.allow`: prompt names or globs for `prompts/get` (default deny).
     pub prompts: Vec<Located<ToolPattern>>,
     /// `limits`: per-tool rate, concurrency, timeout and response cap, the machine file's entries
-    /// first (see `limits.rs`).
+    /// first (see [`limits`]).
     pub limits: Vec<ToolLimit>,
     /// Where each of these keys was written; all `None` when the entry leaves them to their
     /// defaults (and always for a local server). The merge needs it: a key a project entry omits
@@ -110,42 +127,6 @@ pub struct SurfaceKeys {
     pub resources: Option<Location>,
     pub prompts: Option<Location>,
     pub token_in: Option<Location>,
-}
-
-/// One `limits:` entry (README, "Limits"). The first entry of each file whose `tool` matches a
-/// call applies to it; each entry's counters are shared by every tool it matches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolLimit {
-    /// The tools it applies to, a pattern as in `tools.allow`.
-    pub tool: ToolPattern,
-    /// Calls per period, with a burst of the same count.
-    pub rate: Option<Rate>,
-    /// Calls in flight at once.
-    pub concurrency: Option<u32>,
-    /// From forwarding the call to the last byte of its answer.
-    pub timeout: Option<Duration>,
-    /// Bytes of the answer's body, as the upstream sent them.
-    pub max_response: Option<u64>,
-    /// The file that wrote it.
-    pub origin: Origin,
-    /// A project entry on a machine server it narrows (its records say `(project)`).
-    pub project_on_machine: bool,
-    /// Where it was written; the key is `mcp.NAME.limits[i]`.
-    pub at: Location,
-}
-
-/// `N/s`, `N/min` or `N/h`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    pub count: u32,
-    pub period: RatePeriod,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RatePeriod {
-    Second,
-    Minute,
-    Hour,
 }
 
 /// `list: filter` (the default) or `list: all`.
@@ -258,8 +239,8 @@ pub struct ToolRules {
     /// merge, the machine file's followed by the project's.
     pub rules: Vec<Located<ArgRule>>,
     /// `confirm` and `confirm_timeout`: the allowed calls held until a person answers
-    /// (`confirm.rs`).
-    pub confirm: super::confirm::Confirm,
+    /// ([`confirm`]).
+    pub confirm: Confirm,
 }
 
 /// A top-level `secrets:` entry.

@@ -1,11 +1,14 @@
 //! How names taken from a request (JSON-RPC methods, tool names, paths) are shown in decision
 //! messages: they are hostile input, so control characters, invisible and bidirectional formatting
 //! characters are escaped and the length is bounded.
+//!
+//! At the crate root because both the MCP classifier (`mcp`) and the argument rules (`args`) show
+//! such names; it uses only `json`.
 
 use crate::json;
 
 /// Most characters of one request-supplied name shown in a message.
-pub(super) const SHOWN_CHARS: usize = 128;
+pub(crate) const SHOWN_CHARS: usize = 128;
 
 /// `s` made safe to print: ASCII controls and `\` escaped, non-ASCII characters that Rust would not
 /// print as themselves (bidi overrides, zero-width and other format characters, combining marks)
@@ -44,7 +47,7 @@ fn push_escaped(out: &mut String, s: &str) {
 }
 
 /// `s` cut at `max` characters (on a character boundary).
-pub(super) fn clip(s: &str, max: usize) -> &str {
+pub(crate) fn clip(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((at, _)) => &s[..at],
         None => s,
@@ -53,7 +56,7 @@ pub(super) fn clip(s: &str, max: usize) -> &str {
 
 /// A pattern or name as a JSON string literal (pure ASCII), as rule names show them:
 /// `mcp.deepwiki.tools.allow "read_*"`.
-pub(super) fn quoted(s: &str) -> String {
+pub(crate) fn quoted(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     json::write_string(&mut out, s);
     out

@@ -1,68 +1,16 @@
-//! `tools.confirm` and `tools.confirm_timeout` on a `url` or `account` server (README, "Confirm"):
-//! the model, which pattern a call meets, and the machine + project rule. Reading them from a file
-//! is `schema/confirm.rs`; holding a call and asking a person is the proxy's (`proxy/src/confirm/`).
+//! The machine + project rule for `tools.confirm` and `tools.confirm_timeout` (README, "Confirm"):
+//! the project's patterns are added to the machine's (neither file can take one away), and the
+//! project may shorten the machine's timeout, never lengthen it. After the merge, a
+//! `confirm_timeout` on a server with no `confirm` pattern changes nothing: it is an error. (A
+//! pattern no allowed tool can match is refused when the file is read, `schema/confirm.rs`.)
 //!
-//! - `confirm` is a list of tool patterns, written as in `tools.allow`. A call the policy allows
-//!   whose tool matches one of them is held until a person answers, or `confirm_timeout` passes.
-//! - `confirm_timeout` is a duration as `limits` write it (`30s`, `2m`), from 1 ms to
-//!   [`MAX_CONFIRM_TIMEOUT`]; [`DEFAULT_CONFIRM_TIMEOUT`] when omitted.
-//! - A pattern no allowed tool can match, or one `tools.deny` covers, would never hold anything: it
-//!   is an error (the same rule as for `tools.rules`).
-//! - A `confirm_timeout` on a server with no `confirm` pattern (after the merge) changes nothing:
-//!   it is an error.
-//! - Machine and project: the project's patterns are added to the machine's (neither file can take
-//!   one away), and the project may shorten the machine's timeout, never lengthen it.
+//! Uses the model, `units` and the merge's [`Layers`].
 
-use super::ConfigError;
-use super::limits::show_duration;
-use super::model::{Config, Located, Location, ServerKind};
-use super::rules::place;
-use crate::tool_pattern::ToolPattern;
-use std::time::Duration;
-
-/// The wait when `confirm_timeout` is not written.
-pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
-/// The longest `confirm_timeout`: a call held longer than this is one nobody is answering.
-pub const MAX_CONFIRM_TIMEOUT: Duration = Duration::from_secs(60 * 60);
-
-/// `tools.confirm` and `tools.confirm_timeout` of one server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Confirm {
-    /// The tools whose allowed calls are held; after a merge, the machine's then the project's.
-    pub tools: Vec<Located<ToolPattern>>,
-    /// How long a held call waits for an answer.
-    pub timeout: Duration,
-    /// Where `confirm_timeout` was written; `None` when it was not (the default applies, or the
-    /// machine's after a merge).
-    pub timeout_at: Option<Location>,
-}
-
-impl Default for Confirm {
-    fn default() -> Confirm {
-        Confirm {
-            tools: Vec::new(),
-            timeout: DEFAULT_CONFIRM_TIMEOUT,
-            timeout_at: None,
-        }
-    }
-}
-
-impl Confirm {
-    /// True when no call is ever held.
-    pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
-    }
-
-    /// The first pattern `tool` matches: the call is to be held.
-    pub fn matching(&self, tool: &str) -> Option<&Located<ToolPattern>> {
-        self.tools.iter().find(|p| p.value.matches(tool))
-    }
-
-    /// The rule a held call's records name: `mcp.linear.tools.confirm "create_*"`.
-    pub fn rule(server: &str, pattern: &ToolPattern) -> String {
-        format!("mcp.{server}.tools.confirm \"{pattern}\"")
-    }
-}
+use super::Layers;
+use crate::config::ConfigError;
+use crate::config::model::confirm::Confirm;
+use crate::config::model::{Config, ServerKind, place};
+use crate::config::units::show_duration;
 
 /// The confirm settings of a machine server a project entry narrows: both files' patterns (each
 /// once), and the project's timeout when it is not longer than the machine's.
@@ -70,10 +18,10 @@ pub(super) fn narrow(
     server: &str,
     machine: &Confirm,
     project: &Confirm,
-    layers: &super::merge::Layers,
+    layers: &Layers,
     errors: &mut Vec<ConfigError>,
 ) -> Confirm {
-    let super::merge::Layers {
+    let Layers {
         upper,
         upper_file,
         lower,
@@ -146,7 +94,11 @@ pub(super) fn check_unused(config: &Config, errors: &mut Vec<ConfigError>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::model::confirm::DEFAULT_CONFIRM_TIMEOUT;
+    use crate::config::model::{Located, Location};
+    use crate::tool_pattern::ToolPattern;
     use std::sync::Arc;
+    use std::time::Duration;
 
     fn at(line: u32, key: &str) -> Location {
         Location {
@@ -172,28 +124,13 @@ mod tests {
     }
 
     #[test]
-    fn the_first_matching_pattern_holds_the_call() {
-        let c = confirm(&["delete_*", "delete_issue"], None);
-        assert_eq!(
-            c.matching("delete_issue").map(|p| p.value.to_string()),
-            Some("delete_*".into())
-        );
-        assert!(c.matching("get_issue").is_none());
-        assert!(Confirm::default().matching("x").is_none());
-        assert_eq!(
-            Confirm::rule("linear", &c.tools[0].value),
-            "mcp.linear.tools.confirm \"delete_*\""
-        );
-    }
-
-    #[test]
     fn a_project_adds_patterns_and_may_only_shorten_the_wait() {
         let mut errors = Vec::new();
         let merged = narrow(
             "s",
             &confirm(&["a"], Some(60)),
             &confirm(&["a", "b"], Some(30)),
-            &super::super::merge::PROJECT_ON_MACHINE,
+            &super::super::PROJECT_ON_MACHINE,
             &mut errors,
         );
         assert!(errors.is_empty());
@@ -206,7 +143,7 @@ mod tests {
             "s",
             &confirm(&["a"], None),
             &confirm(&[], None),
-            &super::super::merge::PROJECT_ON_MACHINE,
+            &super::super::PROJECT_ON_MACHINE,
             &mut errors,
         );
         assert!(errors.is_empty());
@@ -218,7 +155,7 @@ mod tests {
             "s",
             &confirm(&["a"], None),
             &confirm(&[], Some(600)),
-            &super::super::merge::PROJECT_ON_MACHINE,
+            &super::super::PROJECT_ON_MACHINE,
             &mut errors,
         );
         assert_eq!(errors.len(), 1);

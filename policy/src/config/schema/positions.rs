@@ -1,6 +1,7 @@
-//! A top-level secret's `in:` (README, "Secrets"): reading and checking the list of positions, its
-//! relation to `body`, and the machine/project merge, where a project may narrow a machine secret's
-//! positions and never widen them. What a position means is `crate::secret_position`.
+//! A top-level secret's `in:` (README, "Secrets") in a policy file: reading and checking the list
+//! of positions and its relation to `body`. The machine/project merge, where a project may narrow a
+//! machine secret's positions and never widen them, is `merge/positions.rs`; what a position means
+//! is `crate::secret_position`.
 //!
 //! Decisions:
 //! - `in` is a non-empty list of distinct positions (`header:` names compared case-insensitively).
@@ -10,15 +11,12 @@
 //! - Without `in`, a secret keeps the default: any header value and the query, the body when
 //!   `body: true`. For the merge, that default holds every `header:` and `query:` position, and
 //!   `body` exactly when the machine says `body: true`.
-//! - A project entry that omits `in` keeps the machine's positions; one that writes `in` must list
-//!   a subset of them, and its list then applies.
 //! - Messages quote a position only once it parsed (its names are header and parameter names);
 //!   a text that did not parse is described, never repeated.
 
-use super::ConfigError;
-use super::model::{Located, Location, SecretConfig};
-use super::rules::place;
-use super::yaml::{Node, Value};
+use crate::config::ConfigError;
+use crate::config::model::{Located, Location, place};
+use crate::config::yaml::{Node, Value};
 use crate::secret_position::{PositionError, SecretPosition};
 use std::sync::Arc;
 
@@ -181,59 +179,4 @@ pub(super) fn check_body(
              or remove `body: true`",
         ));
     }
-}
-
-/// A project entry `project` for machine secret `machine`: its positions, when it writes `in` and
-/// they are a subset of the machine's; `None` when it writes none (the machine's stand) or widens
-/// (errors pushed).
-pub(super) fn narrow(
-    machine: &SecretConfig,
-    project: &SecretConfig,
-    layers: &super::merge::Layers,
-    errors: &mut Vec<ConfigError>,
-) -> Option<Vec<Located<SecretPosition>>> {
-    let super::merge::Layers {
-        upper,
-        upper_file,
-        lower,
-        lower_file,
-        ..
-    } = *layers;
-    let wanted = project.positions.as_ref()?;
-    let before = errors.len();
-    for p in wanted {
-        let allowed = match &machine.positions {
-            Some(list) => list.iter().any(|m| m.value.same_place(&p.value)),
-            None => p.value != SecretPosition::Body || machine.body,
-        };
-        if allowed {
-            continue;
-        }
-        let machine_has = match &machine.positions {
-            Some(list) => format!(
-                "its positions there are {} ({})",
-                crate::secret_position::list(
-                    &list.iter().map(|m| m.value.clone()).collect::<Vec<_>>()
-                ),
-                place(&list[0].at)
-            ),
-            None => format!(
-                "it has no `in` and no `body: true` there ({})",
-                place(&machine.at)
-            ),
-        };
-        errors.push(ConfigError {
-            at: Some(p.at.clone()),
-            message: format!(
-                "the {lower} lets {upper} secret `{}` be swapped in `{}`, which the {upper_file} \
-                 does not: {machine_has}",
-                project.name, p.value
-            ),
-            hint: Some(format!(
-                "a {lower_file} can only narrow a {upper} secret's positions: list a subset of \
-                 the {upper}'s `in`, or change the {upper_file} if you mean it"
-            )),
-        });
-    }
-    (errors.len() == before).then(|| wanted.clone())
 }
