@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
         headers.push(("mcp-method", b"tools/call"));
     }
     let req = RequestView { method, path, headers: &headers, body };
-    let d = classify(&rule, &fenzi_policy::inventory::Inventory::unpinned(), &req);
+    let d = classify(&rule, &fenzi_policy::mcp::inventory::Inventory::unpinned(), &req);
     if d.overall.is_allowed() {
         for m in &d.messages {
             assert!(m.decision.is_allowed(), "allowed overall with a denied message");

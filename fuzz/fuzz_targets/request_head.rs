@@ -24,7 +24,7 @@
 
 use fenzi_policy::host::{Host, MAX_LABEL_LEN, MAX_NAME_LEN};
 use fenzi_policy::host::{HostPattern, split_authority};
-use fenzi_policy::inventory::Inventory;
+use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::json::{self, JsonLimits};
 use fenzi_policy::mcp::{EndpointPath, RequestView, ServerRule, classify, denial_body};
 use fenzi_policy::secret_use::{Position, Sighting};

@@ -26,7 +26,7 @@
 //! - lock: a lock that parses round-trips through `to_text` (and so does the one a session made).
 #![no_main]
 
-use fenzi_policy::inventory::{CallPin, Inventory, MAX_TOOLS};
+use fenzi_policy::mcp::inventory::{CallPin, Inventory, MAX_TOOLS};
 use fenzi_policy::json::{self, JsonLimits, Value};
 use fenzi_policy::json_text;
 use fenzi_policy::mcp::{EndpointPath, RpcId, ServerRule};

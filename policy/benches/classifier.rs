@@ -9,7 +9,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use fenzi_policy::args::matcher::{JsonType, Matcher, Regex};
 use fenzi_policy::args::pointer::Pointer;
 use fenzi_policy::args::{ArgRule, Condition};
-use fenzi_policy::inventory::Inventory;
+use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::mcp::{EndpointPath, JsonLimits, RequestView, ServerRule, classify};
 use fenzi_policy::tool_pattern::ToolPattern;
 use std::hint::black_box;

@@ -8,8 +8,8 @@
 //! Target (issue 13): filtering the 200-tool list under 100 µs.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use fenzi_policy::inventory::Inventory;
 use fenzi_policy::json::{JsonLimits, parse};
+use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::mcp::{EndpointPath, ServerRule};
 use fenzi_policy::pins::{PinnedTool, ServerPins};
 use fenzi_policy::response::{filter_lists, read_and_filter, read_message};

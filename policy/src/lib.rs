@@ -34,8 +34,4 @@ pub mod tool_pattern;
 mod untrusted_text;
 pub mod uri_pattern;
 
-// `inventory` moved under `mcp`; its old path stays only for the proxy's callers until they name
-// `mcp::inventory` (issue 35).
-pub use mcp::inventory;
-
 pub use decision::{Decision, Reason, ToolDenial, Verdict};

@@ -35,7 +35,7 @@ pub enum SecretPosition {
 }
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus `Expect`, which the
-/// proxy's own server answers. The proxy strips exactly these (`fenzi_proxy`'s `head.rs`), which is
+/// proxy's own server answers. The proxy strips exactly these (`fenzi_proxy`'s `request/head.rs`), which is
 /// why a position may not name them: one list, so the two cannot drift apart.
 pub const HOP_BY_HOP_HEADERS: &[&str] = &[
     "connection",

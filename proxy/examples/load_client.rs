@@ -182,7 +182,9 @@ impl Opts {
 /// The descriptor limits this process inherited (what a sibling started from the same shell gets)
 /// and the connection budget they give the proxy, as `key=value` lines for a shell.
 fn limits() {
-    use fenzi_proxy::connection::capacity::{connections_for_fds, default_max_connections, fd_limits};
+    use fenzi_proxy::connection::capacity::{
+        connections_for_fds, default_max_connections, fd_limits,
+    };
     let (soft, hard) = fd_limits();
     let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
     println!("fd_soft={}", show(soft));

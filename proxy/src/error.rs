@@ -6,7 +6,7 @@
 //! May use: `connection`, `lock_file`, `secrets`, `tls`.
 
 use fenzi_policy::Reason;
-use fenzi_policy::config::limits::{show_duration, show_size};
+use fenzi_policy::config::units::{show_duration, show_size};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! `tools.confirm` at run time (README, "Confirm"): the calls of one session held for a person,
 //! and how each hold ends. The control socket a person answers on is [`socket`]; the lines on it
-//! are [`protocol`]. Which calls are held is the policy's (`fenzi_policy::config::confirm`);
+//! are [`protocol`]. Which calls are held is the policy's (`fenzi_policy::config::model::confirm`);
 //! `request/decide.rs` holds them (through `request/held.rs`) and writes their records.
 //!
 //! A held request, step by step (the state machine):
@@ -92,7 +92,7 @@ const SESSION_ENDED: &str = "session ended";
 
 /// `2m`, `30s`, `500ms`.
 pub(crate) fn show(d: Duration) -> String {
-    fenzi_policy::config::limits::show_duration(d)
+    fenzi_policy::config::units::show_duration(d)
 }
 
 /// One held call waiting for its answer.

@@ -14,8 +14,8 @@
 use crate::tls::upstream::client_config;
 use bytes::Bytes;
 use fenzi_policy::config::RemoteUrl;
-use fenzi_policy::inventory::MAX_TOOLS;
 use fenzi_policy::json::{self, JsonLimits, Value};
+use fenzi_policy::mcp::inventory::MAX_TOOLS;
 use fenzi_policy::response::sse::{SseItem, SseReader};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
 use http::{HeaderValue, Method, Request, StatusCode};

@@ -17,7 +17,7 @@ use crate::request::mcp_enforce;
 use crate::request::refusal::Refusal;
 use crate::session::context::SessionContext;
 use fenzi_policy::audit::Outcome;
-use fenzi_policy::config::confirm::Confirm;
+use fenzi_policy::config::Confirm;
 use fenzi_policy::engine::McpServer;
 use fenzi_policy::json::{self, JsonLimits, Value};
 use fenzi_policy::mcp::McpDecision;

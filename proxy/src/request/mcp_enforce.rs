@@ -11,7 +11,7 @@ use crate::request::refusal::Refusal;
 use crate::request::respond;
 use crate::session::limits::Over;
 use fenzi_policy::engine::{McpServer, Policy};
-use fenzi_policy::inventory::Inventory;
+use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::mcp::{McpDecision, RequestView, denial_body};
 use fenzi_policy::{Decision, Reason};
 use http::header::RETRY_AFTER;

@@ -1,4 +1,4 @@
-//! The session's tool inventories ([`fenzi_policy::inventory`]): one per remote or account server,
+//! The session's tool inventories ([`fenzi_policy::mcp::inventory`]): one per remote or account server,
 //! read by every classification (pins, mirrored headers, announced message paths) and updated by
 //! every list result and legacy `endpoint` event the response phase reads, and the lock files
 //! pinned servers are recorded in ([`crate::lock_file`]).
@@ -20,8 +20,8 @@ use crate::lock_file::trust::TrustRecords;
 use crate::lock_file::{LockFileError, read_reviewed, write_lock};
 use fenzi_policy::config::Origin;
 use fenzi_policy::engine::Policy;
-use fenzi_policy::inventory::Inventory;
 use fenzi_policy::mcp::ServerRule;
+use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::mcp::legacy::Authority;
 use fenzi_policy::pins::{Lock, ServerPins};
 use fenzi_policy::response::{self, ReadMessage, ResponseError, Shape};

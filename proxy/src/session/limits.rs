@@ -1,6 +1,6 @@
 //! Per-tool limits at run time (README, "Limits"): the counters of one session, per MCP server and
 //! `limits` entry, and what an admitted call carries to the phases after it. The entries and which
-//! of them apply to a call are `fenzi_policy::config::limits`'s; this module owns the clock.
+//! of them apply to a call are `fenzi_policy::config::model::limits`'s; this module owns the clock.
 //!
 //! - **rate**: a token bucket per entry, kept as GCRA (one theoretical arrival time, no background
 //!   task): N per period allows a burst of N, and a token comes back every period / N. O(1).
@@ -19,7 +19,7 @@
 use crate::connection::body::BoxError;
 use crate::error::ProxyError;
 use bytes::Bytes;
-use fenzi_policy::config::limits::applicable;
+use fenzi_policy::config::model::limits::applicable;
 use fenzi_policy::config::{Rate, ToolLimit};
 use fenzi_policy::engine::Policy;
 use fenzi_policy::json::write_string;
@@ -436,7 +436,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fenzi_policy::config::limits::parse_rate;
+    use fenzi_policy::config::units::parse_rate;
 
     fn bucket(rate: &str) -> Bucket {
         Bucket::new(parse_rate(rate).unwrap())

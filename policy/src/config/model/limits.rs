@@ -1,7 +1,7 @@
 //! One server's `limits` entries (README, "Limits"): the [`ToolLimit`] model, the rule name a
 //! record gives each of its limits, and which entries a `tools/call` meets ([`applicable`]).
 //! Reading them is `schema/limits.rs`, the machine + project rule `merge/limits.rs`; counting is
-//! the proxy's (`proxy/src/limits.rs`), and nothing here reads a clock.
+//! the proxy's (`proxy/src/session/limits.rs`), and nothing here reads a clock.
 //!
 //! Uses the rest of the model and `units` (how a limit's value is written).
 
@@ -12,10 +12,7 @@ use crate::tool_pattern::ToolPattern;
 use std::fmt;
 use std::time::Duration;
 
-// `show_duration` and `show_size` are also used here; `pub` only to keep their old path
-// (`config::limits::show_duration`, ...) for the proxy's callers until they name `config::units`
-// (issue 35), then this becomes a private `use` without `parse_rate`.
-pub use crate::config::units::{parse_rate, show_duration, show_size};
+use crate::config::units::{show_duration, show_size};
 
 /// One `limits:` entry (README, "Limits"). The first entry of each file whose `tool` matches a
 /// call applies to it; each entry's counters are shared by every tool it matches.
