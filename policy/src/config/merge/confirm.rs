@@ -95,33 +95,8 @@ pub(super) fn check_unused(config: &Config, errors: &mut Vec<ConfigError>) {
 mod tests {
     use super::*;
     use crate::config::model::confirm::DEFAULT_CONFIRM_TIMEOUT;
-    use crate::config::model::{Located, Location};
-    use crate::tool_pattern::ToolPattern;
-    use std::sync::Arc;
+    use crate::config::model::confirm::fixture::confirm;
     use std::time::Duration;
-
-    fn at(line: u32, key: &str) -> Location {
-        Location {
-            file: Arc::from("f.yaml"),
-            line,
-            column: 1,
-            key: key.into(),
-        }
-    }
-
-    fn confirm(tools: &[&str], timeout: Option<u64>) -> Confirm {
-        Confirm {
-            tools: tools
-                .iter()
-                .map(|t| Located {
-                    value: ToolPattern::parse(t).unwrap(),
-                    at: at(1, "mcp.s.tools.confirm[0]"),
-                })
-                .collect(),
-            timeout: timeout.map_or(DEFAULT_CONFIRM_TIMEOUT, Duration::from_secs),
-            timeout_at: timeout.map(|_| at(2, "mcp.s.tools.confirm_timeout")),
-        }
-    }
 
     #[test]
     fn a_project_adds_patterns_and_may_only_shorten_the_wait() {

@@ -58,12 +58,13 @@ impl Confirm {
     }
 }
 
+/// A `Confirm` as a file would give it, for the tests of the model and of the merge step.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixture {
     use super::*;
     use std::sync::Arc;
 
-    fn at(line: u32, key: &str) -> Location {
+    pub(crate) fn at(line: u32, key: &str) -> Location {
         Location {
             file: Arc::from("f.yaml"),
             line,
@@ -72,7 +73,8 @@ mod tests {
         }
     }
 
-    fn confirm(tools: &[&str], timeout: Option<u64>) -> Confirm {
+    /// `tools` as `tools.confirm` patterns, and `confirm_timeout` in seconds when given.
+    pub(crate) fn confirm(tools: &[&str], timeout: Option<u64>) -> Confirm {
         Confirm {
             tools: tools
                 .iter()
@@ -85,6 +87,12 @@ mod tests {
             timeout_at: timeout.map(|_| at(2, "mcp.s.tools.confirm_timeout")),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::confirm;
+    use super::*;
 
     #[test]
     fn the_first_matching_pattern_holds_the_call() {
