@@ -240,7 +240,14 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
         "POST" => McpDecision::post(server, inventory, req),
         "GET" | "DELETE" => {
             let step = (!http::is_endpoint(&server.endpoint, target.path))
-                .then(|| oauth::step(&server.endpoint, inventory.sign_in(), req.method, target.path))
+                .then(|| {
+                    oauth::step(
+                        &server.endpoint,
+                        inventory.sign_in(),
+                        req.method,
+                        target.path,
+                    )
+                })
                 .flatten();
             McpDecision {
                 sign_in: step.map(|(step, _)| step),

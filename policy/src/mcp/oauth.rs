@@ -169,6 +169,10 @@ pub enum MetadataError {
     WrongType(&'static str, &'static str),
     #[error("its member {0} lists more than {1} entries")]
     TooMany(&'static str, usize),
+    #[error("sent with a content coding")]
+    Encoded,
+    #[error("not sent as application/json")]
+    ContentType,
 }
 
 /// Protected-resource metadata, the members fenzi reads.
@@ -214,7 +218,11 @@ fn optional_string(doc: &Value, member: &'static str) -> Result<Option<String>, 
     }
 }
 
-fn string_array(doc: &Value, member: &'static str, max: usize) -> Result<Vec<String>, MetadataError> {
+fn string_array(
+    doc: &Value,
+    member: &'static str,
+    max: usize,
+) -> Result<Vec<String>, MetadataError> {
     let items = match doc.get(member) {
         None => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
@@ -607,8 +615,8 @@ fn check_registration(body: &[u8], limit: usize) -> Result<(), FormError> {
     Ok(())
 }
 
-/// A strict form body: `name=value` pairs joined by `&`, each made of unreserved characters, `+`
-/// and well-formed percent-escapes, names non-empty and each given once (compared decoded), and
+/// A strict form body: `name=value` pairs joined by `&`, each made of the characters a URI's query
+/// may hold, `+` and well-formed percent-escapes, names non-empty and each given once (compared decoded), and
 /// `required` among them with a non-empty value.
 fn check_form(body: &[u8], required: &'static str) -> Result<(), FormError> {
     if body.first() == Some(&b'{') || body.first() == Some(&b'[') {
@@ -640,8 +648,8 @@ fn check_form(body: &[u8], required: &'static str) -> Result<(), FormError> {
     Ok(())
 }
 
-/// A form name or value decoded (`+` is a space), or `None` when it has a character a form
-/// encoder escapes or a malformed escape.
+/// A form name or value decoded (`+` is a space), or `None` when it has a character a URI's
+/// query may not hold or a malformed escape.
 fn decode(text: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len());
     let mut i = 0;
@@ -658,9 +666,9 @@ fn decode(text: &[u8]) -> Option<Vec<u8>> {
                 continue;
             }
             b'+' => out.push(b' '),
-            b if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'*') => {
-                out.push(b)
-            }
+            // What RFC 3986 allows in a query, `&` and `=` aside (they split it): encoders escape
+            // most of these, hand-written clients may not. JSON (`{`, `[`, `"`) never fits.
+            b if b.is_ascii_alphanumeric() || b"-._~!$'()*,;:@/?".contains(&b) => out.push(b),
             _ => return None,
         }
         i += 1;
@@ -926,7 +934,10 @@ mod tests {
         );
         assert_eq!(
             read_resource_metadata(br#"{"scopes_supported":"a b"}"#),
-            Err(MetadataError::WrongType("scopes_supported", "list of strings"))
+            Err(MetadataError::WrongType(
+                "scopes_supported",
+                "list of strings"
+            ))
         );
         let many = format!(
             r#"{{"authorization_servers":[{}]}}"#,
@@ -978,7 +989,13 @@ mod tests {
         assert_eq!(step(&e, &s, "POST", "/oauth/authorize"), None);
         assert_eq!(step(&e, &s, "GET", "/oauth/token"), None);
         assert_eq!(step(&e, &s, "PUT", "/oauth/token"), None);
-        for other in ["/oauth/token/", "/OAUTH/token", "/oauth/./token", "/token", "/authorize"] {
+        for other in [
+            "/oauth/token/",
+            "/OAUTH/token",
+            "/oauth/./token",
+            "/token",
+            "/authorize",
+        ] {
             assert_eq!(step(&e, &s, "POST", other), None, "{other}");
         }
         // Another origin's endpoints are not learned; an ambiguous one spoils the document.
@@ -1019,10 +1036,18 @@ mod tests {
             step(&e, &s, "GET", "/tenant1/.well-known/openid-configuration"),
             Some((Step::ServerMetadata, Basis::Named))
         );
-        assert_eq!(step(&e, &s, "GET", "/t2/.well-known/openid-configuration"), None);
+        assert_eq!(
+            step(&e, &s, "GET", "/t2/.well-known/openid-configuration"),
+            None
+        );
         // The well-known forms every MCP host has.
         assert_eq!(
-            step(&e, &s, "GET", "/.well-known/oauth-authorization-server/tenant1"),
+            step(
+                &e,
+                &s,
+                "GET",
+                "/.well-known/oauth-authorization-server/tenant1"
+            ),
             Some((Step::ServerMetadata, Basis::WellKnown))
         );
         assert_eq!(
@@ -1101,30 +1126,89 @@ mod tests {
         assert!(ok.is_allowed(), "{ok:?}");
         assert_eq!(ok.rule, "mcp.s oauth token endpoint");
         assert!(!ok.message.contains("SECRETCODE") && !ok.message.contains("secret"));
-        assert!(post(Step::Token, "application/x-www-form-urlencoded; charset=UTF-8", b"grant_type=refresh_token&refresh_token=r").is_allowed());
-        assert!(post(Step::Revocation, FORM, b"token=t&token_type_hint=refresh_token").is_allowed());
+        assert!(
+            post(
+                Step::Token,
+                "application/x-www-form-urlencoded; charset=UTF-8",
+                b"grant_type=refresh_token&refresh_token=r"
+            )
+            .is_allowed()
+        );
+        assert!(
+            post(
+                Step::Revocation,
+                FORM,
+                b"token=t&token_type_hint=refresh_token"
+            )
+            .is_allowed()
+        );
         let rpc = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#;
         for (step, ct, body, reason) in [
             (Step::Token, FORM, &rpc[..], Reason::PolicyDenied),
-            (Step::Token, "application/json", &rpc[..], Reason::BadRequest),
+            (
+                Step::Token,
+                "application/json",
+                &rpc[..],
+                Reason::BadRequest,
+            ),
             (Step::Token, FORM, b"code=x", Reason::BadRequest),
             (Step::Token, FORM, b"grant_type=", Reason::BadRequest),
-            (Step::Token, FORM, b"grant_type=a&grant_type=b", Reason::BadRequest),
-            (Step::Token, FORM, b"grant_type=a&grant%5Ftype=b", Reason::BadRequest),
+            (
+                Step::Token,
+                FORM,
+                b"grant_type=a&grant_type=b",
+                Reason::BadRequest,
+            ),
+            (
+                Step::Token,
+                FORM,
+                b"grant_type=a&grant%5Ftype=b",
+                Reason::BadRequest,
+            ),
             (Step::Token, FORM, b"grant_type=a&x", Reason::BadRequest),
             (Step::Token, FORM, b"grant_type=a&=x", Reason::BadRequest),
             (Step::Token, FORM, b"grant_type=a&b={}", Reason::BadRequest),
             (Step::Token, FORM, b"grant_type=a&b=%zz", Reason::BadRequest),
             (Step::Token, FORM, b"", Reason::BadRequest),
-            (Step::Revocation, FORM, b"token_type_hint=x", Reason::BadRequest),
+            (
+                Step::Revocation,
+                FORM,
+                b"token_type_hint=x",
+                Reason::BadRequest,
+            ),
             (Step::Registration, FORM, b"a=b", Reason::BadRequest),
-            (Step::Registration, "application/json", &rpc[..], Reason::PolicyDenied),
-            (Step::Registration, "application/json", br#"{"method":"tools/call"}"#, Reason::PolicyDenied),
-            (Step::Registration, "application/json", br#"[{"redirect_uris":[]}]"#, Reason::BadRequest),
-            (Step::Registration, "application/json", br#"{"a":1,"a":1}"#, Reason::BadRequest),
+            (
+                Step::Registration,
+                "application/json",
+                &rpc[..],
+                Reason::PolicyDenied,
+            ),
+            (
+                Step::Registration,
+                "application/json",
+                br#"{"method":"tools/call"}"#,
+                Reason::PolicyDenied,
+            ),
+            (
+                Step::Registration,
+                "application/json",
+                br#"[{"redirect_uris":[]}]"#,
+                Reason::BadRequest,
+            ),
+            (
+                Step::Registration,
+                "application/json",
+                br#"{"a":1,"a":1}"#,
+                Reason::BadRequest,
+            ),
         ] {
             let d = post(step, ct, body);
-            assert_eq!(d.reason(), Some(reason), "{step:?} {}", String::from_utf8_lossy(body));
+            assert_eq!(
+                d.reason(),
+                Some(reason),
+                "{step:?} {}",
+                String::from_utf8_lossy(body)
+            );
         }
         let reg = post(
             Step::Registration,
