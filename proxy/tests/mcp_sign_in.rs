@@ -31,7 +31,7 @@ const TOKEN: &str = "acc3ss-token-Sh0uldNeverBeLogged";
 
 /// How the test server behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Server {
+enum Behaviour {
     /// 2025-06-18: a 401 naming protected-resource metadata at a path of its own, which names the
     /// server itself as authorization server, whose metadata names `/oauth/...` endpoints.
     OwnAuthorizationServer,
@@ -49,7 +49,7 @@ enum Server {
 }
 
 /// The test server, at `base` (`https://127.0.0.1:PORT`).
-fn handler(kind: Server, base: Arc<OnceLock<String>>) -> Handler {
+fn handler(kind: Behaviour, base: Arc<OnceLock<String>>) -> Handler {
     Arc::new(move |parts: Parts, body: Bytes| {
         let base = base.get().expect("base set").clone();
         let path = parts.uri.path();
@@ -75,8 +75,8 @@ fn handler(kind: Server, base: Arc<OnceLock<String>>) -> Handler {
                     );
                 }
                 let challenge = match kind {
-                    Server::NoMetadata => "Bearer".to_string(),
-                    Server::ForeignResourceMetadata => {
+                    Behaviour::NoMetadata => "Bearer".to_string(),
+                    Behaviour::ForeignResourceMetadata => {
                         r#"Bearer resource_metadata="https://elsewhere.test/custom/prm.json""#
                             .into()
                     }
@@ -90,9 +90,11 @@ fn handler(kind: Server, base: Arc<OnceLock<String>>) -> Handler {
                     .insert("www-authenticate", challenge.parse().unwrap());
                 response
             }
-            ("GET", "/custom/prm.json") if kind != Server::NoMetadata => {
+            ("GET", "/custom/prm.json") if kind != Behaviour::NoMetadata => {
                 let authorization_server = match kind {
-                    Server::ForeignAuthorizationServer => "https://auth.elsewhere.test".to_string(),
+                    Behaviour::ForeignAuthorizationServer => {
+                        "https://auth.elsewhere.test".to_string()
+                    }
                     _ => base.clone(),
                 };
                 json(
@@ -103,15 +105,15 @@ fn handler(kind: Server, base: Arc<OnceLock<String>>) -> Handler {
                 )
             }
             ("GET", "/.well-known/oauth-authorization-server") => match kind {
-                Server::NoMetadata => respond(404, "text/plain", "not found"),
-                Server::MalformedMetadata => respond(
+                Behaviour::NoMetadata => respond(404, "text/plain", "not found"),
+                Behaviour::MalformedMetadata => respond(
                     200,
                     "application/json",
                     format!(
                         r#"{{"issuer":"{base}","token_endpoint":"{base}/oauth/token","token_endpoint":"{base}/x"}}"#
                     ),
                 ),
-                Server::OversizedMetadata => json(
+                Behaviour::OversizedMetadata => json(
                     200,
                     serde_json::json!({"issuer": base,
                     "token_endpoint": format!("{base}/oauth/token"),
@@ -119,7 +121,7 @@ fn handler(kind: Server, base: Arc<OnceLock<String>>) -> Handler {
                 ),
                 _ => {
                     let at = match kind {
-                        Server::ForeignAuthorizationServer => {
+                        Behaviour::ForeignAuthorizationServer => {
                             "https://auth.elsewhere.test".to_string()
                         }
                         _ => base.clone(),
@@ -193,7 +195,7 @@ struct Setup {
     base: String,
 }
 
-async fn setup(kind: Server) -> Setup {
+async fn setup(kind: Behaviour) -> Setup {
     let pki = TestPki::new();
     let base = Arc::new(OnceLock::new());
     let upstream = http_upstream(
@@ -385,7 +387,7 @@ async fn sign_in(s: &Setup, client: &mut Sender, prefix: &str) {
 #[tokio::test]
 async fn a_server_that_is_its_own_authorization_server() {
     capture();
-    let s = setup(Server::OwnAuthorizationServer).await;
+    let s = setup(Behaviour::OwnAuthorizationServer).await;
     let t = &s.target.clone();
     let mut client = s.client().await;
     // Before the server said anything, its sign-in endpoints are refused like any other path.
@@ -523,7 +525,7 @@ async fn a_server_that_is_its_own_authorization_server() {
 #[tokio::test]
 async fn a_2025_03_26_server_without_metadata_gets_the_default_endpoints() {
     capture();
-    let s = setup(Server::NoMetadata).await;
+    let s = setup(Behaviour::NoMetadata).await;
     let t = &s.target.clone();
     let mut client = s.client().await;
     s.passes(
@@ -585,7 +587,7 @@ async fn a_2025_03_26_server_without_metadata_gets_the_default_endpoints() {
 #[tokio::test]
 async fn malformed_or_oversized_metadata_teaches_nothing() {
     capture();
-    for kind in [Server::MalformedMetadata, Server::OversizedMetadata] {
+    for kind in [Behaviour::MalformedMetadata, Behaviour::OversizedMetadata] {
         let s = setup(kind).await;
         let t = &s.target.clone();
         let mut client = s.client().await;
@@ -639,7 +641,7 @@ async fn malformed_or_oversized_metadata_teaches_nothing() {
 async fn nothing_an_upstream_names_reaches_another_host() {
     capture();
     // A `resource_metadata` on another host opens nothing on this one, and that host stays out.
-    let s = setup(Server::ForeignResourceMetadata).await;
+    let s = setup(Behaviour::ForeignResourceMetadata).await;
     let t = &s.target.clone();
     let mut client = s.client().await;
     s.passes(
@@ -661,7 +663,7 @@ async fn nothing_an_upstream_names_reaches_another_host() {
 
     // An authorization server on a host the policy does not name stays `host_not_allowed`, and
     // its endpoints open nothing on the MCP host.
-    let s = setup(Server::ForeignAuthorizationServer).await;
+    let s = setup(Behaviour::ForeignAuthorizationServer).await;
     let t = &s.target.clone();
     let mut client = s.client().await;
     s.passes(

@@ -676,13 +676,16 @@ fn decode(text: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// One challenge: its auth-scheme and its auth-params (name, unquoted value).
+type Challenge = (String, Vec<(String, String)>);
+
 /// The challenges of a `WWW-Authenticate` value (RFC 9110 §11.6.1): each auth-scheme with its
 /// auth-params (names as given, values unquoted); a token68 is accepted and not kept. Anything
 /// that does not follow the grammar is an error.
-fn challenges(v: &str) -> Result<Vec<(String, Vec<(String, String)>)>, LearnError> {
+fn challenges(v: &str) -> Result<Vec<Challenge>, LearnError> {
     let b = v.as_bytes();
     let mut i = 0;
-    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    let mut out: Vec<Challenge> = Vec::new();
     let ows = |i: &mut usize| {
         while matches!(b.get(*i), Some(b' ' | b'\t')) {
             *i += 1;

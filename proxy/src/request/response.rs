@@ -53,19 +53,17 @@ pub(crate) async fn finish(
     strip_hop_by_hop(&mut head.headers);
     head.version = request.client_version;
     // What an MCP server says about signing in is learned before the client sees it.
-    let live = cx.live.clone();
-    let server = match &cx.dest().handling {
-        Handling::Mcp(admitted)
-            if request.sign_in.is_some()
-                || matches!(
-                    head.status,
-                    StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
-                ) =>
-        {
-            live.server(&admitted.name)
-        }
+    // (Only then: nothing more is done for any other answer.)
+    let signing_in = request.sign_in.is_some()
+        || matches!(
+            head.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        );
+    let live = match &cx.dest().handling {
+        Handling::Mcp(admitted) if signing_in => Some((cx.live.clone(), admitted.name.clone())),
         _ => None,
     };
+    let server = live.as_ref().and_then(|(live, name)| live.server(name));
     if let Some(server) = server {
         sign_in::observe_head(&cx, server, &head, request.sign_in);
     }
