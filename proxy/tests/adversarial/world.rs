@@ -178,6 +178,9 @@ fn sign_in_answer(scheme: &str, parts: &Parts) -> Option<Response<Body>> {
     };
     let path = parts.uri.path();
     let get = parts.method == http::Method::GET;
+    if scheme == "http" {
+        return march_2025_answer(parts, get, path);
+    }
     let answer = match (get, path) {
         (false, "/mcp") => {
             let named = match parts.headers.get("x-test-challenge")?.as_bytes() {
@@ -208,6 +211,19 @@ fn sign_in_answer(scheme: &str, parts: &Parts) -> Option<Response<Body>> {
             "issuer": base,
             "token_endpoint": "https://auth.elsewhere.test/foreign/token",
             "registration_endpoint": format!("{base}:8443/foreign/register")})),
+        (true, "/.well-known/oauth-authorization-server/encoded") => {
+            let mut answer = server_metadata(&base);
+            answer.headers_mut().insert(
+                http::header::CONTENT_ENCODING,
+                http::HeaderValue::from_static("gzip"),
+            );
+            answer
+        }
+        (true, "/.well-known/oauth-authorization-server/html") => respond(
+            200,
+            "text/html",
+            format!(r#"<html>{{"token_endpoint":"{base}/html/token"}}</html>"#),
+        ),
         (true, "/.well-known/oauth-authorization-server/elsewhere") => {
             server_metadata("https://auth.elsewhere.test")
         }
@@ -230,6 +246,35 @@ fn sign_in_answer(scheme: &str, parts: &Parts) -> Option<Response<Body>> {
         }
         (false, "/oauth/register") => json(serde_json::json!({"client_id": "c1"})),
         (false, "/oauth/revoke") => json(serde_json::json!({})),
+        _ => return None,
+    };
+    Some(answer)
+}
+
+/// The sign-in side of the `plainmcp` upstream: a 2025-03-26 server that publishes no metadata
+/// (`404` at every well-known form), challenges with a bare `Bearer` on `POST /mcp` with
+/// `X-Test-Challenge`, and serves the default endpoints `/authorize`, `/token` and `/register`.
+fn march_2025_answer(parts: &Parts, get: bool, path: &str) -> Option<Response<Body>> {
+    let json = |v: serde_json::Value| respond(200, "application/json", v.to_string());
+    let answer = match (get, path) {
+        (false, "/mcp") => {
+            parts.headers.get("x-test-challenge")?;
+            let mut answer = respond(401, "application/json", r#"{"error":"invalid_token"}"#);
+            answer
+                .headers_mut()
+                .insert("www-authenticate", http::HeaderValue::from_static("Bearer"));
+            answer
+        }
+        (true, p) if p.starts_with("/.well-known/") => respond(404, "text/plain", "not found"),
+        (true, "/authorize") => Response::builder()
+            .status(302)
+            .header("location", "http://127.0.0.1:9/callback?code=c0de&state=s")
+            .body(crate::common::full_body(""))
+            .unwrap(),
+        (false, "/token") => {
+            json(serde_json::json!({"access_token": "t0ken", "token_type": "Bearer"}))
+        }
+        (false, "/register") => json(serde_json::json!({"client_id": "c1"})),
         _ => return None,
     };
     Some(answer)
