@@ -175,19 +175,28 @@ pub enum MetadataError {
     ContentType,
 }
 
-/// Protected-resource metadata, the members fenzi reads.
+/// Protected-resource metadata, the members fenzi reads (the proxy learns from the first two; a
+/// client signing in on the host needs the scopes too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceMetadata {
     pub resource: Option<String>,
     pub authorization_servers: Vec<String>,
+    pub scopes_supported: Vec<String>,
 }
 
-/// Authorization-server metadata, the members fenzi reads.
+/// Authorization-server metadata, the members fenzi reads (the proxy learns from `endpoints`; a
+/// client signing in on the host needs the rest too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerMetadata {
     pub issuer: Option<String>,
     /// The endpoints it names, as given (absolute URLs).
     pub endpoints: Vec<(Step, String)>,
+    pub scopes_supported: Vec<String>,
+    pub grant_types_supported: Vec<String>,
+    pub code_challenge_methods_supported: Vec<String>,
+    pub token_endpoint_auth_methods_supported: Vec<String>,
+    /// `client_id_metadata_document_supported` (client ID metadata documents, MCP 2025-11-25).
+    pub client_id_metadata_documents: bool,
 }
 
 /// The endpoint members of authorization-server metadata.
@@ -277,6 +286,7 @@ pub fn read_resource_metadata(text: &[u8]) -> Result<ResourceMetadata, MetadataE
             "authorization_servers",
             MAX_AUTHORIZATION_SERVERS,
         )?,
+        scopes_supported: string_array(&doc, "scopes_supported", usize::MAX)?,
     })
 }
 
@@ -292,7 +302,26 @@ pub fn read_server_metadata(text: &[u8]) -> Result<ServerMetadata, MetadataError
             endpoints.push((step, url));
         }
     }
-    Ok(ServerMetadata { issuer, endpoints })
+    let list = |member| string_array(&doc, member, usize::MAX);
+    let client_id_metadata_documents = match doc.get("client_id_metadata_document_supported") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(MetadataError::WrongType(
+                "client_id_metadata_document_supported",
+                "boolean",
+            ));
+        }
+    };
+    Ok(ServerMetadata {
+        issuer,
+        endpoints,
+        scopes_supported: list("scopes_supported")?,
+        grant_types_supported: list("grant_types_supported")?,
+        code_challenge_methods_supported: list("code_challenge_methods_supported")?,
+        token_endpoint_auth_methods_supported: list("token_endpoint_auth_methods_supported")?,
+        client_id_metadata_documents,
+    })
 }
 
 /// The path (without query) an absolute `url` names on `origin`: scheme, host and port exactly
@@ -351,26 +380,7 @@ impl SignIn {
         origin: Origin<'_>,
         values: impl IntoIterator<Item = &'v [u8]>,
     ) -> Result<bool, LearnError> {
-        let mut named: Option<String> = None;
-        for value in values {
-            let value = std::str::from_utf8(value).map_err(|_| LearnError::Challenge)?;
-            for (scheme, params) in challenges(value)? {
-                if !scheme.eq_ignore_ascii_case("bearer") {
-                    continue;
-                }
-                for (name, value) in params {
-                    if !name.eq_ignore_ascii_case("resource_metadata") {
-                        continue;
-                    }
-                    // Two are two answers to one question: neither is believed.
-                    if named.is_some() {
-                        return Err(LearnError::Challenge);
-                    }
-                    named = Some(value);
-                }
-            }
-        }
-        let Some(url) = named else {
+        let Some(url) = challenged_resource_metadata(values)? else {
             return Ok(false);
         };
         let path = path_on_origin(origin, &url)?;
@@ -438,6 +448,33 @@ impl SignIn {
     pub fn defaults_open(&self) -> bool {
         self.no_server_metadata && !self.server_metadata_read && !self.resource_metadata_read
     }
+}
+
+/// The `resource_metadata` URL of the `Bearer` challenge in `WWW-Authenticate` values, read strictly
+/// (RFC 9110 §11.6.1, RFC 9728 §5.1): `None` when no challenge names one; an error when a value does
+/// not follow the grammar or two name one (which would fenzi believe?).
+pub fn challenged_resource_metadata<'v>(
+    values: impl IntoIterator<Item = &'v [u8]>,
+) -> Result<Option<String>, LearnError> {
+    let mut named: Option<String> = None;
+    for value in values {
+        let value = std::str::from_utf8(value).map_err(|_| LearnError::Challenge)?;
+        for (scheme, params) in challenges(value)? {
+            if !scheme.eq_ignore_ascii_case("bearer") {
+                continue;
+            }
+            for (name, value) in params {
+                if !name.eq_ignore_ascii_case("resource_metadata") {
+                    continue;
+                }
+                if named.is_some() {
+                    return Err(LearnError::Challenge);
+                }
+                named = Some(value);
+            }
+        }
+    }
+    Ok(named)
 }
 
 /// Which sign-in step `method` on `path` (without its query) is on a server with MCP endpoint
@@ -966,6 +1003,20 @@ mod tests {
             read_server_metadata(b"{\"issuer\":\"x\"} trailing"),
             Err(MetadataError::Json(_))
         ));
+        let full = read_server_metadata(
+            br#"{"issuer":"https://a","code_challenge_methods_supported":["S256"],
+            "grant_types_supported":["authorization_code"],"client_id_metadata_document_supported":true}"#,
+        )
+        .unwrap();
+        assert_eq!(full.code_challenge_methods_supported, ["S256"]);
+        assert!(full.client_id_metadata_documents);
+        assert_eq!(
+            read_server_metadata(br#"{"client_id_metadata_document_supported":"yes"}"#),
+            Err(MetadataError::WrongType(
+                "client_id_metadata_document_supported",
+                "boolean"
+            ))
+        );
     }
 
     #[test]
