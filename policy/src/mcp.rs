@@ -9,9 +9,12 @@
 //!   ([`shape`]), what each message may do ([`methods`]), and the `Mcp-*` headers against the body
 //!   ([`headers`]).
 //! - `GET` (event stream) and `DELETE` (session end) on the server's endpoint path, without a body,
-//!   and `GET` of OAuth metadata (protected-resource, authorization-server and OpenID discovery,
-//!   under `/.well-known/` or under the endpoint), are allowed. Every other method or path is
-//!   `policy_denied` (`HEAD`, `OPTIONS`, `PUT`, `PATCH`, `TRACE`, `CONNECT`, lower-case methods...).
+//!   are allowed, and so are the steps of the OAuth sign-in flow ([`oauth`]): `GET` of OAuth
+//!   metadata (protected-resource, authorization-server and OpenID discovery, under `/.well-known/`
+//!   or under the endpoint, or where the server named it), and the endpoints the server's metadata
+//!   names (or the 2025-03-26 defaults), each with its own method and body rules. Every other
+//!   method or path is `policy_denied` (`HEAD`, `OPTIONS`, `PUT`, `PATCH`, `TRACE`, `CONNECT`,
+//!   lower-case methods...).
 //! - A request target that is not origin-form, or has characters URIs do not allow, is
 //!   `bad_request` whatever the method.
 //! - A batch (a JSON array) is allowed only if every element is; an empty batch is `bad_request`,
@@ -24,7 +27,8 @@
 //!
 //! Rule names in decisions: `mcp.<server>.tools.allow "<pattern>"`, `mcp.<server>.tools.deny
 //! "<pattern>"`, `mcp.<server> connect-and-list`, `mcp.<server> client-response`, `mcp.<server>
-//! get-stream`, `mcp.<server> session-end`, `mcp.<server> oauth-metadata`, `mcp.<server> batch`,
+//! get-stream`, `mcp.<server> session-end`, `mcp.<server> oauth <step>` ([`oauth::Step::name`]),
+//! `mcp.<server> batch`,
 //! `mcp.<server> default deny`, and for requests that cannot be decided: `strict http`,
 //! `body size limit`, `strict json`, `strict json-rpc`, `mcp headers`. Messages name methods and
 //! tools only, escaped (they are hostile input, `crate::untrusted_text`), never other body
@@ -40,6 +44,7 @@ mod http;
 pub mod inventory;
 pub mod legacy;
 pub(crate) mod methods;
+pub mod oauth;
 mod shape;
 pub mod teach;
 
@@ -163,9 +168,10 @@ pub struct McpDecision {
     /// One per JSON-RPC message (empty for GET/DELETE/metadata requests and unparseable bodies).
     pub messages: Vec<MessageDecision>,
     pub batch: bool,
-    /// The request asks for OAuth metadata: its answer is a metadata document, not MCP messages,
-    /// so the response phase passes it on without reading it as JSON-RPC.
-    pub oauth_metadata: bool,
+    /// The request is a step of the OAuth sign-in flow: its answer is not MCP messages, so the
+    /// response phase does not read it as JSON-RPC (a metadata document it reads as one, and
+    /// learns from: [`oauth::Step::is_metadata`]).
+    pub sign_in: Option<oauth::Step>,
 }
 
 impl McpDecision {
@@ -175,7 +181,7 @@ impl McpDecision {
             overall,
             messages: Vec::new(),
             batch: false,
-            oauth_metadata: false,
+            sign_in: None,
         }
     }
 }
@@ -208,6 +214,20 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
     };
     match req.method {
         "POST" if !is_message_path(server, inventory, target.path) => {
+            if let Some((step, basis)) =
+                oauth::step(&server.endpoint, inventory.sign_in(), "POST", target.path)
+            {
+                return McpDecision {
+                    sign_in: Some(step),
+                    ..McpDecision::request(oauth::check_post(
+                        &server.name,
+                        step,
+                        basis,
+                        req,
+                        server.limits.max_bytes,
+                    ))
+                };
+            }
             McpDecision::request(Decision::deny(
                 Reason::PolicyDenied,
                 methods::default_deny(server),
@@ -218,12 +238,22 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
             ))
         }
         "POST" => McpDecision::post(server, inventory, req),
-        "GET" | "DELETE" => McpDecision {
-            oauth_metadata: req.method == "GET"
-                && !http::is_endpoint(&server.endpoint, target.path)
-                && http::is_oauth_metadata(&server.endpoint, target.path),
-            ..McpDecision::request(bodyless(server, req, target.path))
-        },
+        "GET" | "DELETE" => {
+            let step = (!http::is_endpoint(&server.endpoint, target.path))
+                .then(|| {
+                    oauth::step(
+                        &server.endpoint,
+                        inventory.sign_in(),
+                        req.method,
+                        target.path,
+                    )
+                })
+                .flatten();
+            McpDecision {
+                sign_in: step.map(|(step, _)| step),
+                ..McpDecision::request(bodyless(server, req, target.path, step))
+            }
+        }
         other => McpDecision::request(Decision::deny(
             Reason::PolicyDenied,
             methods::default_deny(server),
@@ -241,8 +271,13 @@ fn is_message_path(server: &ServerRule, inventory: &Inventory, path: &str) -> bo
     http::is_endpoint(&server.endpoint, path) || inventory.message_paths().contains(path)
 }
 
-/// GET and DELETE: the endpoint (and GET of OAuth metadata), without a body.
-fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision {
+/// GET and DELETE: the endpoint (and a GET step of the sign-in flow, `step`), without a body.
+fn bodyless(
+    server: &ServerRule,
+    req: &RequestView<'_>,
+    path: &str,
+    step: Option<(oauth::Step, oauth::Basis)>,
+) -> Decision {
     let deny =
         |why: String| Decision::deny(Reason::PolicyDenied, methods::default_deny(server), why);
     let what = format!("{} {}", req.method, shown(path));
@@ -263,11 +298,8 @@ fn bodyless(server: &ServerRule, req: &RequestView<'_>, path: &str) -> Decision 
             format!("{what}: {why}"),
         );
     }
-    if get && http::is_oauth_metadata(&server.endpoint, path) {
-        return Decision::allow(
-            format!("mcp.{} oauth-metadata", server.name),
-            format!("{what}: OAuth metadata"),
-        );
+    if let Some((step, basis)) = step {
+        return oauth::allow_get(&server.name, step, basis, path);
     }
     deny(format!("{what} is not the server's MCP endpoint"))
 }
@@ -348,7 +380,7 @@ impl McpDecision {
                 overall,
                 messages,
                 batch,
-                oauth_metadata: false,
+                sign_in: None,
             };
         }
         let first_denied = messages
@@ -370,7 +402,7 @@ impl McpDecision {
             overall,
             messages,
             batch,
-            oauth_metadata: false,
+            sign_in: None,
         }
     }
 }

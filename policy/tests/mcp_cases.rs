@@ -28,6 +28,11 @@ struct Case {
     headers: Vec<(String, Vec<u8>)>,
     /// `endpoint` events the server sent this session, on a stream for `/sse` of `mcp.test:443`.
     announced: Vec<String>,
+    /// What the server said about signing in this session (`mcp/oauth.rs`), on `https://mcp.test`:
+    /// `challenge:` a `WWW-Authenticate` value, `resource-metadata:` and `server-metadata:`
+    /// documents, `metadata-status: CODE PATH` a GET's answer. What cannot be learned is ignored:
+    /// the decision shows it.
+    sign_in: Vec<(String, String)>,
     no_content_type: bool,
     body: Vec<u8>,
     expect: Option<Verdict>,
@@ -283,6 +288,9 @@ fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
                 case.headers.push((name.to_owned(), hex(v).map_err(at)?));
             }
             "announced" => case.announced.push(value.to_owned()),
+            "challenge" | "resource-metadata" | "server-metadata" | "metadata-status" => {
+                case.sign_in.push((key.to_owned(), value.to_owned()))
+            }
             "no-content-type" => case.no_content_type = true,
             "body" => case.body.extend(expand(value).map_err(at)?.into_bytes()),
             "body-raw" => case.body.extend(value.as_bytes()),
@@ -519,6 +527,7 @@ fn mcp_case_files() {
                     problems.push(format!("announced {data:?} was not recorded: {e}"));
                 }
             }
+            learn(inventory.sign_in_mut(), &case.sign_in);
             let decision = classify(&server, &inventory, &req);
             let denial = denial_body(&decision, &req);
             problems.extend(check(&case, &decision, &denial));
@@ -648,6 +657,37 @@ mod properties {
             }
             if !decision.batch {
                 prop_assert!(decision.messages.len() <= 1);
+            }
+        }
+    }
+}
+
+/// Teaches `sign_in` what a case's server said (see [`Case::sign_in`]).
+fn learn(sign_in: &mut fenzi_policy::mcp::oauth::SignIn, said: &[(String, String)]) {
+    use fenzi_policy::mcp::oauth::{self, Origin};
+    let origin = Origin {
+        tls: true,
+        host: "mcp.test",
+        port: 443,
+    };
+    for (key, value) in said {
+        match key.as_str() {
+            "challenge" => {
+                let _ = sign_in.learn_challenge(origin, [value.as_bytes()]);
+            }
+            "resource-metadata" => {
+                if let Ok(doc) = oauth::read_resource_metadata(value.as_bytes()) {
+                    let _ = sign_in.learn_resource_metadata(origin, &doc);
+                }
+            }
+            "server-metadata" => {
+                if let Ok(doc) = oauth::read_server_metadata(value.as_bytes()) {
+                    let _ = sign_in.learn_server_metadata(origin, &doc);
+                }
+            }
+            _ => {
+                let (code, path) = value.split_once(' ').expect("metadata-status: CODE PATH");
+                sign_in.note_metadata_status(path, code.parse().expect("a status code"));
             }
         }
     }

@@ -55,6 +55,11 @@ async fn paths() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_sign_in() {
+    suite("oauth.cases").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_sni_host() {
     suite("connect.cases").await;
 }
@@ -100,6 +105,7 @@ fn every_case_file_has_a_suite() {
             "json_text.cases",
             "jsonrpc_shape.cases",
             "mcp_semantics.cases",
+            "oauth.cases",
             "paths.cases",
             "secret_positions.cases",
             "secrets.cases",

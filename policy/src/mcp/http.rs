@@ -25,6 +25,8 @@ pub(super) enum HttpError {
     ContentTypeRepeated,
     #[error("Content-Type is not application/json")]
     ContentType,
+    #[error("Content-Type is not application/x-www-form-urlencoded")]
+    FormContentType,
     #[error("Content-Type charset is not utf-8")]
     Charset,
     #[error("Content-Encoding is not identity; encoded bodies cannot be inspected")]
@@ -112,21 +114,22 @@ const OAUTH_METADATA: [&str; 3] = [
     "openid-configuration",
 ];
 
-/// Is `path` one of the [`OAUTH_METADATA`] documents, as clients ask for them: under
+/// Which of the [`OAUTH_METADATA`] documents `path` asks for, if any, as clients ask for them: under
 /// `/.well-known/` (RFC 8615), optionally followed by the resource's or issuer's path (the
 /// path-suffixed forms of RFC 9728 §3.1 and RFC 8414 §3.1), or under the server's own endpoint
 /// (`/mcp/.well-known/openid-configuration`, OpenID Connect's issuer-relative form, which some
 /// clients also try for protected-resource metadata)? Nothing a server could resolve to another
 /// path is accepted.
-pub(super) fn is_oauth_metadata(endpoint: &EndpointPath, path: &str) -> bool {
+pub(super) fn oauth_metadata(endpoint: &EndpointPath, path: &str) -> Option<&'static str> {
     if let Some(rest) = path.strip_prefix("/.well-known/") {
         let (name, suffix) = match rest.split_once('/') {
             Some((name, suffix)) => (name, Some(suffix)),
             None => (rest, None),
         };
-        return OAUTH_METADATA.contains(&name) && suffix.is_none_or(is_plain_subpath);
+        let known = OAUTH_METADATA.iter().find(|known| **known == name)?;
+        return suffix.is_none_or(is_plain_subpath).then_some(*known);
     }
-    OAUTH_METADATA.iter().any(|name| {
+    OAUTH_METADATA.iter().copied().find(|name| {
         path.strip_suffix(name)
             .and_then(|p| p.strip_suffix("/.well-known/"))
             .is_some_and(|endpoint_path| {
@@ -218,13 +221,21 @@ pub(super) fn has_body(req: &RequestView<'_>) -> Result<bool, HttpError> {
 /// other than `identity`, no transfer coding other than `chunked`, and a well-formed
 /// `Content-Length` if there is one.
 pub(super) fn check_post_headers(req: &RequestView<'_>) -> Result<(), HttpError> {
+    check_body_headers(req, b"application/json")
+}
+
+/// [`check_post_headers`] for a body of media type `media` (lower case).
+pub(super) fn check_body_headers(req: &RequestView<'_>, media: &[u8]) -> Result<(), HttpError> {
     declared_length(req)?;
     let mut content_types = header_values(req.headers, "content-type");
     let content_type = content_types.next().ok_or(HttpError::ContentTypeMissing)?;
     if content_types.next().is_some() {
         return Err(HttpError::ContentTypeRepeated);
     }
-    check_media_type(content_type)?;
+    check_media_type(content_type, media).map_err(|e| match e {
+        HttpError::ContentType if media != b"application/json" => HttpError::FormContentType,
+        e => e,
+    })?;
     for value in header_values(req.headers, "content-encoding") {
         if !codings(value).all(|c| c.eq_ignore_ascii_case(b"identity")) {
             return Err(HttpError::ContentEncoding);
@@ -265,12 +276,12 @@ fn is_tchar(b: u8) -> bool {
         )
 }
 
-/// `application/json` followed by `*( OWS ";" OWS [ token "=" ( token / quoted-string ) ] )`
+/// `media` (`application/json`) followed by `*( OWS ";" OWS [ token "=" ( token / quoted-string ) ] )`
 /// (RFC 9110 §8.3.1), with at most one `charset`, which must be `utf-8`.
-fn check_media_type(value: &[u8]) -> Result<(), HttpError> {
+fn check_media_type(value: &[u8], media: &[u8]) -> Result<(), HttpError> {
     let v = trim_ows(value);
     let end = v.iter().position(|&b| b == b';').unwrap_or(v.len());
-    if !trim_ows(&v[..end]).eq_ignore_ascii_case(b"application/json") {
+    if !trim_ows(&v[..end]).eq_ignore_ascii_case(media) {
         return Err(HttpError::ContentType);
     }
     let mut i = end;
@@ -429,7 +440,7 @@ mod tests {
             "/mcp/.well-known/oauth-protected-resource",
             "/mcp/.well-known/openid-configuration",
         ] {
-            assert!(is_oauth_metadata(&endpoint, ok), "{ok}");
+            assert!(oauth_metadata(&endpoint, ok).is_some(), "{ok}");
         }
         for bad in [
             "/.well-known/",
@@ -445,13 +456,16 @@ mod tests {
             "/.well-known/openid-configurationx",
             "/mcp/.well-known/openid-configuration/x",
         ] {
-            assert!(!is_oauth_metadata(&endpoint, bad), "{bad}");
+            assert_eq!(oauth_metadata(&endpoint, bad), None, "{bad}");
         }
         let connectors = EndpointPath::Prefix("/v1/mcp".into());
-        assert!(is_oauth_metadata(
-            &connectors,
-            "/v1/mcp/abc/.well-known/oauth-protected-resource"
-        ));
+        assert_eq!(
+            oauth_metadata(
+                &connectors,
+                "/v1/mcp/abc/.well-known/oauth-protected-resource"
+            ),
+            Some("oauth-protected-resource")
+        );
     }
 
     #[test]
@@ -467,7 +481,7 @@ mod tests {
             b" application/json ",
         ] {
             assert_eq!(
-                check_media_type(ok),
+                check_media_type(ok, b"application/json"),
                 Ok(()),
                 "{}",
                 String::from_utf8_lossy(ok)
@@ -487,7 +501,7 @@ mod tests {
             b"",
         ] {
             assert_eq!(
-                check_media_type(bad),
+                check_media_type(bad, b"application/json"),
                 Err(HttpError::ContentType),
                 "{}",
                 String::from_utf8_lossy(bad)
@@ -499,7 +513,10 @@ mod tests {
             b"application/json; charset=utf-8; charset=utf-8",
             b"application/json; charset=utf8",
         ] {
-            assert_eq!(check_media_type(bad), Err(HttpError::Charset));
+            assert_eq!(
+                check_media_type(bad, b"application/json"),
+                Err(HttpError::Charset)
+            );
         }
     }
 

@@ -1,7 +1,8 @@
 //! What one session knows about one MCP server's tools beyond the policy file: the definitions
 //! pinned in the lock file, the tools whose listed definition differed from them, and the
-//! `x-mcp-header` declarations read from the server's lists, and the message paths a legacy
-//! HTTP+SSE server announced ([`crate::mcp::legacy`]). The proxy keeps one [`Inventory`] per
+//! `x-mcp-header` declarations read from the server's lists, the message paths a legacy
+//! HTTP+SSE server announced ([`crate::mcp::legacy`]), and what it said about signing in
+//! ([`crate::mcp::oauth`]). The proxy keeps one [`Inventory`] per
 //! server per session, updates it from every list result it reads ([`Inventory::observe`]) and
 //! hands it to the classifier, which decides calls and list entries with it. `fenzi check` builds
 //! one from the lock file alone.
@@ -17,6 +18,7 @@
 //! - A call to a tool the session has not seen in a list is decided by the lock alone.
 
 use super::legacy::{AnnounceError, Authority, MessagePaths};
+use super::oauth::SignIn;
 use crate::json::Value;
 use crate::pins::{PinnedTool, ServerPins, ToolHints, listed_hash};
 use std::collections::{HashMap, HashSet};
@@ -41,6 +43,7 @@ pub struct Inventory {
     changed: HashSet<String>,
     mirrored: HashMap<String, MirroredHeaders>,
     message_paths: MessagePaths,
+    sign_in: SignIn,
 }
 
 /// What pinning says about calling a tool.
@@ -161,6 +164,16 @@ impl Inventory {
     /// The message paths the server announced in this session.
     pub fn message_paths(&self) -> &MessagePaths {
         &self.message_paths
+    }
+
+    /// What the server said this session about signing in to it ([`crate::mcp::oauth`]).
+    pub fn sign_in(&self) -> &SignIn {
+        &self.sign_in
+    }
+
+    /// [`Inventory::sign_in`], to learn from what the server says.
+    pub fn sign_in_mut(&mut self) -> &mut SignIn {
+        &mut self.sign_in
     }
 }
 

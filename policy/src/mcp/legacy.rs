@@ -124,7 +124,7 @@ fn resolve(authority: Authority<'_>, stream: &str, data: &str) -> Result<String,
 }
 
 /// Does `named` (an authority: `host[:port]`, no user info) name exactly `server`'s host and port?
-fn same_server(server: Authority<'_>, named: &str, default_port: u16) -> bool {
+pub(super) fn same_server(server: Authority<'_>, named: &str, default_port: u16) -> bool {
     if named.contains(['@', '%']) {
         return false;
     }

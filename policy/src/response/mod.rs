@@ -71,6 +71,10 @@ pub enum ResponseError {
     EventType,
     #[error("an endpoint event whose data is not a single URI reference")]
     Endpoint,
+    /// An OAuth metadata document on an MCP host that cannot be read strictly
+    /// ([`crate::mcp::oauth`]): nothing is learned from it and it is not passed on.
+    #[error("a sign-in metadata document that is {0}")]
+    Metadata(#[from] crate::mcp::oauth::MetadataError),
     /// The server's own words (its `Content-Type`, `Content-Encoding`) are never quoted: they
     /// may hold anything, a secret value it echoes included.
     #[error(

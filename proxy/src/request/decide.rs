@@ -38,6 +38,8 @@ pub(crate) struct Decided {
     /// A secret value was written into it (its answer may not come in pieces, see
     /// [`crate::connection::framing`]).
     pub swapped: bool,
+    /// A step of the OAuth sign-in flow on an MCP server ([`crate::request::sign_in`]).
+    pub sign_in: Option<fenzi_policy::mcp::oauth::Step>,
 }
 
 /// Decides and records a buffered request (`parts` updated).
@@ -143,6 +145,7 @@ pub(crate) async fn decide(
         body,
         reading,
         swapped: use_.changes_request(),
+        sign_in: mcp.as_ref().and_then(|(_, decision)| decision.sign_in),
     })
 }
 

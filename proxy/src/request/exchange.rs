@@ -60,6 +60,7 @@ async fn phases(
         is_head: parts.method == Method::HEAD,
         reading: None,
         swapped: false,
+        sign_in: None,
     };
     // A response that will be scrubbed or read must come unencoded.
     let mcp = matches!(cx.dest().handling, Handling::Mcp(_));
@@ -75,6 +76,7 @@ async fn phases(
         let decided = decide(&cx, &mut parts, bytes).await?;
         answering.reading = decided.reading;
         answering.swapped = decided.swapped;
+        answering.sign_in = decided.sign_in;
         body::full(decided.body)
     };
 

@@ -65,7 +65,7 @@ pub(crate) struct Reading {
 impl Reading {
     /// The reading of the answer to a request `decision` allowed; `None` for OAuth metadata.
     pub fn of(live: &Arc<Live>, server: &McpServer, decision: &McpDecision) -> Option<Self> {
-        if decision.oauth_metadata {
+        if decision.sign_in.is_some() {
             return None;
         }
         let index = live

@@ -29,4 +29,5 @@ pub(crate) mod plain_http;
 pub(crate) mod refusal;
 pub(crate) mod respond;
 pub(crate) mod response;
+pub(crate) mod sign_in;
 pub(crate) mod upstream;

@@ -2,7 +2,8 @@
 //! first ([`crate::connection::framing`]: `chunked` the only transfer-coding, no `206` to a request a secret
 //! value was written into), and a refused one passes nothing of its body on. The head loses its
 //! hop-by-hop headers and gets the client's HTTP version; an MCP server's answer is read strictly
-//! and its lists filtered ([`crate::request::mcp_response`]); with secrets in the session, the head is
+//! and its lists filtered ([`crate::request::mcp_response`]), and what it says about signing in
+//! learned ([`crate::request::sign_in`]); with secrets in the session, the head is
 //! checked (an encoded body cannot be scrubbed, so it is refused), its header names, values and
 //! reason phrase scrubbed, and every value in the body is replaced by its placeholder as it
 //! streams. A body that breaks off after its head went out gets its `failed` record
@@ -10,12 +11,15 @@
 
 use crate::connection::body::{Body, BoxError};
 use crate::connection::framing;
+use crate::request::admit::Handling;
 use crate::request::context::RequestContext;
 use crate::request::failure_body::RecordsFailure;
 use crate::request::head::strip_hop_by_hop;
 use crate::request::mcp_response::{self, Reading};
 use crate::request::refusal::Refusal;
+use crate::request::sign_in;
 use crate::session::limits::{Held, Permit};
+use fenzi_policy::mcp::oauth::Step;
 use http::header::CONTENT_LENGTH;
 use http::{Response, StatusCode, Version};
 use http_body_util::BodyExt;
@@ -31,6 +35,8 @@ pub(crate) struct Answering {
     pub reading: Option<Reading>,
     /// A secret value was written into the request: its answer may not come in pieces.
     pub swapped: bool,
+    /// The request was a step of the OAuth sign-in flow on an MCP server ([`sign_in`]).
+    pub sign_in: Option<Step>,
 }
 
 /// The upstream's `response` as the client gets it.
@@ -46,6 +52,21 @@ pub(crate) async fn finish(
     }
     strip_hop_by_hop(&mut head.headers);
     head.version = request.client_version;
+    // What an MCP server says about signing in is learned before the client sees it.
+    // (Only then: nothing more is done for any other answer.)
+    let signing_in = request.sign_in.is_some()
+        || matches!(
+            head.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        );
+    let live = match &cx.dest().handling {
+        Handling::Mcp(admitted) if signing_in => Some((cx.live.clone(), admitted.name.clone())),
+        _ => None,
+    };
+    let server = live.as_ref().and_then(|(live, name)| live.server(name));
+    if let Some(server) = server {
+        sign_in::observe_head(&cx, server, &head, request.sign_in);
+    }
     let body: Body = match request.reading {
         Some(mut reading) => {
             // A call's concurrency slots are held until the body the client gets is done.
@@ -61,7 +82,12 @@ pub(crate) async fn finish(
             .await?;
             Held::new(body, slots).boxed_unsync()
         }
-        None => body.map_err(BoxError::from).boxed_unsync(),
+        None => match (server, request.sign_in) {
+            (Some(server), Some(step)) if step.is_metadata() => {
+                sign_in::read_metadata(&cx, server, step, &mut head, body, request.is_head).await?
+            }
+            _ => body.map_err(BoxError::from).boxed_unsync(),
+        },
     };
     let secrets = &cx.session.secrets;
     if secrets.is_empty() {

@@ -1,6 +1,6 @@
 //! The session's tool inventories ([`fenzi_policy::mcp::inventory`]): one per remote or account server,
 //! read by every classification (pins, mirrored headers, announced message paths) and updated by
-//! every list result and legacy `endpoint` event the response phase reads, and the lock files
+//! every list result, legacy `endpoint` event and sign-in document the response phase reads, and the lock files
 //! pinned servers are recorded in ([`crate::lock_file`]).
 //!
 //! A server's lock entry lives in the lock beside the file that declared it ([`LockFiles`]). A
@@ -23,6 +23,7 @@ use fenzi_policy::engine::Policy;
 use fenzi_policy::mcp::ServerRule;
 use fenzi_policy::mcp::inventory::Inventory;
 use fenzi_policy::mcp::legacy::Authority;
+use fenzi_policy::mcp::oauth::SignIn;
 use fenzi_policy::pins::{Lock, ServerPins};
 use fenzi_policy::response::{self, ReadMessage, ResponseError, Shape};
 use std::collections::{HashMap, HashSet};
@@ -172,6 +173,14 @@ impl Inventories {
         if let Err(e) = inventory.announce_message_path(authority, path, data) {
             tracing::warn!(%server, "{e}; POSTs there are refused");
         }
+    }
+
+    /// Runs `f` on what the session learned of signing in to `server` ([`fenzi_policy::mcp::oauth`]),
+    /// to learn more from what the server said; `None` for a server not in the session.
+    pub fn sign_in<T>(&self, server: &str, f: impl FnOnce(&mut SignIn) -> T) -> Option<T> {
+        let slot = self.servers.get(server)?;
+        let mut inventory = slot.inventory.write().unwrap_or_else(|e| e.into_inner());
+        Some(f(inventory.sign_in_mut()))
     }
 
     /// Filters a list-carrying message from `server` that the shallow read found `shape` in,

@@ -519,7 +519,7 @@ mod tests {
                 })
                 .collect(),
             batch: tools.len() > 1,
-            oauth_metadata: false,
+            sign_in: None,
         }
     }
 

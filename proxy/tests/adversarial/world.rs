@@ -117,9 +117,13 @@ pub const MAX_BYTES: usize = 64 * 1024;
 
 /// What a real MCP server sends back: a JSON-RPC result echoing each request's id (an array for a
 /// batch), `202` with no body when the request carried no requests (notifications, client
-/// responses); GET is a short event stream of one notification, DELETE an empty `200`.
-fn mcp_answers() -> Handler {
-    Arc::new(|parts: Parts, body: Bytes| {
+/// responses); GET is a short event stream of one notification, DELETE an empty `200`. It is its
+/// own authorization server ([`sign_in_answer`]) at `scheme://` its Host.
+fn mcp_answers(scheme: &'static str) -> Handler {
+    Arc::new(move |parts: Parts, body: Bytes| {
+        if let Some(answer) = sign_in_answer(scheme, &parts) {
+            return answer;
+        }
         let method = &parts.method;
         if method == http::Method::GET {
             return respond(
@@ -149,6 +153,131 @@ fn mcp_answers() -> Handler {
         };
         respond(200, "application/json", out.to_string())
     })
+}
+
+/// The sign-in side of the `mcp` upstream (`oauth.cases`), at `base` = `scheme://` its Host:
+/// protected-resource metadata at every well-known form and at `/custom/prm.json`, naming itself as
+/// authorization server; authorization-server metadata naming `/oauth/{authorize,token,register,
+/// revoke}`; those endpoints; and hostile variants under `/.well-known/oauth-authorization-server/`
+/// (`malformed`: a duplicate member, `oversized`: past fenzi's limit, `foreign`: endpoints on other
+/// origins, `elsewhere`: a document for another host) and `.../oauth-protected-resource/foreign`
+/// (an authorization server on a host the policy does not name). A `POST /mcp` with
+/// `X-Test-Challenge: named` or `foreign` is answered `401` naming protected-resource metadata
+/// here or on another host.
+fn sign_in_answer(scheme: &str, parts: &Parts) -> Option<Response<Body>> {
+    let host = parts.headers.get("host")?.to_str().ok()?;
+    let base = format!("{scheme}://{host}");
+    let json = |v: serde_json::Value| respond(200, "application/json", v.to_string());
+    let server_metadata = |at: &str| {
+        json(serde_json::json!({"issuer": base,
+            "authorization_endpoint": format!("{at}/oauth/authorize"),
+            "token_endpoint": format!("{at}/oauth/token"),
+            "registration_endpoint": format!("{at}/oauth/register"),
+            "revocation_endpoint": format!("{at}/oauth/revoke"),
+            "response_types_supported": ["code"]}))
+    };
+    let path = parts.uri.path();
+    let get = parts.method == http::Method::GET;
+    if scheme == "http" {
+        return march_2025_answer(parts, get, path);
+    }
+    let answer = match (get, path) {
+        (false, "/mcp") => {
+            let named = match parts.headers.get("x-test-challenge")?.as_bytes() {
+                b"named" => format!("{base}/custom/prm.json"),
+                _ => "https://elsewhere.test/custom/prm.json".to_string(),
+            };
+            let mut answer = respond(401, "application/json", r#"{"error":"invalid_token"}"#);
+            let challenge = format!(r#"Bearer error="invalid_token", resource_metadata="{named}""#);
+            answer
+                .headers_mut()
+                .insert("www-authenticate", challenge.parse().unwrap());
+            answer
+        }
+        (true, "/.well-known/oauth-protected-resource/foreign") => json(serde_json::json!({
+            "resource": format!("{base}/mcp"),
+            "authorization_servers": ["https://auth.elsewhere.test"]})),
+        (true, "/.well-known/oauth-authorization-server/malformed") => respond(
+            200,
+            "application/json",
+            format!(
+                r#"{{"issuer":"{base}","token_endpoint":"{base}/bad/token","token_endpoint":"{base}/bad/token"}}"#
+            ),
+        ),
+        (true, "/.well-known/oauth-authorization-server/oversized") => json(serde_json::json!({
+            "issuer": base, "token_endpoint": format!("{base}/big/token"),
+            "op_policy_uri": "x".repeat(70 * 1024)})),
+        (true, "/.well-known/oauth-authorization-server/foreign") => json(serde_json::json!({
+            "issuer": base,
+            "token_endpoint": "https://auth.elsewhere.test/foreign/token",
+            "registration_endpoint": format!("{base}:8443/foreign/register")})),
+        (true, "/.well-known/oauth-authorization-server/encoded") => {
+            let mut answer = server_metadata(&base);
+            answer.headers_mut().insert(
+                http::header::CONTENT_ENCODING,
+                http::HeaderValue::from_static("gzip"),
+            );
+            answer
+        }
+        (true, "/.well-known/oauth-authorization-server/html") => respond(
+            200,
+            "text/html",
+            format!(r#"<html>{{"token_endpoint":"{base}/html/token"}}</html>"#),
+        ),
+        (true, "/.well-known/oauth-authorization-server/elsewhere") => {
+            server_metadata("https://auth.elsewhere.test")
+        }
+        (true, p) if p.contains("oauth-protected-resource") || p == "/custom/prm.json" => {
+            json(serde_json::json!({"resource": format!("{base}/mcp"),
+                "authorization_servers": [base]}))
+        }
+        (true, p)
+            if p.contains("oauth-authorization-server") || p.contains("openid-configuration") =>
+        {
+            server_metadata(&base)
+        }
+        (true, "/oauth/authorize") => Response::builder()
+            .status(302)
+            .header("location", "http://127.0.0.1:9/callback?code=c0de&state=s")
+            .body(crate::common::full_body(""))
+            .unwrap(),
+        (false, "/oauth/token") => {
+            json(serde_json::json!({"access_token": "t0ken", "token_type": "Bearer"}))
+        }
+        (false, "/oauth/register") => json(serde_json::json!({"client_id": "c1"})),
+        (false, "/oauth/revoke") => json(serde_json::json!({})),
+        _ => return None,
+    };
+    Some(answer)
+}
+
+/// The sign-in side of the `plainmcp` upstream: a 2025-03-26 server that publishes no metadata
+/// (`404` at every well-known form), challenges with a bare `Bearer` on `POST /mcp` with
+/// `X-Test-Challenge`, and serves the default endpoints `/authorize`, `/token` and `/register`.
+fn march_2025_answer(parts: &Parts, get: bool, path: &str) -> Option<Response<Body>> {
+    let json = |v: serde_json::Value| respond(200, "application/json", v.to_string());
+    let answer = match (get, path) {
+        (false, "/mcp") => {
+            parts.headers.get("x-test-challenge")?;
+            let mut answer = respond(401, "application/json", r#"{"error":"invalid_token"}"#);
+            answer
+                .headers_mut()
+                .insert("www-authenticate", http::HeaderValue::from_static("Bearer"));
+            answer
+        }
+        (true, p) if p.starts_with("/.well-known/") => respond(404, "text/plain", "not found"),
+        (true, "/authorize") => Response::builder()
+            .status(302)
+            .header("location", "http://127.0.0.1:9/callback?code=c0de&state=s")
+            .body(crate::common::full_body(""))
+            .unwrap(),
+        (false, "/token") => {
+            json(serde_json::json!({"access_token": "t0ken", "token_type": "Bearer"}))
+        }
+        (false, "/register") => json(serde_json::json!({"client_id": "c1"})),
+        _ => return None,
+    };
+    Some(answer)
 }
 
 /// `200 web` for everything.
@@ -210,14 +339,14 @@ impl World {
         let with_secrets = SECRETS_FILES.contains(&file);
         let pki = TestPki::new();
         let mcp_tls = pki.server_config(&["mcp.test", "93.184.216.50", "mcp-proxy.anthropic.com"]);
-        let mcp = http_upstream(Some(mcp_tls), mcp_answers()).await;
+        let mcp = http_upstream(Some(mcp_tls), mcp_answers("https")).await;
         let secret_tls =
             pki.server_config(&["api.test", "body.test", "tracker.test", "query.test"]);
         let api = http_upstream(Some(secret_tls.clone()), echo_request()).await;
         let body = http_upstream(Some(secret_tls.clone()), echo_request()).await;
         let tracker = http_upstream(Some(secret_tls.clone()), echo_request()).await;
         let query = http_upstream(Some(secret_tls), echo_request()).await;
-        let plainmcp = http_upstream(None, mcp_answers()).await;
+        let plainmcp = http_upstream(None, mcp_answers("http")).await;
         let web = http_upstream(None, web_answer()).await;
         let echo = echo_upstream().await;
         let trap = trap_upstream().await;
