@@ -22,6 +22,7 @@ fn session() -> SessionSecrets {
         sources: vec![SecretSource::TopLevel],
         default_bearer: bearer,
         positions: None,
+        entry: None,
     };
     let bindings = [
         bind("MCP_LINEAR", "mcp.linear.app", false, true),
@@ -107,7 +108,7 @@ fn bench(c: &mut Criterion) {
             BenchmarkId::new("scan+decide", &label),
             &(parts.clone(), body.clone()),
             |b, (parts, body)| {
-                b.iter(|| black_box(s.check_request(&host, 443, true, parts, body)));
+                b.iter(|| black_box(s.check_request(&host, 443, None, true, parts, body)));
             },
         );
         group.bench_with_input(

@@ -19,7 +19,9 @@ use std::sync::Arc;
 /// How requests to an admitted destination are handled.
 #[derive(Debug, Clone)]
 pub(crate) enum Handling {
-    /// An MCP server: every request is classified before a byte goes upstream.
+    /// An MCP host: every request is given to one of its entries by its path, and classified by
+    /// that entry's rules, before a byte goes upstream. The server is the one the host was
+    /// admitted as (its first entry); its siblings share its host, port and scheme.
     Mcp(Box<McpServer>),
     /// A plain allowed host: requests are forwarded as they are.
     Plain,
@@ -75,9 +77,15 @@ impl Destination {
 
     /// The audit subject of a request with `method` on `path` (no query) to this destination.
     pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
+        self.subject_of(method, path, self.server_name())
+    }
+
+    /// The same, naming `server`: on an MCP host with several entries, the one the request's path
+    /// belongs to ([`fenzi_policy::engine::by_path`]).
+    pub fn subject_of(&self, method: &str, path: Option<&str>, server: Option<&str>) -> Subject {
         let mut subject =
             Subject::new(self.client, method, self.host_text.clone(), self.port, path);
-        subject.server = self.server_name().map(str::to_string);
+        subject.server = server.map(str::to_string);
         subject.under(&self.policy)
     }
 }
