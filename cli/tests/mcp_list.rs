@@ -261,7 +261,10 @@ fn two_servers_on_one_host_are_listed_apart() {
     );
     let text = fenzi(tmp.path(), &["mcp", "list"], None, &[]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("full      remote  https://api.example.com/mcp  ["), "{text}");
+    assert!(
+        text.contains("full      remote  https://api.example.com/mcp  ["),
+        "{text}"
+    );
     assert!(
         text.contains("readonly  remote  https://api.example.com/mcp/readonly  ["),
         "{text}"

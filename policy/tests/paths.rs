@@ -21,7 +21,11 @@ fn policy() -> Policy {
 }
 
 fn index(policy: &Policy, name: &str) -> usize {
-    policy.servers().iter().position(|s| s.name == name).unwrap()
+    policy
+        .servers()
+        .iter()
+        .position(|s| s.name == name)
+        .unwrap()
 }
 
 #[test]
@@ -52,7 +56,10 @@ fn each_path_has_one_owner_or_none() {
     let owner = |method: &str, target: &str| policy.owner_of_path(admitted, method, target, never);
     assert_eq!(owner("POST", "/mcp"), PathOwner::Entry(full));
     assert_eq!(owner("POST", "/mcp/readonly"), PathOwner::Entry(readonly));
-    assert_eq!(owner("POST", "/mcp/readonly?a=b"), PathOwner::Entry(readonly));
+    assert_eq!(
+        owner("POST", "/mcp/readonly?a=b"),
+        PathOwner::Entry(readonly)
+    );
     assert_eq!(
         owner("GET", "/.well-known/oauth-protected-resource/mcp/readonly"),
         PathOwner::Entry(readonly)
@@ -84,17 +91,15 @@ fn an_announced_message_path_belongs_to_the_one_entry_that_announced_it() {
     let policy = policy();
     let (full, readonly) = (index(&policy, "full"), index(&policy, "readonly"));
     let admitted = &policy.servers()[full];
-    let by_readonly = |s: &fenzi_policy::engine::McpServer, p: &str| {
-        s.name == "readonly" && p == "/messages"
-    };
+    let by_readonly =
+        |s: &fenzi_policy::engine::McpServer, p: &str| s.name == "readonly" && p == "/messages";
     assert_eq!(
         policy.owner_of_path(admitted, "POST", "/messages?sessionId=1", by_readonly),
         PathOwner::Entry(readonly)
     );
     // An entry's endpoint is its own, whatever another entry's server announced.
-    let claims_full = |s: &fenzi_policy::engine::McpServer, p: &str| {
-        s.name == "readonly" && p == "/mcp"
-    };
+    let claims_full =
+        |s: &fenzi_policy::engine::McpServer, p: &str| s.name == "readonly" && p == "/mcp";
     assert_eq!(
         policy.owner_of_path(admitted, "POST", "/mcp", claims_full),
         PathOwner::Entry(full)
@@ -111,7 +116,8 @@ fn an_announced_message_path_belongs_to_the_one_entry_that_announced_it() {
 fn each_token_goes_only_to_its_own_entry() {
     let policy = policy();
     let host = Host::parse("api.example.com").unwrap();
-    let authorization = |secret: &str| Sighting::in_field(secret, Position::HeaderValue, "authorization");
+    let authorization =
+        |secret: &str| Sighting::in_field(secret, Position::HeaderValue, "authorization");
     let decide = |entry: Option<&str>, seen: &[Sighting], has_authorization: bool| {
         secret_use::decide(
             policy.secrets(),

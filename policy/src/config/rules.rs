@@ -152,7 +152,8 @@ fn endpoints(config: &Config, errors: &mut Vec<ConfigError>) {
 /// server may route alike, an account entry (which covers every path under its prefix), or two
 /// schemes on one port.
 fn same_server(a: &McpServerConfig, b: &McpServerConfig) -> Option<(String, &'static str)> {
-    let (ServerKind::Remote { url: ua, .. }, ServerKind::Remote { url: ub, .. }) = (&a.kind, &b.kind)
+    let (ServerKind::Remote { url: ua, .. }, ServerKind::Remote { url: ub, .. }) =
+        (&a.kind, &b.kind)
     else {
         return Some((
             "an account entry has its host to itself".into(),

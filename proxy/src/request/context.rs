@@ -40,11 +40,14 @@ impl<'a> RequestContext<'a> {
         let owner = match &dest.handling {
             Handling::Mcp(admitted) => {
                 let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-                Some(live.policy.owner_of_path(admitted, method, target, |s, path| {
-                    session
-                        .inventories
-                        .read(&s.name, |inventory| inventory.message_paths().contains(path))
-                }))
+                Some(
+                    live.policy
+                        .owner_of_path(admitted, method, target, |s, path| {
+                            session.inventories.read(&s.name, |inventory| {
+                                inventory.message_paths().contains(path)
+                            })
+                        }),
+                )
             }
             Handling::Plain => None,
         };
