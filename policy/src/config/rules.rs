@@ -166,19 +166,18 @@ fn same_server(a: &McpServerConfig, b: &McpServerConfig) -> Option<(String, &'st
             "write the scheme the server uses in both urls",
         ));
     }
+    // Messages do not repeat the paths: some servers put a credential in theirs.
     if ua.path == ub.path {
         return Some((
-            format!("the same path `{}`; one entry per MCP server url", ua.path),
+            "the same path; one entry per MCP server url".into(),
             "keep one entry for this server; list all its tools there",
         ));
     }
     if route_key(&ua.path) == route_key(&ub.path) {
         return Some((
-            format!(
-                "paths `{}` and `{}`, which a server may route to the same endpoint (they differ \
-                 only in case, a trailing `/`, `//`, percent-escapes or `;` parameters)",
-                ua.path, ub.path
-            ),
+            "paths a server may route to the same endpoint (they differ only in case, a \
+             trailing `/`, `//`, percent-escapes or `;` parameters)"
+                .into(),
             "write each entry's path as its server serves it; entries on one host must differ \
              in more than spelling",
         ));
