@@ -117,7 +117,7 @@ fn bench(c: &mut Criterion) {
             |b, (parts, body)| {
                 b.iter(|| {
                     let mut parts = parts.clone();
-                    let use_ = s.check_request(&host, 443, true, &parts, body);
+                    let use_ = s.check_request(&host, 443, None, true, &parts, body);
                     assert!(use_.is_allowed() && use_.changes_request());
                     black_box(s.apply(&use_, &mut parts, body.clone()).unwrap())
                 });

@@ -23,6 +23,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What a record says of a request: its server, reason, secrets and rule.
+type Seen<'a> = (
+    Option<&'a str>,
+    Option<Reason>,
+    Vec<String>,
+    Option<&'a str>,
+);
+
 const FULL_TOKEN: &str = "full-token-0123456789abcdef";
 const READONLY_TOKEN: &str = "readonly-token-0123456789abcdef";
 
@@ -196,7 +204,7 @@ async fn two_servers_on_one_port() {
 
     // One record per request (after the CONNECT), naming the entry its path belongs to.
     let records: Vec<_> = proxy.entries().into_iter().skip(1).collect();
-    let got: Vec<(Option<&str>, Option<Reason>, Vec<String>, Option<&str>)> = records
+    let got: Vec<Seen<'_>> = records
         .iter()
         .map(|r| {
             (
