@@ -20,9 +20,9 @@
 //! 4. A message path the server announced this session on one entry's legacy event stream: that
 //!    entry. Announced by two entries of the host, it is nobody's: which one a POST there would
 //!    reach is the server's secret.
-//! 5. The host itself, for what names no entry but every entry allows alike: a `GET` of OAuth
-//!    metadata that names no entry's path (the bare `/.well-known/<doc>`, the authorization
-//!    server's documents), and a request target that is not origin-form or has characters URIs do
+//! 5. The host itself, for what names no entry but every entry allows alike: a `GET` of an OAuth
+//!    metadata document under `/.well-known/` that names no entry's path (the bare
+//!    `/.well-known/<doc>`, the authorization server's documents), and a request target that is not origin-form or has characters URIs do
 //!    not allow (refused as `bad_request` by the classifier). It is decided under the host's first
 //!    entry (in config order) and recorded under its name, but it is no entry's request: no
 //!    entry's token is put on it.
@@ -118,7 +118,9 @@ impl Policy {
             if let Some(i) = resource.and_then(exact) {
                 return PathOwner::Entry(i);
             }
-            if method == "GET" {
+            // Only the host's own documents, under `/.well-known/`: a document under a path no
+            // entry has (`/admin/.well-known/...`) is nobody's.
+            if method == "GET" && path.starts_with("/.well-known/") {
                 return PathOwner::Host(first);
             }
         }
