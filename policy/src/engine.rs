@@ -385,12 +385,12 @@ impl Policy {
     /// Every pattern whose traffic may be intercepted (MCP servers and secret-bound hosts): the CA's name
     /// constraints are built from these.
     pub fn inspected_patterns(&self) -> Vec<HostPattern> {
-        let mut out: Vec<HostPattern> = self.servers.iter().map(|s| s.pattern.clone()).collect();
-        for s in &self.secrets {
-            for h in &s.hosts {
-                if !out.contains(h) {
-                    out.push(h.clone());
-                }
+        let mut out: Vec<HostPattern> = Vec::new();
+        // Several servers may share a host (at different paths): each pattern once.
+        let servers = self.servers.iter().map(|s| &s.pattern);
+        for h in servers.chain(self.secrets.iter().flat_map(|s| &s.hosts)) {
+            if !out.contains(h) {
+                out.push(h.clone());
             }
         }
         out

@@ -153,3 +153,23 @@ fn each_token_goes_only_to_its_own_entry() {
     assert_eq!(decide(None, &[], false).add_bearer, None);
     assert!(!decide(None, &[authorization("MCP_FULL")], true).is_allowed());
 }
+
+#[test]
+fn a_shared_host_is_one_destination() {
+    let policy = policy();
+    let host = Host::parse("api.example.com").unwrap();
+    let inspected = policy.inspected_patterns();
+    let shared = inspected.iter().filter(|p| p.matches(&host, 443)).count();
+    assert_eq!(shared, 1, "{inspected:?}");
+    // Admission knows the host, whichever entry it finds first; the path picks the entry later.
+    let route = policy.route(&host, 443).unwrap();
+    assert!(route.needs_inspection());
+    let readonly = index(&policy, "readonly");
+    assert_eq!(
+        policy
+            .entries_on_host(&policy.servers()[readonly])
+            .map(|(_, s)| s.name.as_str())
+            .collect::<Vec<_>>(),
+        ["full", "readonly"]
+    );
+}
