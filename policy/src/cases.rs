@@ -320,7 +320,7 @@ fn decide(
                 (Route::Mcp(server), Some(_)) => classify(policy, inventories, server, case),
                 (route, _) => (
                     Decision::allow(
-                        by_name.unwrap_or_else(|| route.rule()),
+                        by_name.unwrap_or_else(|| policy.admission_rule(&route)),
                         format!("{} is allowed", host.authority(port)),
                     ),
                     None,

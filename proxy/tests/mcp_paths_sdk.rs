@@ -202,8 +202,14 @@ async fn two_servers_on_one_port() {
         "{calls}"
     );
 
-    // One record per request (after the CONNECT), naming the entry its path belongs to.
-    let records: Vec<_> = proxy.entries().into_iter().skip(1).collect();
+    // The CONNECT is the host's, every entry on it, and names no one server; then one record per
+    // request, naming the entry its path belongs to.
+    let all = proxy.entries();
+    let connect = &all[0];
+    assert_eq!(connect.method, "CONNECT");
+    assert_eq!(connect.server, None);
+    assert_eq!(connect.rule.as_deref(), Some("mcp.full, mcp.readonly"));
+    let records: Vec<_> = all.into_iter().skip(1).collect();
     let got: Vec<Seen<'_>> = records
         .iter()
         .map(|r| {

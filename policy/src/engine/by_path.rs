@@ -82,6 +82,25 @@ impl Policy {
             .filter(move |(_, s)| s.pattern == server.pattern)
     }
 
+    /// Whether the host and port of `server` has other entries too (at other paths).
+    pub fn is_shared_host(&self, server: &McpServer) -> bool {
+        self.entries_on_host(server).nth(1).is_some()
+    }
+
+    /// The rule that admits a destination, as a record names it: a route's own rule, and for an
+    /// MCP host every entry on it (`mcp.full, mcp.readonly`), since admission is the host's, not
+    /// one entry's.
+    pub fn admission_rule(&self, route: &super::Route<'_>) -> String {
+        match route {
+            super::Route::Mcp(server) => self
+                .entries_on_host(server)
+                .map(|(_, s)| format!("mcp.{}", s.name))
+                .collect::<Vec<_>>()
+                .join(", "),
+            other => other.rule(),
+        }
+    }
+
     /// Which entry of the host of `admitted` (the server a connection was admitted for) a request
     /// with `method` and origin-form `target` (path and query, as sent) belongs to (see the
     /// module documentation). `announced(entry, path)` says whether `entry`'s server announced

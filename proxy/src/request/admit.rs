@@ -39,6 +39,8 @@ pub(crate) struct Destination {
     pub decision: Decision,
     /// Whether a CONNECT to it must be intercepted rather than passed through.
     pub inspect: bool,
+    /// An MCP host that several entries share, at different paths.
+    pub shared: bool,
     /// Every address the name resolved to; each one passed `check_address`.
     pub addrs: Vec<SocketAddr>,
     /// The hash of the policy that admitted it. A connection stays what it was admitted as under
@@ -50,10 +52,13 @@ pub(crate) struct Destination {
 }
 
 impl Destination {
+    /// The server a record about the destination itself names (a CONNECT, a refused handshake):
+    /// an MCP host's only entry, and none for a host several entries share (each request names
+    /// the entry its path belongs to instead).
     pub fn server_name(&self) -> Option<&str> {
         match &self.handling {
-            Handling::Mcp(server) => Some(&server.name),
-            Handling::Plain => None,
+            Handling::Mcp(server) if !self.shared => Some(&server.name),
+            Handling::Mcp(_) | Handling::Plain => None,
         }
     }
 
@@ -105,12 +110,15 @@ pub(crate) async fn admit(
         .map_err(|denied| Refusal::denied(subject, &denied))?;
     let inspect = route.needs_inspection();
     let mut decision = Decision::allow(
-        route.rule(),
+        live.policy.admission_rule(&route),
         format!("{} is allowed by the policy", host.authority(port)),
     );
-    let handling = match route {
-        Route::Mcp(server) => Handling::Mcp(Box::new(server.clone())),
-        Route::Plain { .. } => Handling::Plain,
+    let (handling, shared) = match route {
+        Route::Mcp(server) => (
+            Handling::Mcp(Box::new(server.clone())),
+            live.policy.is_shared_host(server),
+        ),
+        Route::Plain { .. } => (Handling::Plain, false),
     };
     let ips = resolve(session, host, port).await.map_err(|error| {
         if let Some(metrics) = &session.metrics {
@@ -138,6 +146,7 @@ pub(crate) async fn admit(
         handling,
         decision,
         inspect,
+        shared,
         addrs: ips
             .into_iter()
             .map(|ip| SocketAddr::new(ip, port))
