@@ -294,3 +294,45 @@ fn endless_or_huge_inputs_are_refused_by_size_before_they_are_read() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("larger than 4 MiB"));
 }
+
+/// Servers by path: `fenzi check` decides each case by the entry whose path it names, on a host
+/// with two servers, and a path no entry has is denied (`testdata/cases/paths.cases.yaml`).
+#[test]
+fn two_servers_on_one_host_are_checked_by_path() {
+    let o = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/paths.yaml",
+        "--cases",
+        "testdata/cases/paths.cases.yaml",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains(" 0 failed"), "{out}");
+    // A wrong expectation about which entry decides fails.
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = tmp.path().join("cases.yaml");
+    std::fs::write(
+        &cases,
+        "cases:\n  - {server: full, path: /mcp/readonly, tool: create_issue, expect: allowed}\n",
+    )
+    .unwrap();
+    let o = fenzi(&[
+        "check",
+        "--config",
+        "testdata/policies/paths.yaml",
+        "--cases",
+        cases.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("mcp.readonly default deny"),
+        "{}",
+        stdout(&o)
+    );
+}

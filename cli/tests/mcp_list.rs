@@ -213,3 +213,61 @@ fn no_policy_says_how_to_add_one() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("add one with `fenzi mcp add`"));
 }
+
+/// Two servers on one host at different paths are two servers (README, "Servers by path"): each
+/// listed with its own url, tools and token.
+#[test]
+fn two_servers_on_one_host_are_listed_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("xdg/fenzi")).unwrap();
+    std::fs::write(
+        tmp.path().join("fenzi.yaml"),
+        "version: 1\nmcp:\n  full:\n    url: https://api.example.com/mcp\n    token: true\n    \
+         tools:\n      allow: [\"*\"]\n  readonly:\n    url: https://api.example.com/mcp/readonly\n    \
+         token: true\n    tools:\n      allow: [search]\n",
+    )
+    .unwrap();
+    let out = fenzi(tmp.path(), &["mcp", "list", "--json"], None, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let servers = got["servers"].as_array().unwrap();
+    let pick = |name: &str| {
+        let s = servers.iter().find(|s| s["name"] == name).unwrap();
+        (
+            s["url"].clone(),
+            s["tools"]["allow"].clone(),
+            s["secrets"][0]["name"].clone(),
+        )
+    };
+    assert_eq!(
+        pick("full"),
+        (
+            json!("https://api.example.com/mcp"),
+            json!(["*"]),
+            json!("MCP_FULL")
+        )
+    );
+    assert_eq!(
+        pick("readonly"),
+        (
+            json!("https://api.example.com/mcp/readonly"),
+            json!(["search"]),
+            json!("MCP_READONLY")
+        )
+    );
+    let text = fenzi(tmp.path(), &["mcp", "list"], None, &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("full      remote  https://api.example.com/mcp  ["),
+        "{text}"
+    );
+    assert!(
+        text.contains("readonly  remote  https://api.example.com/mcp/readonly  ["),
+        "{text}"
+    );
+    assert!(text.contains("secret MCP_READONLY"), "{text}");
+}

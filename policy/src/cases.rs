@@ -22,7 +22,10 @@
 //!
 //! MCP cases may also set `method` (default `POST`), `path` (default the server's endpoint) and `headers`
 //! (default `Content-Type: application/json`). A `host` case with a `body` on an MCP server's host is
-//! classified as a request to that server.
+//! classified as a request to that host. The path picks the entry, as in the proxy: on a host with
+//! several entries (one per path) a case is decided by the entry whose path it names, whichever
+//! entry of that host the case names, and a path no entry has is `policy_denied` (rule
+//! `mcp.<host> no server at this path`).
 //!
 //! Instead of a `body`, a case may name what it calls, and the JSON-RPC request is written for it:
 //!
@@ -41,7 +44,7 @@
 //! ```
 
 use crate::decision::{Decision, Reason};
-use crate::engine::{Policy, Route};
+use crate::engine::{PathOwner, Policy, Route};
 use crate::host::{Host, split_authority};
 use crate::mcp::inventory::Inventory;
 use crate::mcp::{EndpointPath, RequestView};
@@ -317,7 +320,7 @@ fn decide(
                 (Route::Mcp(server), Some(_)) => classify(policy, inventories, server, case),
                 (route, _) => (
                     Decision::allow(
-                        by_name.unwrap_or_else(|| route.rule()),
+                        by_name.unwrap_or_else(|| policy.admission_rule(&route)),
                         format!("{} is allowed", host.authority(port)),
                     ),
                     None,
@@ -351,11 +354,22 @@ fn classify(
         headers: &headers,
         body,
     };
-    let inventory = inventories
-        .get(&server.name)
-        .cloned()
-        .unwrap_or_else(|| Inventory::new(server.rule.pin, None));
-    let decision = policy.decide_mcp(server, &inventory, &view);
+    let inventory_of = |server: &crate::engine::McpServer| {
+        inventories
+            .get(&server.name)
+            .cloned()
+            .unwrap_or_else(|| Inventory::new(server.rule.pin, None))
+    };
+    // The path picks the entry of the host, as in the proxy: a case may name any entry of the host
+    // and the path of another (`crate::engine::by_path`).
+    let owner = policy.owner_of_path(server, &case.method, &path, |s, p| {
+        inventory_of(s).message_paths().contains(p)
+    });
+    let server = match owner {
+        PathOwner::Entry(i) | PathOwner::Host(i) => &policy.servers()[i],
+        PathOwner::Nobody(denied) => return (denied, None, None),
+    };
+    let decision = policy.decide_mcp(server, &inventory_of(server), &view);
     let (rpc, tool) = match decision.messages.as_slice() {
         [one] => (one.rpc_method.clone(), one.tool.clone()),
         _ => (None, None),

@@ -19,7 +19,10 @@ use crate::secret_name::server_token_name;
 use crate::secret_position::SecretPosition;
 use std::net::IpAddr;
 
+pub mod by_path;
 pub mod reload;
+
+pub use by_path::PathOwner;
 
 /// A remote MCP server (or the account-connector host) as the proxy enforces it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,11 +96,26 @@ pub struct SecretBinding {
     /// server). `None`: any header value and the query, the body when `body`, and the placeholder
     /// left as is elsewhere (see `secret_use`).
     pub positions: Option<Vec<SecretPosition>>,
+    /// For a `token: true` server's token: that entry's name. Its host may carry other entries
+    /// (at other paths); the token goes only to requests [`by_path`] gives to this one.
+    pub entry: Option<String>,
 }
 
 impl SecretBinding {
+    /// Whether `host:port` is among the secret's hosts. An entry's token is bound to its host this
+    /// way too, but used only on that entry's requests ([`SecretBinding::is_bound_for`]).
     pub fn is_bound_to(&self, host: &Host, port: u16) -> bool {
         self.hosts.iter().any(|p| p.matches(host, port))
+    }
+
+    /// Whether a request to `host:port` that [`by_path`] gave to the entry named `entry` (`None`:
+    /// a plain host, or a path of an MCP host that is no entry's) may use this secret.
+    pub fn is_bound_for(&self, host: &Host, port: u16, entry: Option<&str>) -> bool {
+        self.is_bound_to(host, port)
+            && self
+                .entry
+                .as_deref()
+                .is_none_or(|own| entry.is_some_and(|e| e == own))
     }
 
     /// The host patterns this binding sends the secret to that are not among `approved` (patterns
@@ -186,8 +204,8 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Compiles a validated config. The config loader has already refused clashes (two servers on one
-    /// host:port, a server on a `hosts` entry, two secrets on one host), so compiling cannot fail.
+    /// Compiles a validated config. The config loader has already refused clashes (two servers at one
+    /// url, a server on a `hosts` entry, two secrets on one host), so compiling cannot fail.
     pub fn from_config(config: &Config) -> Policy {
         Policy::with_limits(config, JsonLimits::default())
     }
@@ -367,12 +385,12 @@ impl Policy {
     /// Every pattern whose traffic may be intercepted (MCP servers and secret-bound hosts): the CA's name
     /// constraints are built from these.
     pub fn inspected_patterns(&self) -> Vec<HostPattern> {
-        let mut out: Vec<HostPattern> = self.servers.iter().map(|s| s.pattern.clone()).collect();
-        for s in &self.secrets {
-            for h in &s.hosts {
-                if !out.contains(h) {
-                    out.push(h.clone());
-                }
+        let mut out: Vec<HostPattern> = Vec::new();
+        // Several servers may share a host (at different paths): each pattern once.
+        let servers = self.servers.iter().map(|s| &s.pattern);
+        for h in servers.chain(self.secrets.iter().flat_map(|s| &s.hosts)) {
+            if !out.contains(h) {
+                out.push(h.clone());
             }
         }
         out
@@ -618,6 +636,11 @@ fn add_secret(
         }
         return;
     }
+    // A server's token is that entry's alone; every other secret is its hosts'.
+    let entry = match &source {
+        SecretSource::ServerToken { server } => Some(server.clone()),
+        SecretSource::LocalServer { .. } | SecretSource::TopLevel => None,
+    };
     secrets.push(SecretBinding {
         name: name.to_string(),
         hosts: hosts.to_vec(),
@@ -625,5 +648,6 @@ fn add_secret(
         sources: vec![source],
         default_bearer,
         positions,
+        entry,
     });
 }

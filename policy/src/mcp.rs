@@ -40,7 +40,7 @@
 
 mod denial;
 mod headers;
-mod http;
+pub(crate) mod http;
 pub mod inventory;
 pub mod legacy;
 pub(crate) mod methods;
@@ -175,8 +175,9 @@ pub struct McpDecision {
 }
 
 impl McpDecision {
-    /// A decision about the HTTP request itself, with no JSON-RPC messages.
-    fn request(overall: Decision) -> McpDecision {
+    /// A decision about the HTTP request itself, with no JSON-RPC messages (e.g. a path no entry
+    /// of the host has, `crate::engine::by_path`).
+    pub fn request(overall: Decision) -> McpDecision {
         McpDecision {
             overall,
             messages: Vec::new(),

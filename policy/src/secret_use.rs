@@ -4,8 +4,10 @@
 //!
 //! The rule, for every placeholder seen (by secret name and position):
 //!
-//! - **Not bound to this host:port** (including a name no binding knows): the whole request is denied
-//!   with `credential_endpoint_mismatch`, whatever the position, and nothing is substituted.
+//! - **Not bound to this host:port** (including a name no binding knows), or a `token: true` entry's
+//!   token in a request its host's path routing gives to another entry or to none: the whole
+//!   request is denied with `credential_endpoint_mismatch`, whatever the position, and nothing is
+//!   substituted.
 //! - **Bound, but the request is plain HTTP**: denied the same way. A value is never sent in clear
 //!   text, and a placeholder on a clear-text hop is refused rather than forwarded.
 //! - **Bound, over TLS, a secret with positions** (`in:` on a top-level secret; a `token: true`
@@ -210,6 +212,10 @@ pub struct RequestFacts<'a> {
     /// The destination, as admitted (the CONNECT target or the plain-HTTP request's host).
     pub host: &'a Host,
     pub port: u16,
+    /// The MCP entry the request belongs to by its path (`crate::engine::by_path`): a `token:
+    /// true` entry's token is bound to it alone, not to the other entries of its host. `None` for
+    /// a plain host, a path of an MCP host that is no entry's, or a name (a CONNECT target).
+    pub entry: Option<&'a str>,
     /// True when the request reached the proxy inside TLS and goes upstream over TLS.
     pub tls: bool,
     /// True when the request carries any `Authorization` header (whatever its value).
@@ -286,7 +292,7 @@ pub fn decide(bindings: &[SecretBinding], facts: &RequestFacts<'_>) -> SecretUse
     // Formatted only where a message names it: most requests use no secret, and this runs on each.
     let authority = || facts.host.authority(facts.port);
     let binding_of = |name: &str| bindings.iter().find(|b| b.name == name);
-    let bound_here = |b: &SecretBinding| b.is_bound_to(facts.host, facts.port);
+    let bound_here = |b: &SecretBinding| b.is_bound_for(facts.host, facts.port, facts.entry);
 
     // Deduplicated and ordered, so the answer does not depend on the scanner's order.
     let sightings: BTreeSet<&Sighting> = facts.sightings.iter().collect();
@@ -405,6 +411,10 @@ fn deny(
     for name in unique_names(elsewhere) {
         let positions = positions_of(elsewhere, name);
         let bound = match bindings.iter().find(|b| b.name == name) {
+            Some(b) if b.entry.is_some() => format!(
+                "the token of MCP server {}, bound only to that server's url",
+                b.entry.as_deref().unwrap_or_default()
+            ),
             Some(b) if !b.hosts.is_empty() => format!(
                 "bound only to {}",
                 b.hosts
@@ -539,6 +549,7 @@ mod tests {
             sources: vec![SecretSource::TopLevel],
             default_bearer: bearer,
             positions: None,
+            entry: None,
         }
     }
 
@@ -558,6 +569,7 @@ mod tests {
         let facts = RequestFacts {
             host: &host,
             port: 443,
+            entry: None,
             tls: true,
             has_authorization: false,
             sightings: &sightings,
@@ -587,6 +599,7 @@ mod tests {
         let facts = RequestFacts {
             host: &host,
             port: 443,
+            entry: None,
             tls: true,
             has_authorization: true,
             sightings: &sightings,
@@ -623,6 +636,7 @@ mod tests {
             &RequestFacts {
                 host: &host,
                 port: 443,
+                entry: None,
                 tls: true,
                 has_authorization: true,
                 sightings,

@@ -258,6 +258,7 @@ mcp:
             &RequestFacts {
                 host: &h,
                 port: 443,
+                entry: Some("maps"),
                 tls: true,
                 has_authorization: false,
                 sightings: &seen,

@@ -25,6 +25,7 @@ fn parse_bind(cols: &[&str]) -> Result<SecretBinding, String> {
     let mut bearer = false;
     let mut positions = None;
     let mut sources = vec![SecretSource::TopLevel];
+    let mut entry = None;
     for flag in flags {
         match *flag {
             "body" => body = true,
@@ -43,6 +44,7 @@ fn parse_bind(cols: &[&str]) -> Result<SecretBinding, String> {
                 sources = vec![SecretSource::ServerToken {
                     server: f["token=".len()..].to_string(),
                 }];
+                entry = Some(f["token=".len()..].to_string());
                 bearer = true;
                 positions = Some(vec![SecretPosition::Header("Authorization".into())]);
             }
@@ -56,6 +58,7 @@ fn parse_bind(cols: &[&str]) -> Result<SecretBinding, String> {
         sources,
         default_bearer: bearer,
         positions,
+        entry,
     })
 }
 
@@ -175,8 +178,23 @@ fn run_file(path: &std::path::Path, failures: &mut Vec<String>) -> usize {
             let [authority, transport, auth, sightings, expected @ ..] = cols.as_slice() else {
                 return Err("a row needs HOST:PORT tls|plain auth|noauth SIGHTINGS VERDICT".into());
             };
+            // `HOST:PORT@ENTRY` names the entry the request's path belongs to, `@-` none; without
+            // it, a host with one `token=` entry is that entry's (as one entry's host is).
+            let (authority, entry) = match authority.split_once('@') {
+                Some((a, "-")) => (a, None),
+                Some((a, e)) => (a, Some(e.to_string())),
+                None => (*authority, None),
+            };
             let (host, port) = split_authority(authority).map_err(|e| e.to_string())?;
             let port = port.ok_or("the destination needs a port")?;
+            let written = cols[0].contains('@');
+            let entry = entry.or_else(|| {
+                let mut own = bindings
+                    .iter()
+                    .filter(|b| !written && b.is_bound_to(&host, port))
+                    .filter_map(|b| b.entry.clone());
+                own.next().filter(|_| own.next().is_none())
+            });
             let tls = match *transport {
                 "tls" => true,
                 "plain" => false,
@@ -191,6 +209,7 @@ fn run_file(path: &std::path::Path, failures: &mut Vec<String>) -> usize {
             let facts = RequestFacts {
                 host: &host,
                 port,
+                entry: entry.as_deref(),
                 tls,
                 has_authorization,
                 sightings: &sightings,

@@ -22,6 +22,7 @@ fn session() -> SessionSecrets {
         sources: vec![SecretSource::TopLevel],
         default_bearer: bearer,
         positions: None,
+        entry: None,
     };
     let bindings = [
         bind("MCP_LINEAR", "mcp.linear.app", false, true),
@@ -107,7 +108,7 @@ fn bench(c: &mut Criterion) {
             BenchmarkId::new("scan+decide", &label),
             &(parts.clone(), body.clone()),
             |b, (parts, body)| {
-                b.iter(|| black_box(s.check_request(&host, 443, true, parts, body)));
+                b.iter(|| black_box(s.check_request(&host, 443, None, true, parts, body)));
             },
         );
         group.bench_with_input(
@@ -116,7 +117,7 @@ fn bench(c: &mut Criterion) {
             |b, (parts, body)| {
                 b.iter(|| {
                     let mut parts = parts.clone();
-                    let use_ = s.check_request(&host, 443, true, &parts, body);
+                    let use_ = s.check_request(&host, 443, None, true, &parts, body);
                     assert!(use_.is_allowed() && use_.changes_request());
                     black_box(s.apply(&use_, &mut parts, body.clone()).unwrap())
                 });

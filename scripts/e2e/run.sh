@@ -19,6 +19,8 @@
 #     resolves to loopback;
 #   - `fenzi log` showing each decision, `--verify` passing, and failing once a record is edited or the
 #     log is cut short.
+#   - servers by path: one SDK process serving two MCP servers on one port, each decided, given its
+#     token and recorded as its own entry (proxy/tests/mcp_paths_sdk.rs, with the SDK required).
 # Prints PASS/FAIL per check and a closing `e2e: N passed, M failed`; exits 1 on any failure.
 #
 # Usage: scripts/e2e/run.sh   (from anywhere; builds fenzi unless FENZI=/path/to/fenzi is given)
@@ -526,5 +528,13 @@ check "fenzi mcp pin --yes accepts it" \
 check "the lock holds the accepted description" test "$(lock_echo)" = "$CHANGED"
 pinned_session 3 --expect-tools add,echo
 pin_log 3 "echo allowed again once pinned" "allowed POST $P/mcp tools/call echo$" 2
+
+# ---------------------------------------------------------------------------------------------------
+# Servers by path: one SDK process serving two MCP servers on one TLS port (/mcp and /mcp/readonly),
+# two policy entries with their own tools and tokens (proxy/tests/mcp_paths_sdk.rs; `cargo test`
+# skips it when .venv is missing, as on a fresh clone, so it runs here with the SDK required).
+check "two MCP servers on one port, told apart by path: each its own tools, token and records" \
+    env FENZI_REQUIRE_SDK=1 FENZI_E2E_PYTHON="$PY" \
+    cargo test -q -p fenzi-proxy --locked --test mcp_paths_sdk
 
 [ "$FAILS" -eq 0 ]

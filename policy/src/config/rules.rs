@@ -1,12 +1,15 @@
 //! The rules that span entries, checked on the merged set (README, "Configuration" and "Secrets"):
 //! - every server has its own token name `MCP_<SERVER>` (`a-b` and `a_b` clash, so do `X` and `x`);
-//! - one MCP server per host:port, and no `hosts` entry (top-level or a local server's) overlaps
-//!   an MCP server's host:port — such a host would be reachable without the per-tool check;
+//! - one MCP server per url: entries may share a host:port only as `url` entries of one scheme
+//!   whose paths differ in more than spelling (`same_server`); an account entry has its host to
+//!   itself. No `hosts` entry (top-level or a local server's) overlaps an MCP server's host:port
+//!   — such a host would be reachable without the per-tool check;
 //! - a secret name is declared in one place: at the top level or by local servers, never both,
 //!   and never a server's token name;
 //! - a host carries at most one secret: no two bindings of different secrets overlap, counting a
 //!   `token: true` server's own host:port (as `MCP_<SERVER>`), each local server's secrets times
-//!   its hosts, and each top-level secret times its hosts.
+//!   its hosts, and each top-level secret times its hosts. The tokens of two entries on one host
+//!   (at different paths) do not clash: each is used only on its own entry's requests.
 //!
 //! The same variable listed by two local servers is one secret (one stored value that
 //! every server listing the variable uses); it is bound to the union of their hosts.
@@ -56,6 +59,8 @@ struct Binding<'c> {
     at: &'c Location,
     /// Who binds it, for messages.
     by: String,
+    /// A server's token: used only on that entry's requests, not on its host's other entries.
+    entry: Option<&'c str>,
 }
 
 /// Every cross-entry problem in `config`, in entry order.
@@ -97,18 +102,21 @@ fn endpoints(config: &Config, errors: &mut Vec<ConfigError>) {
         .filter_map(|s| endpoint(s).map(|e| (s, e)))
         .collect();
     for (j, (b, eb)) in servers.iter().enumerate() {
-        if let Some((a, _)) = servers[..j].iter().find(|(_, ea)| ea == eb) {
-            errors.push(error(
-                &b.at,
-                format!(
-                    "servers `{}` ({}) and `{}` both use {}; one MCP server per host and port",
-                    a.name,
-                    place(&a.at),
-                    b.name,
-                    address(eb),
-                ),
-                "keep one entry for this server; list all its tools there",
-            ));
+        for (a, _) in servers[..j].iter().filter(|(_, ea)| ea == eb) {
+            if let Some((why, hint)) = same_server(a, b) {
+                errors.push(error(
+                    &b.at,
+                    format!(
+                        "servers `{}` ({}) and `{}` both use {}: {why}",
+                        a.name,
+                        place(&a.at),
+                        b.name,
+                        address(eb),
+                    ),
+                    hint,
+                ));
+                break;
+            }
         }
     }
     // Every `hosts` entry, top-level or a local server's: plain egress that must not reach an MCP
@@ -137,6 +145,73 @@ fn endpoints(config: &Config, errors: &mut Vec<ConfigError>) {
             }
         }
     }
+}
+
+/// Why two entries on one host:port cannot be told apart by path, if they cannot (README,
+/// "Servers by path"; the matching itself is `crate::engine::by_path`): the same path, paths a
+/// server may route alike, an account entry (which covers every path under its prefix), or two
+/// schemes on one port.
+fn same_server(a: &McpServerConfig, b: &McpServerConfig) -> Option<(String, &'static str)> {
+    let (ServerKind::Remote { url: ua, .. }, ServerKind::Remote { url: ub, .. }) =
+        (&a.kind, &b.kind)
+    else {
+        return Some((
+            "an account entry has its host to itself".into(),
+            "keep one entry for this server; list all its tools there",
+        ));
+    };
+    if ua.tls != ub.tls {
+        return Some((
+            "one with https and one with http; a port speaks one of them".into(),
+            "write the scheme the server uses in both urls",
+        ));
+    }
+    // Messages do not repeat the paths: some servers put a credential in theirs.
+    if ua.path == ub.path {
+        return Some((
+            "the same path; one entry per MCP server url".into(),
+            "keep one entry for this server; list all its tools there",
+        ));
+    }
+    if route_key(&ua.path) == route_key(&ub.path) {
+        return Some((
+            "paths a server may route to the same endpoint (they differ only in case, a \
+             trailing `/`, `//`, percent-escapes or `;` parameters)"
+                .into(),
+            "write each entry's path as its server serves it; entries on one host must differ \
+             in more than spelling",
+        ));
+    }
+    None
+}
+
+/// A path as the most lenient server would route it: percent-escapes decoded, `;` parameters
+/// dropped, empty segments and a trailing `/` gone, lower-cased. Two entries of one host whose
+/// paths give the same key could reach one endpoint under two rule sets.
+fn route_key(path: &str) -> String {
+    let mut decoded = Vec::with_capacity(path.len());
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |j: usize| bytes.get(j).and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(h), Some(l)) => {
+                decoded.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded)
+        .to_lowercase()
+        .split('/')
+        .map(|seg| seg.split(';').next().unwrap_or_default())
+        .filter(|seg| !seg.is_empty())
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 fn secret_names(config: &Config, errors: &mut Vec<ConfigError>) {
@@ -204,6 +279,7 @@ fn bindings(config: &Config) -> Vec<Binding<'_>> {
                 pattern: e,
                 at: &s.at,
                 by: format!("the token of MCP server `{}`", s.name),
+                entry: Some(&s.name),
             });
         }
     }
@@ -216,6 +292,7 @@ fn bindings(config: &Config) -> Vec<Binding<'_>> {
                         pattern: h.value.clone(),
                         at: &h.at,
                         by: format!("local server `{}`", s.name),
+                        entry: None,
                     });
                 }
             }
@@ -228,6 +305,7 @@ fn bindings(config: &Config) -> Vec<Binding<'_>> {
                 pattern: h.value.clone(),
                 at: &h.at,
                 by: "the top-level `secrets`".into(),
+                entry: None,
             });
         }
     }
@@ -238,7 +316,9 @@ fn one_secret_per_host(config: &Config, errors: &mut Vec<ConfigError>) {
     let all = bindings(config);
     for (j, b) in all.iter().enumerate() {
         for a in &all[..j] {
-            if a.name != b.name && a.pattern.overlaps(&b.pattern) {
+            // Two entries' tokens never meet on one request (`crate::engine::by_path`).
+            let two_entries = a.entry.is_some() && b.entry.is_some();
+            if a.name != b.name && !two_entries && a.pattern.overlaps(&b.pattern) {
                 errors.push(error(
                     b.at,
                     format!(

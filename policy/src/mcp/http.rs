@@ -12,7 +12,7 @@ use super::{EndpointPath, RequestView};
 
 /// Why the HTTP framing of a request cannot be decided strictly (`bad_request`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(super) enum HttpError {
+pub(crate) enum HttpError {
     #[error("the request target is not a path (origin-form)")]
     NotOriginForm,
     #[error("the request target has a character URIs do not allow")]
@@ -39,13 +39,13 @@ pub(super) enum HttpError {
 
 /// An origin-form request target split at the first `?`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Target<'a> {
+pub(crate) struct Target<'a> {
     pub path: &'a str,
 }
 
 /// Checks `raw` is origin-form (`/path[?query]`) made only of characters RFC 3986 allows there, with
 /// well-formed percent-escapes, and returns its path.
-pub(super) fn parse_target(raw: &str) -> Result<Target<'_>, HttpError> {
+pub(crate) fn parse_target(raw: &str) -> Result<Target<'_>, HttpError> {
     if !raw.starts_with('/') {
         return Err(HttpError::NotOriginForm);
     }
@@ -74,7 +74,7 @@ pub(super) fn parse_target(raw: &str) -> Result<Target<'_>, HttpError> {
 }
 
 /// The target without its query string, for messages (no validation).
-pub(super) fn path_of(raw: &str) -> &str {
+pub(crate) fn path_of(raw: &str) -> &str {
     raw.split_once('?').map_or(raw, |(path, _)| path)
 }
 
@@ -135,6 +135,29 @@ pub(super) fn oauth_metadata(endpoint: &EndpointPath, path: &str) -> Option<&'st
             .is_some_and(|endpoint_path| {
                 !endpoint_path.is_empty() && is_endpoint(endpoint, endpoint_path)
             })
+    })
+}
+
+/// Which resource an [`OAUTH_METADATA`] request path names, for giving it to one entry of a host
+/// (`crate::engine::by_path`): `Some(Some(path))` when it names a path (the path-suffixed form
+/// `/.well-known/<doc>/<path>`, or the endpoint-relative form `<path>/.well-known/<doc>`),
+/// `Some(None)` for the bare `/.well-known/<doc>`, `None` when it is not such a request. The path
+/// named is compared byte for byte by the caller; nothing here is decoded.
+pub(crate) fn oauth_metadata_resource(path: &str) -> Option<Option<&str>> {
+    if let Some(rest) = path.strip_prefix("/.well-known/") {
+        return match rest.split_once('/') {
+            Some((name, _)) if OAUTH_METADATA.contains(&name) => {
+                Some(Some(&path["/.well-known/".len() + name.len()..]))
+            }
+            None if OAUTH_METADATA.contains(&rest) => Some(None),
+            _ => None,
+        };
+    }
+    OAUTH_METADATA.iter().find_map(|name| {
+        path.strip_suffix(name)
+            .and_then(|p| p.strip_suffix("/.well-known/"))
+            .filter(|p| !p.is_empty())
+            .map(Some)
     })
 }
 

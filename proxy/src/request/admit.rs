@@ -19,7 +19,9 @@ use std::sync::Arc;
 /// How requests to an admitted destination are handled.
 #[derive(Debug, Clone)]
 pub(crate) enum Handling {
-    /// An MCP server: every request is classified before a byte goes upstream.
+    /// An MCP host: every request is given to one of its entries by its path, and classified by
+    /// that entry's rules, before a byte goes upstream. The server is the one the host was
+    /// admitted as (its first entry); its siblings share its host, port and scheme.
     Mcp(Box<McpServer>),
     /// A plain allowed host: requests are forwarded as they are.
     Plain,
@@ -37,6 +39,8 @@ pub(crate) struct Destination {
     pub decision: Decision,
     /// Whether a CONNECT to it must be intercepted rather than passed through.
     pub inspect: bool,
+    /// An MCP host that several entries share, at different paths.
+    pub shared: bool,
     /// Every address the name resolved to; each one passed `check_address`.
     pub addrs: Vec<SocketAddr>,
     /// The hash of the policy that admitted it. A connection stays what it was admitted as under
@@ -48,10 +52,13 @@ pub(crate) struct Destination {
 }
 
 impl Destination {
+    /// The server a record about the destination itself names (a CONNECT, a refused handshake):
+    /// an MCP host's only entry, and none for a host several entries share (each request names
+    /// the entry its path belongs to instead).
     pub fn server_name(&self) -> Option<&str> {
         match &self.handling {
-            Handling::Mcp(server) => Some(&server.name),
-            Handling::Plain => None,
+            Handling::Mcp(server) if !self.shared => Some(&server.name),
+            Handling::Mcp(_) | Handling::Plain => None,
         }
     }
 
@@ -75,9 +82,15 @@ impl Destination {
 
     /// The audit subject of a request with `method` on `path` (no query) to this destination.
     pub fn subject(&self, method: &str, path: Option<&str>) -> Subject {
+        self.subject_of(method, path, self.server_name())
+    }
+
+    /// The same, naming `server`: on an MCP host with several entries, the one the request's path
+    /// belongs to ([`fenzi_policy::engine::by_path`]).
+    pub fn subject_of(&self, method: &str, path: Option<&str>, server: Option<&str>) -> Subject {
         let mut subject =
             Subject::new(self.client, method, self.host_text.clone(), self.port, path);
-        subject.server = self.server_name().map(str::to_string);
+        subject.server = server.map(str::to_string);
         subject.under(&self.policy)
     }
 }
@@ -97,12 +110,15 @@ pub(crate) async fn admit(
         .map_err(|denied| Refusal::denied(subject, &denied))?;
     let inspect = route.needs_inspection();
     let mut decision = Decision::allow(
-        route.rule(),
+        live.policy.admission_rule(&route),
         format!("{} is allowed by the policy", host.authority(port)),
     );
-    let handling = match route {
-        Route::Mcp(server) => Handling::Mcp(Box::new(server.clone())),
-        Route::Plain { .. } => Handling::Plain,
+    let (handling, shared) = match route {
+        Route::Mcp(server) => (
+            Handling::Mcp(Box::new(server.clone())),
+            live.policy.is_shared_host(server),
+        ),
+        Route::Plain { .. } => (Handling::Plain, false),
     };
     let ips = resolve(session, host, port).await.map_err(|error| {
         if let Some(metrics) = &session.metrics {
@@ -130,6 +146,7 @@ pub(crate) async fn admit(
         handling,
         decision,
         inspect,
+        shared,
         addrs: ips
             .into_iter()
             .map(|ip| SocketAddr::new(ip, port))

@@ -25,7 +25,8 @@ use crate::request::mcp_enforce;
 use crate::request::mcp_response::Reading;
 use crate::request::refusal::Refusal;
 use bytes::Bytes;
-use fenzi_policy::engine::McpServer;
+use fenzi_policy::engine::{McpServer, PathOwner};
+use fenzi_policy::mcp::McpDecision;
 use fenzi_policy::{Decision, Reason};
 use http::request::Parts;
 use std::time::Instant;
@@ -52,13 +53,21 @@ pub(crate) async fn decide(
     // `fenzi_decide_seconds`: from here to the hold below, or to the refusal that ends it sooner.
     let timer = session.metrics.as_ref().map(|m| m.decide());
     let secrets = &session.secrets;
-    let use_ = secrets.check_request(&dest.host, dest.port, cx.upstream.secure(), parts, &body);
+    // A `token: true` entry's token goes only to requests of that entry (`by_path`).
+    let use_ = secrets.check_request(
+        &dest.host,
+        dest.port,
+        cx.entry_name(),
+        cx.upstream.secure(),
+        parts,
+        &body,
+    );
     if !use_.is_allowed() {
         return Err(refused(cx, &use_.decision, &use_.secrets, parts, &body));
     }
     // Tool decisions follow the policy in force when the request began, not the one that
     // admitted the connection: a reload applies to the next request on an open tunnel too.
-    let current = current_server(cx)?;
+    let current = current_server(cx, parts, &body)?;
     let (mut entries, mut reading, mcp) = match current {
         Some(server) => {
             let decision = session.inventories.read(&server.name, |inventory| {
@@ -159,11 +168,7 @@ fn refused(
     body: &[u8],
 ) -> Refusal {
     let refusal = Refusal::denied(&cx.subject, decision).naming_secrets(secrets);
-    let server = match &cx.dest().handling {
-        Handling::Mcp(admitted) => cx.live.server(&admitted.name).or(Some(admitted)),
-        Handling::Plain => None,
-    };
-    match server {
+    match cx.server() {
         Some(server) => {
             let answer = cx.session.inventories.read(&server.name, |inventory| {
                 mcp_enforce::answer_as_rpc_errors(
@@ -181,16 +186,26 @@ fn refused(
     }
 }
 
-/// The MCP server a request is for, as the request's policy has it; `None` for a plain host.
-/// Every policy of a session has the servers it started with ([`crate::session::live`]); were one ever
-/// missing, the request is refused, not let through.
-fn current_server<'c>(cx: &'c RequestContext<'_>) -> Result<Option<&'c McpServer>, Refusal> {
+/// The MCP server whose rules decide a request, as the request's policy has it; `None` for a plain
+/// host. A request on an MCP host whose path no entry has is refused here (`policy_denied`, `mcp.<host>
+/// no server at this path`), before its body is classified by anyone's rules.
+fn current_server<'c>(
+    cx: &'c RequestContext<'_>,
+    parts: &Parts,
+    body: &[u8],
+) -> Result<Option<&'c McpServer>, Refusal> {
     let Handling::Mcp(admitted) = &cx.dest().handling else {
         return Ok(None);
     };
-    match cx.live.server(&admitted.name) {
+    if let Some(PathOwner::Nobody(denied)) = &cx.owner {
+        let decision = McpDecision::request(denied.clone());
+        return Err(mcp_enforce::refused(&cx.subject, &decision, parts, body));
+    }
+    match cx.server() {
         Some(server) => Ok(Some(server)),
         None => {
+            // Every policy of a session has the servers it started with; were one ever missing,
+            // the request is refused, not let through.
             let gone = Decision::deny(
                 Reason::PolicyDenied,
                 format!("mcp.{}", admitted.name),

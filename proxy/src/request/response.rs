@@ -11,7 +11,6 @@
 
 use crate::connection::body::{Body, BoxError};
 use crate::connection::framing;
-use crate::request::admit::Handling;
 use crate::request::context::RequestContext;
 use crate::request::failure_body::RecordsFailure;
 use crate::request::head::strip_hop_by_hop;
@@ -59,11 +58,8 @@ pub(crate) async fn finish(
             head.status,
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
         );
-    let live = match &cx.dest().handling {
-        Handling::Mcp(admitted) if signing_in => Some((cx.live.clone(), admitted.name.clone())),
-        _ => None,
-    };
-    let server = live.as_ref().and_then(|(live, name)| live.server(name));
+    // The entry the request's path belongs to learns it (a host's own path: its first entry).
+    let server = if signing_in { cx.server() } else { None };
     if let Some(server) = server {
         sign_in::observe_head(&cx, server, &head, request.sign_in);
     }

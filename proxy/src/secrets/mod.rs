@@ -45,7 +45,7 @@
 //! 2. Buffer the body up to `policy.limits().max_bytes` (413 `body_too_large` beyond; the MCP path
 //!    does this already, the plain path must now too): the answer must be known before the first
 //!    body byte leaves, or "upstream receives nothing" cannot hold.
-//! 3. `let use_ = secrets.check_request(&dest.host, dest.port, tls, &parts, &body);`
+//! 3. `let use_ = secrets.check_request(&dest.host, dest.port, entry, tls, &parts, &body);`
 //! 4. Denied (`credential_endpoint_mismatch`): write one record of `use_.decision` with
 //!    `secrets = use_.secrets` (names only) and answer 403 (a `Refusal`; on an MCP endpoint
 //!    answered with the JSON-RPC error body). Nothing is forwarded. This comes before MCP classification.
@@ -159,6 +159,7 @@ impl SessionSecrets {
         &self,
         host: &Host,
         port: u16,
+        entry: Option<&str>,
         tls: bool,
         has_authorization: bool,
         sightings: &[Sighting],
@@ -168,6 +169,7 @@ impl SessionSecrets {
             &RequestFacts {
                 host,
                 port,
+                entry,
                 tls,
                 has_authorization,
                 sightings,
@@ -175,12 +177,14 @@ impl SessionSecrets {
         )
     }
 
-    /// Scans a request (head and whole body) and decides it. `tls`: the request arrived inside TLS
-    /// and goes upstream over TLS.
+    /// Scans a request (head and whole body) and decides it. `entry`: the MCP entry its path
+    /// belongs to (`fenzi_policy::engine::by_path`), whose token alone it may carry. `tls`: the
+    /// request arrived inside TLS and goes upstream over TLS.
     pub fn check_request(
         &self,
         host: &Host,
         port: u16,
+        entry: Option<&str>,
         tls: bool,
         parts: &Parts,
         body: &[u8],
@@ -190,7 +194,7 @@ impl SessionSecrets {
             .scan_head(&parts.method, &parts.uri, &parts.headers);
         sightings.extend(self.scanner.scan_body(body));
         let has_authorization = parts.headers.contains_key(AUTHORIZATION);
-        self.decide(host, port, tls, has_authorization, &sightings)
+        self.decide(host, port, entry, tls, has_authorization, &sightings)
     }
 
     /// Carries out an allowed decision on a buffered request: head, body, and `Content-Length` when
@@ -244,6 +248,7 @@ mod tests {
             sources: vec![SecretSource::TopLevel],
             default_bearer: bearer,
             positions: None,
+            entry: None,
         }
     }
 
@@ -282,7 +287,7 @@ mod tests {
             &[("authorization", format!("Bearer {}", ph(&s, "MCP_LINEAR")))],
         );
         let body = Bytes::from_static(b"{\"jsonrpc\":\"2.0\"}");
-        let use_ = s.check_request(&host, 443, true, &p, &body);
+        let use_ = s.check_request(&host, 443, None, true, &p, &body);
         assert!(use_.is_allowed());
         assert_eq!(use_.secrets, ["MCP_LINEAR"]);
         let out = s.apply(&use_, &mut p, body.clone()).unwrap();
@@ -301,7 +306,7 @@ mod tests {
         let s = session();
         let host = Host::parse("mcp.linear.app").unwrap();
         let mut p = parts("/mcp", &[]);
-        let use_ = s.check_request(&host, 443, true, &p, b"");
+        let use_ = s.check_request(&host, 443, None, true, &p, b"");
         assert_eq!(use_.add_bearer.as_deref(), Some("MCP_LINEAR"));
         s.apply(&use_, &mut p, Bytes::new()).unwrap();
         assert_eq!(
@@ -310,7 +315,7 @@ mod tests {
         );
         // No bearer for a binding whose secret has no value.
         let other = Host::parse("other.example").unwrap();
-        let use_ = s.check_request(&other, 443, true, &parts("/", &[]), b"");
+        let use_ = s.check_request(&other, 443, None, true, &parts("/", &[]), b"");
         assert_eq!(use_.add_bearer, None);
     }
 
@@ -321,7 +326,7 @@ mod tests {
         let placeholder = ph(&s, "MCP_LINEAR");
         let split = format!("{{\"x\":\"%66{}\"}}", &placeholder[1..]);
         let mut p = parts("/collect", &[]);
-        let use_ = s.check_request(&host, 443, true, &p, split.as_bytes());
+        let use_ = s.check_request(&host, 443, None, true, &p, split.as_bytes());
         assert_eq!(
             use_.decision.reason(),
             Some(Reason::CredentialEndpointMismatch)
@@ -340,7 +345,7 @@ mod tests {
             &format!("http://mcp.linear.app/mcp?t={}", ph(&s, "MCP_LINEAR")),
             &[],
         );
-        let use_ = s.check_request(&host, 443, false, &p, b"");
+        let use_ = s.check_request(&host, 443, None, false, &p, b"");
         assert_eq!(
             use_.decision.reason(),
             Some(Reason::CredentialEndpointMismatch)
@@ -360,7 +365,7 @@ mod tests {
                 ("content-length", body.len().to_string()),
             ],
         );
-        let use_ = s.check_request(&host, 443, true, &p, body.as_bytes());
+        let use_ = s.check_request(&host, 443, None, true, &p, body.as_bytes());
         let out = s.apply(&use_, &mut p, Bytes::from(body)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["key"].as_str().unwrap().as_bytes(), MODEL_KEY);
@@ -384,7 +389,7 @@ mod tests {
         let none = SessionSecrets::none();
         assert!(none.is_empty());
         let host = Host::parse("x.example").unwrap();
-        let use_ = none.check_request(&host, 443, true, &parts("/", &[]), b"anything");
+        let use_ = none.check_request(&host, 443, None, true, &parts("/", &[]), b"anything");
         assert!(use_.is_allowed() && !use_.changes_request());
     }
 }

@@ -18,7 +18,7 @@
 
 use crate::session::limits::Limits;
 use arc_swap::ArcSwap;
-use fenzi_policy::engine::{McpServer, Policy};
+use fenzi_policy::engine::Policy;
 use std::sync::Arc;
 
 /// One policy as the session enforces it.
@@ -37,12 +37,6 @@ impl Live {
             policy,
             limits,
         }
-    }
-
-    /// The server `name` of this policy (a server the session started with is in every policy of
-    /// the session).
-    pub fn server(&self, name: &str) -> Option<&McpServer> {
-        self.policy.servers().iter().find(|s| s.name == name)
     }
 }
 

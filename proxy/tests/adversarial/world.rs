@@ -59,13 +59,33 @@ mcp:
     account: claude
     tools:
       allow: [echo]
+  paths-full:
+    url: https://paths.test/mcp
+    tools:
+      allow: ["*"]
+      deny: [delete_everything]
+  paths-readonly:
+    url: https://paths.test/mcp/readonly
+    tools:
+      allow: [echo]
 "#;
 
-/// What the secrets files add to [`POLICY`]: a `token: true` MCP server and three secrets bound to
-/// their own hosts (one allowed in bodies, one only in the query parameter `key`). Only those
+/// What the secrets files add to [`POLICY`]: a `token: true` MCP server, two more on one host at
+/// two paths, and three secrets bound to their own hosts (one allowed in bodies, one only in the
+/// query parameter `key`). Only those
 /// files' world has secrets.
 pub const SECRETS_POLICY: &str = r#"  tracker:
     url: https://tracker.test/mcp
+    token: true
+    tools:
+      allow: [echo]
+  tokens-full:
+    url: https://tokens.test/mcp
+    token: true
+    tools:
+      allow: ["*"]
+  tokens-readonly:
+    url: https://tokens.test/mcp/readonly
     token: true
     tools:
       allow: [echo]
@@ -86,7 +106,7 @@ pub const SECRETS_FILES: [&str; 2] = ["secrets.cases", "secret_positions.cases"]
 /// The secrets of that world: name, placeholder, value. The placeholders are fixed (through
 /// `SecretSet::insert_with_placeholder`) so that case files can spell them every way an attacker
 /// would; case files write `${PH:NAME}` and `${VALUE:NAME}`.
-pub const SECRETS: [(&str, &str, &str); 4] = [
+pub const SECRETS: [(&str, &str, &str); 6] = [
     (
         "API_KEY",
         "fenzi_ph_Adv3rsarialApiKeyPlaceholder-0123456_xyz",
@@ -106,6 +126,16 @@ pub const SECRETS: [(&str, &str, &str); 4] = [
         "QUERY_KEY",
         "fenzi_ph_Adv3rsarialQueryKeyPlaceholder-01234_xyz",
         "qk-adv-0123456789abcdef",
+    ),
+    (
+        "MCP_TOKENS_FULL",
+        "fenzi_ph_Adv3rsarialTokensFullPlaceholder-0123_xyz",
+        "tf-adv-0123456789abcdef",
+    ),
+    (
+        "MCP_TOKENS_READONLY",
+        "fenzi_ph_Adv3rsarialTokensRoPlaceholder-012345_xyz",
+        "tr-adv-0123456789abcdef",
     ),
 ];
 
@@ -297,7 +327,8 @@ fn echo_request() -> Handler {
         }
         text.push(b'\n');
         text.extend_from_slice(&body);
-        if parts.uri.path() == "/mcp" && parts.method == http::Method::POST {
+        let mcp_path = matches!(parts.uri.path(), "/mcp" | "/mcp/readonly");
+        if mcp_path && parts.method == http::Method::POST {
             // An MCP server's answer must be JSON-RPC: the echo travels as the call's text.
             let id = serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
@@ -328,7 +359,7 @@ pub struct World {
     /// Whether this world's proxy has [`SECRETS`].
     pub secrets: bool,
     /// Upstreams by the names case files use: `mcp`, `plainmcp`, `web`, `echo`, `trap`, and the
-    /// echoing `api`, `body`, `tracker` and `query` that only the secrets files reach.
+    /// echoing `api`, `body`, `tracker`, `query` and `tokens` that only the secrets files reach.
     pub upstreams: BTreeMap<&'static str, Upstream>,
 }
 
@@ -338,13 +369,24 @@ impl World {
     pub async fn start(file: &str) -> World {
         let with_secrets = SECRETS_FILES.contains(&file);
         let pki = TestPki::new();
-        let mcp_tls = pki.server_config(&["mcp.test", "93.184.216.50", "mcp-proxy.anthropic.com"]);
+        let mcp_tls = pki.server_config(&[
+            "mcp.test",
+            "93.184.216.50",
+            "mcp-proxy.anthropic.com",
+            "paths.test",
+        ]);
         let mcp = http_upstream(Some(mcp_tls), mcp_answers("https")).await;
-        let secret_tls =
-            pki.server_config(&["api.test", "body.test", "tracker.test", "query.test"]);
+        let secret_tls = pki.server_config(&[
+            "api.test",
+            "body.test",
+            "tracker.test",
+            "query.test",
+            "tokens.test",
+        ]);
         let api = http_upstream(Some(secret_tls.clone()), echo_request()).await;
         let body = http_upstream(Some(secret_tls.clone()), echo_request()).await;
         let tracker = http_upstream(Some(secret_tls.clone()), echo_request()).await;
+        let tokens = http_upstream(Some(secret_tls.clone()), echo_request()).await;
         let query = http_upstream(Some(secret_tls), echo_request()).await;
         let plainmcp = http_upstream(None, mcp_answers("http")).await;
         let web = http_upstream(None, web_answer()).await;
@@ -359,16 +401,19 @@ impl World {
         let names = [
             ("mcp.test", "93.184.216.10"),
             ("mcp-proxy.anthropic.com", "93.184.216.11"),
+            ("paths.test", "93.184.216.12"),
             ("plain-mcp.test", "93.184.216.20"),
             ("web.test", "93.184.216.30"),
             ("api.test", "93.184.216.70"),
             ("body.test", "93.184.216.71"),
             ("tracker.test", "93.184.216.72"),
             ("query.test", "93.184.216.73"),
+            ("tokens.test", "93.184.216.74"),
         ];
-        let routes: [(&str, SocketAddr); 19] = [
+        let routes: [(&str, SocketAddr); 21] = [
             ("93.184.216.10:443", mcp.addr),
             ("93.184.216.11:443", mcp.addr),
+            ("93.184.216.12:443", mcp.addr),
             ("93.184.216.50:443", mcp.addr),
             ("93.184.216.20:80", plainmcp.addr),
             ("93.184.216.30:80", web.addr),
@@ -386,6 +431,7 @@ impl World {
             ("93.184.216.71:443", body.addr),
             ("93.184.216.72:443", tracker.addr),
             ("93.184.216.73:443", query.addr),
+            ("93.184.216.74:443", tokens.addr),
         ];
         let network = FakeNetwork::default().fallback(trap.addr);
         let network = names
@@ -444,6 +490,7 @@ impl World {
             ("body", body),
             ("tracker", tracker),
             ("query", query),
+            ("tokens", tokens),
         ]);
         World {
             proxy,

@@ -156,6 +156,25 @@ impl TestPki {
         }
     }
 
+    /// A certificate for `names` (DNS names or IP addresses) and its key, as PEM, for a server
+    /// that is not ours (a real MCP SDK server, started as a process): (chain, key).
+    pub fn server_pem(&self, names: &[&str]) -> (String, String) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = names
+            .iter()
+            .map(|n| match n.parse::<IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName((*n).try_into().unwrap()),
+            })
+            .collect();
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (
+            format!("{}{}", cert.pem(), self.ca_pem),
+            key.serialize_pem(),
+        )
+    }
+
     /// A server config for `names` (DNS names or IP addresses), ALPN http/1.1.
     pub fn server_config(&self, names: &[&str]) -> Arc<ServerConfig> {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();

@@ -364,7 +364,7 @@ fn sources(args: &Args) -> Result<Vec<PathBuf>> {
 }
 
 /// The servers of a source file, in the file's order (the import adds them in that order, and
-/// the first of two on one host wins).
+/// the first of two at one url wins).
 struct Ordered(Vec<(String, Value)>);
 
 impl<'de> serde::Deserialize<'de> for Ordered {
