@@ -237,6 +237,13 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
     }
 }
 
+/// Is the request target `target` (path and query) the server's own endpoint, rather than a message
+/// path it announced for the legacy HTTP+SSE transport? The response side answers the two
+/// transports' `202 Accepted` differently.
+pub fn is_endpoint_target(server: &ServerRule, target: &str) -> bool {
+    http::is_endpoint(&server.endpoint, http::path_of(target))
+}
+
 /// May JSON-RPC be POSTed to `path` (without its query)? The endpoint, or a path the server
 /// announced for the legacy transport.
 fn is_message_path(server: &ServerRule, inventory: &Inventory, path: &str) -> bool {

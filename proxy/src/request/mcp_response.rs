@@ -6,7 +6,21 @@
 //! - `text/event-stream`: read event by event as it streams ([`SseRead`]); each event is passed on
 //!   in canonical form as soon as it is read and nothing more is ready upstream (events that arrive
 //!   together leave together, up to 16 KiB), so a stream open for hours holds what one read brought.
-//! - An empty body (a `202` to a notification) passes; any other body is unreadable.
+//! - An empty body passes; any other body is unreadable.
+//! - A POST that carried only notifications and responses (no request) expects `202 Accepted`
+//!   without a body. Any other success answer (a `200` with a JSON body, an event stream, a `204`,
+//!   a `202` with a body) reaches the client as `202` without a body; the server's body is dropped
+//!   unread (which closes its connection), and a `failed` record names the status and the kind of
+//!   body (never its bytes, nor the server's own `Content-Type` text). A client never reads such a
+//!   body (the SDKs ignore it), and reading it would let a server put messages (a request of its
+//!   own included) where no client waits for them. An error status (`4xx`, `5xx`) passes as
+//!   before: Streamable HTTP says a server that cannot accept the input answers with an error
+//!   status, and clients act on it (`404`: the session expired, start a new one; `401`: sign in).
+//!   A `3xx` passes as every redirect does.
+//! - On the legacy HTTP+SSE transport (2024-11-05), a POST to the message path the server
+//!   announced is answered `202` with a short text (`Accepted` in both SDKs), requests included:
+//!   the answers come on the event stream. That `202` reaches the client without its body and
+//!   without a `failed` record, as it is that transport's normal answer.
 //! - An answer that cannot be read strictly is not passed on. On a success status, each request
 //!   still waiting for an answer gets a JSON-RPC error in its place (a 502 body, or error events
 //!   ending the stream) and a `failed` record says why. On an error status (a `401` with its
@@ -36,7 +50,7 @@ use crate::session::live::Live;
 use bytes::Bytes;
 use fenzi_policy::Reason;
 use fenzi_policy::engine::McpServer;
-use fenzi_policy::mcp::{McpDecision, MessageKind, RpcId, ServerRule};
+use fenzi_policy::mcp::{McpDecision, MessageKind, RpcId, ServerRule, is_endpoint_target};
 use fenzi_policy::response::sse::{self, SseItem, SseReader};
 use fenzi_policy::response::{
     self as reading, EventKind, ReadMessage, ResponseError, response_limits, unreadable_reply,
@@ -60,11 +74,21 @@ pub(crate) struct Reading {
     pending: Vec<RpcId>,
     /// What its calls' `limits` allow the answer, when any apply.
     pub permit: Option<Permit>,
+    /// A POST of notifications and responses only: its answer is `202` without a body.
+    answers_only: bool,
+    /// A POST to a message path the server announced (legacy HTTP+SSE), not to its endpoint.
+    legacy: bool,
 }
 
 impl Reading {
-    /// The reading of the answer to a request `decision` allowed; `None` for OAuth metadata.
-    pub fn of(live: &Arc<Live>, server: &McpServer, decision: &McpDecision) -> Option<Self> {
+    /// The reading of the answer to a request to `target` (path and query) that `decision`
+    /// allowed; `None` for OAuth metadata.
+    pub fn of(
+        live: &Arc<Live>,
+        server: &McpServer,
+        decision: &McpDecision,
+        target: &str,
+    ) -> Option<Self> {
         if decision.oauth_metadata {
             return None;
         }
@@ -73,17 +97,26 @@ impl Reading {
             .servers()
             .iter()
             .position(|s| s.name == server.name)?;
-        let pending = decision
+        let pending: Vec<RpcId> = decision
             .messages
             .iter()
             .filter(|m| m.kind == Some(MessageKind::Request))
             .filter_map(|m| m.rpc_id.clone())
             .collect();
+        // Only a POST has messages; an allowed one has no message that is not well-formed.
+        let answers_only = !decision.messages.is_empty()
+            && decision
+                .messages
+                .iter()
+                .all(|m| m.kind != Some(MessageKind::Request));
+        let legacy = !decision.messages.is_empty() && !is_endpoint_target(&server.rule, target);
         Some(Reading {
             live: live.clone(),
             server: index,
             pending,
             permit: None,
+            answers_only,
+            legacy,
         })
     }
 
@@ -128,6 +161,30 @@ pub(crate) async fn read(
     body: Incoming,
     bodiless: bool,
 ) -> Result<Body, Refusal> {
+    let media = media_type(head.headers.get(CONTENT_TYPE));
+    if head.status.is_success() && (reading.answers_only || reading.legacy) {
+        let empty = body.is_end_stream();
+        if head.status == StatusCode::ACCEPTED && (empty || reading.legacy) {
+            // Accepted: nothing in the body is for the client (a legacy server's `Accepted`).
+            drop(body);
+            return Ok(accepted(head));
+        }
+        if reading.answers_only {
+            drop(body);
+            let error = ProxyError::NotificationAnswer {
+                status: head.status.as_u16(),
+                body: match (empty, media) {
+                    (true, _) => "no body",
+                    (false, Media::Json) => "a JSON body",
+                    (false, Media::EventStream) => "an event stream",
+                    (false, Media::Other) => "a body of another type",
+                },
+            };
+            tracing::info!(host = %subject.host, "{error}");
+            session.record(subject.failed(&error))?;
+            return Ok(accepted(head));
+        }
+    }
     if bodiless
         || head.status.is_informational()
         || matches!(
@@ -138,7 +195,6 @@ pub(crate) async fn read(
         return Ok(body.map_err(BoxError::from).boxed_unsync());
     }
     let server = reading.server();
-    let media = media_type(head.headers.get(CONTENT_TYPE));
     let encoded = head.headers.get_all(CONTENT_ENCODING).iter().any(|v| {
         v.as_bytes()
             .split(|&b| b == b',')
@@ -211,6 +267,17 @@ pub(crate) async fn read(
     head.headers
         .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     Ok(body::full(bytes))
+}
+
+/// Turns `head` into a `202 Accepted` without a body (the answer to notifications and responses).
+fn accepted(head: &mut Parts) -> Body {
+    head.status = StatusCode::ACCEPTED;
+    // The server's reason phrase was for its own status.
+    head.extensions.remove::<hyper::ext::ReasonPhrase>();
+    head.headers.remove(CONTENT_TYPE);
+    head.headers.remove(CONTENT_ENCODING);
+    head.headers.insert(CONTENT_LENGTH, HeaderValue::from(0));
+    body::empty()
 }
 
 /// The failure of an answer cut by `reading`'s limit of this `reason` (`timeout` or
