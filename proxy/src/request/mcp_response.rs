@@ -158,12 +158,17 @@ pub(crate) async fn read(
     subject: &Subject,
     reading: Reading,
     head: &mut Parts,
-    body: Incoming,
+    mut body: Incoming,
     bodiless: bool,
 ) -> Result<Body, Refusal> {
     let media = media_type(head.headers.get(CONTENT_TYPE));
     if head.status.is_success() && (reading.answers_only || reading.legacy) {
-        let empty = body.is_end_stream();
+        let mut empty = body.is_end_stream();
+        if head.status == StatusCode::ACCEPTED && !empty && !reading.legacy {
+            // A `202` in chunked framing (Node's `writeHead(202).end()`) announces no length:
+            // read up to its first data to tell an empty body from one.
+            empty = ends_empty(&mut body, EMPTY_BODY_WAIT).await;
+        }
         if head.status == StatusCode::ACCEPTED && (empty || reading.legacy) {
             // Accepted: nothing in the body is for the client (a legacy server's `Accepted`).
             drop(body);
@@ -267,6 +272,26 @@ pub(crate) async fn read(
     head.headers
         .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     Ok(body::full(bytes))
+}
+
+/// How long a `202` without a length may take to show it is empty: its end comes with its head
+/// from a conformant server; one still open after this counts as a body.
+const EMPTY_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `body` ends without a byte of data, read up to its first data within `wait` (a body
+/// still open then counts as one).
+async fn ends_empty(body: &mut Incoming, wait: std::time::Duration) -> bool {
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) if frame.data_ref().is_some_and(|d| !d.is_empty()) => return false,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    tokio::time::timeout(wait, read).await.unwrap_or(false)
 }
 
 /// Turns `head` into a `202 Accepted` without a body (the answer to notifications and responses).
