@@ -6,6 +6,12 @@
 //! - `text/event-stream`: read event by event as it streams ([`SseRead`]); each event is passed on
 //!   in canonical form as soon as it is read and nothing more is ready upstream (events that arrive
 //!   together leave together, up to 16 KiB), so a stream open for hours holds what one read brought.
+//!   A stream that answers requests (a POST's) and has answered the last of them waits a few turns
+//!   for the server's end before passing that answer on, so the end leaves with it as the server
+//!   sent them: a client reuses the connection (for its GET stream, right after `initialize`)
+//!   only once the stream has ended, and one that saw the answer alone sends its next requests on
+//!   other connections, in another order than it meant (the server then drops what it sends on a
+//!   GET stream it does not have yet).
 //! - An empty body passes; any other body is unreadable.
 //! - A POST that carried only notifications and responses (no request) expects `202 Accepted`
 //!   without a body. Any other success answer (a `200` with a JSON body, an event stream, a `204`,
@@ -421,12 +427,18 @@ struct SseRead {
     failed_upstream: Option<BoxError>,
     /// The length of `out` when it was last held back for the upstream to catch up (`poll_frame`).
     yielded: Option<usize>,
+    /// Turns left to wait for the upstream's end once every request it answers is answered (see
+    /// `poll_frame`); zero for a stream that answers none (the GET stream).
+    end_turns: u8,
     /// The `timeout` of the calls it answers, running since the request was forwarded.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Bytes from upstream so far, and the `max_response` they may reach.
     seen: u64,
     cap: Option<u64>,
 }
+
+/// How many turns an answered stream waits for its end before what was read goes without it.
+const END_TURNS: u8 = 8;
 
 /// Events read are held back to fill a frame of this size only while more is ready upstream.
 const FLUSH_BYTES: usize = 16 * 1024;
@@ -444,6 +456,11 @@ impl SseRead {
             .and_then(Permit::deadline)
             .map(|at| Box::pin(tokio::time::sleep_until(at)));
         let cap = permit.and_then(Permit::max_response);
+        let end_turns = if reading.pending.is_empty() {
+            0
+        } else {
+            END_TURNS
+        };
         SseRead {
             inner: Some(inner),
             reader: SseReader::new(limit),
@@ -455,6 +472,7 @@ impl SseRead {
             done: false,
             failed_upstream: None,
             yielded: None,
+            end_turns,
             deadline,
             seen: 0,
             cap,
@@ -619,6 +637,20 @@ impl HttpBody for SseRead {
                 continue;
             }
             match Pin::new(inner).poll_frame(cx) {
+                Poll::Pending
+                    if !this.out.is_empty()
+                        && this.reading.pending.is_empty()
+                        && this.end_turns > 0 =>
+                {
+                    // The last answer is read: a server ends the stream right after it, in the same
+                    // write. Its end goes out with it, as it came, when it follows within a few
+                    // turns: a client frees the connection for its next request (the GET stream,
+                    // after `initialize`) only once the stream has ended, and one that sees the
+                    // answer first sends that request on another connection, in another order.
+                    this.end_turns -= 1;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 Poll::Pending if !this.out.is_empty() && this.yielded != Some(this.out.len()) => {
                     // Let the upstream connection run before passing on what was read, as long as
                     // that brings more: what it decodes meanwhile leaves in the same frame, not in
