@@ -176,8 +176,12 @@ pub(crate) async fn read(
             empty = ends_empty(&mut body, EMPTY_BODY_WAIT).await;
         }
         if head.status == StatusCode::ACCEPTED && (empty || reading.legacy) {
-            // Accepted: nothing in the body is for the client (a legacy server's `Accepted`).
-            drop(body);
+            // Accepted: nothing in the body is for the client. A legacy server's short `Accepted`
+            // is read to its end (never kept) so that its connection serves the next message.
+            if !empty {
+                let drain = Limited::new(body, LEGACY_ACCEPTED_BYTES).collect();
+                let _ = tokio::time::timeout(EMPTY_BODY_WAIT, drain).await;
+            }
             return Ok(accepted(head));
         }
         if reading.answers_only {
@@ -279,6 +283,10 @@ pub(crate) async fn read(
         .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     Ok(body::full(bytes))
 }
+
+/// The most of a legacy `202 Accepted` body read to keep its connection; a longer one is dropped
+/// (and its connection with it).
+const LEGACY_ACCEPTED_BYTES: usize = 1024;
 
 /// How long a `202` without a length may take to show it is empty: its end comes with its head
 /// from a conformant server; one still open after this counts as a body.

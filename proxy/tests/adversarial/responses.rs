@@ -1547,3 +1547,73 @@ async fn a_legacy_202_accepted_passes_without_its_text() {
     assert_eq!((reply.status, reply.body.len()), (202, 0));
     assert_eq!(s.failed().len(), 1, "{:?}", s.proxy.summaries());
 }
+
+/// Both directions of the session utilities and of the server's own requests: the server's `ping`,
+/// `sampling/createMessage`, `elicitation/create`, `roots/list` and log messages on its GET stream
+/// reach the client as sent (read by shape, whatever the method), and the client's answers to them
+/// go back up as client responses, each recorded.
+#[tokio::test]
+async fn the_servers_requests_on_the_get_stream_pass_and_the_answers_go_back() {
+    let s = setup().await;
+    let from_server = [
+        r#"{"jsonrpc":"2.0","id":"p1","method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}"#,
+        r#"{"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object","properties":{}}}}"#,
+        r#"{"jsonrpc":"2.0","id":"r1","method":"roots/list"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#,
+    ];
+    let stream: String = from_server
+        .iter()
+        .map(|m| format!("event: message\ndata: {m}\n\n"))
+        .collect();
+    s.script("stream", Canned::sse(stream));
+    s.script("accepted", Canned::new(202, "application/json", ""));
+    let mut get = s.client().await;
+    let reply = get.get_stream("stream").await;
+    assert_eq!(reply.status, 200);
+    let got: Vec<Value> = reply.events().iter().map(Event::json).collect();
+    let sent: Vec<Value> = from_server
+        .iter()
+        .map(|m| serde_json::from_str(m).unwrap())
+        .collect();
+    assert_eq!(got, sent);
+    let mut client = s.client().await;
+    for answer in [
+        r#"{"jsonrpc":"2.0","id":"p1","result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":"s1","result":{"role":"assistant","content":{"type":"text","text":"x"},"model":"m"}}"#,
+        r#"{"jsonrpc":"2.0","id":"e1","result":{"action":"decline"}}"#,
+        r#"{"jsonrpc":"2.0","id":"r1","result":{"roots":[]}}"#,
+    ] {
+        let reply = client.post("accepted", answer.to_string()).await;
+        assert_eq!((reply.status, reply.body.len()), (202, 0), "{answer}");
+    }
+    // The client's own ping and setLevel pass too.
+    s.script(
+        "pong",
+        Canned::json(r#"{"jsonrpc":"2.0","id":41,"result":{}}"#),
+    );
+    let reply = client
+        .post(
+            "pong",
+            r#"{"jsonrpc":"2.0","id":41,"method":"ping"}"#.to_string(),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    s.script(
+        "level",
+        Canned::json(r#"{"jsonrpc":"2.0","id":42,"result":{}}"#),
+    );
+    let body =
+        r#"{"jsonrpc":"2.0","id":42,"method":"logging/setLevel","params":{"level":"debug"}}"#;
+    let reply = client.post("level", body.to_string()).await;
+    assert_eq!(reply.status, 200);
+    let allowed = s.with_outcome(Outcome::Allowed);
+    let posts: Vec<_> = allowed.iter().filter(|r| r.method == "POST").collect();
+    assert_eq!(posts.len(), 6, "{:?}", s.proxy.summaries());
+    assert!(s.failed().is_empty(), "{:?}", s.proxy.summaries());
+    assert!(
+        s.with_outcome(Outcome::Denied).is_empty(),
+        "{:?}",
+        s.proxy.summaries()
+    );
+}
