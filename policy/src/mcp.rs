@@ -26,8 +26,10 @@
 //! - A request with a `null` id is `bad_request` (MCP forbids it), as is any other shape error.
 //!
 //! Rule names in decisions: `mcp.<server>.tools.allow "<pattern>"`, `mcp.<server>.tools.deny
-//! "<pattern>"`, `mcp.<server> connect-and-list`, `mcp.<server> client-response`, `mcp.<server>
-//! get-stream`, `mcp.<server> session-end`, `mcp.<server> oauth <step>` ([`oauth::Step::name`]),
+//! "<pattern>"`, `mcp.<server>.prompts.allow "<pattern>"`, `mcp.<server>.resources.allow
+//! "<pattern>"` (also for `completion/complete` by its ref), `mcp.<server> connect-and-list`,
+//! `mcp.<server> utility`, `mcp.<server> client-response`, `mcp.<server> get-stream`,
+//! `mcp.<server> session-end`, `mcp.<server> oauth <step>` ([`oauth::Step::name`]),
 //! `mcp.<server> batch`,
 //! `mcp.<server> default deny`, and for requests that cannot be decided: `strict http`,
 //! `body size limit`, `strict json`, `strict json-rpc`, `mcp headers`. Messages name methods and
@@ -266,6 +268,13 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
     }
 }
 
+/// Is the request target `target` (path and query) the server's own endpoint, rather than a message
+/// path it announced for the legacy HTTP+SSE transport? The response side answers the two
+/// transports' `202 Accepted` differently.
+pub fn is_endpoint_target(server: &ServerRule, target: &str) -> bool {
+    http::is_endpoint(&server.endpoint, http::path_of(target))
+}
+
 /// May JSON-RPC be POSTed to `path` (without its query)? The endpoint, or a path the server
 /// announced for the legacy transport.
 fn is_message_path(server: &ServerRule, inventory: &Inventory, path: &str) -> bool {
@@ -334,22 +343,30 @@ impl McpDecision {
                 None => usize::MAX,
             }
         };
-        let body = match json::parse_to_depth(req.body, &server.limits, keep) {
-            Ok(body) => body,
-            Err(e) if e.kind == JsonErrorKind::TooLarge => {
-                return Self::request(Decision::deny(
-                    Reason::BodyTooLarge,
-                    RULE_BODY_LIMIT,
-                    format!("body larger than {limit} bytes"),
-                ));
-            }
-            Err(e) => {
-                return Self::request(bad(
-                    RULE_STRICT_JSON,
-                    format!("body is not strict JSON: {e}"),
-                ));
-            }
+        let parse = |keep: usize| match json::parse_to_depth(req.body, &server.limits, keep) {
+            Ok(body) => Ok(body),
+            Err(e) if e.kind == JsonErrorKind::TooLarge => Err(Self::request(Decision::deny(
+                Reason::BodyTooLarge,
+                RULE_BODY_LIMIT,
+                format!("body larger than {limit} bytes"),
+            ))),
+            Err(e) => Err(Self::request(bad(
+                RULE_STRICT_JSON,
+                format!("body is not strict JSON: {e}"),
+            ))),
         };
+        let mut body = match parse(keep) {
+            Ok(body) => body,
+            Err(refused) => return refused,
+        };
+        // `completion/complete` is decided by the members of `params.ref`, one level below what
+        // is kept: such a request (rare, and small) is read again that much deeper.
+        if keep != usize::MAX && methods::names_completion(&body) {
+            body = match parse(keep + 1) {
+                Ok(body) => body,
+                Err(refused) => return refused,
+            };
+        }
         let (batch, mut messages) = match &body {
             Value::Array(items) if items.is_empty() => {
                 return Self::request(bad(methods::RULE_STRICT_JSON_RPC, "empty batch"));
@@ -507,5 +524,105 @@ mod tests {
                 .is_allowed()
         );
         assert!(!post(&server, &inventory, "/run").overall.is_allowed());
+    }
+
+    fn kinds() -> ServerRule {
+        ServerRule {
+            prompts: vec![ToolPattern::parse("summarize").unwrap()],
+            resources: vec![crate::uri_pattern::UriPattern::parse("notes://public/*").unwrap()],
+            ..ServerRule::with_tools(
+                "kinds",
+                EndpointPath::Exact("/mcp".into()),
+                Vec::new(),
+                Vec::new(),
+                JsonLimits::default(),
+            )
+        }
+    }
+
+    fn post_body(server: &ServerRule, body: &str) -> (McpDecision, Vec<u8>) {
+        let headers: &[(&str, &[u8])] = &[("content-type", b"application/json")];
+        let view = RequestView {
+            method: "POST",
+            path: "/mcp",
+            headers,
+            body: body.as_bytes(),
+        };
+        let decision = classify(server, &Inventory::unpinned(), &view);
+        let denial = denial_body(&decision, &view);
+        (decision, denial)
+    }
+
+    /// A completion gets the decision its ref's prompt or resource gets (same verdict, same rule),
+    /// and its denial says no more than that prompt's or resource's own denial: the same body with
+    /// the method's name in place.
+    #[test]
+    fn a_completion_is_decided_as_what_its_ref_names() {
+        let server = kinds();
+        let names = [
+            "summarize",
+            "Summarize",
+            "summarize ",
+            "exfiltrate",
+            "",
+            "\\u0000",
+        ];
+        for name in names {
+            let get = format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{{"name":"{name}"}}}}"#
+            );
+            let complete = format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"completion/complete","params":{{"ref":{{"type":"ref/prompt","name":"{name}"}},"argument":{{"name":"a","value":"b"}}}}}}"#
+            );
+            let (by_get, get_denial) = post_body(&server, &get);
+            let (by_completion, completion_denial) = post_body(&server, &complete);
+            assert_eq!(
+                by_get.overall.verdict, by_completion.overall.verdict,
+                "{name}"
+            );
+            assert_eq!(by_get.overall.rule, by_completion.overall.rule, "{name}");
+            assert_eq!(by_completion.messages[0].prompt, by_get.messages[0].prompt);
+            let get_denial = String::from_utf8(get_denial).unwrap();
+            let completion_denial = String::from_utf8(completion_denial).unwrap();
+            assert_eq!(
+                get_denial.replace("prompts/get", "completion/complete"),
+                completion_denial,
+                "{name}"
+            );
+        }
+        for uri in ["notes://public/a", "notes://private/a", "notes://public/"] {
+            let read = format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{{"uri":"{uri}"}}}}"#
+            );
+            let complete = format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"completion/complete","params":{{"ref":{{"type":"ref/resource","uri":"{uri}"}},"argument":{{"name":"a","value":"b"}}}}}}"#
+            );
+            let (by_read, read_denial) = post_body(&server, &read);
+            let (by_completion, completion_denial) = post_body(&server, &complete);
+            assert_eq!(
+                by_read.overall.verdict, by_completion.overall.verdict,
+                "{uri}"
+            );
+            assert_eq!(by_read.overall.rule, by_completion.overall.rule, "{uri}");
+            assert_eq!(by_completion.messages[0].resource.as_deref(), Some(uri));
+            assert_eq!(
+                String::from_utf8(read_denial)
+                    .unwrap()
+                    .replace("resources/read", "completion/complete"),
+                String::from_utf8(completion_denial).unwrap(),
+                "{uri}"
+            );
+        }
+    }
+
+    /// The ref is read below the depth kept for other requests, in a single message and in a
+    /// batch: it is never decided as an unread container.
+    #[test]
+    fn a_completion_ref_is_read_at_every_depth() {
+        let server = kinds();
+        let single = r#"{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"summarize"},"argument":{"name":"a","value":""}}}"#;
+        assert!(post_body(&server, single).0.overall.is_allowed());
+        let batch = format!("[{single}]");
+        assert!(post_body(&server, &batch).0.overall.is_allowed());
     }
 }

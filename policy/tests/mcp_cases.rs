@@ -9,6 +9,7 @@ use fenzi_policy::mcp::{
     denial_body,
 };
 use fenzi_policy::tool_pattern::ToolPattern;
+use fenzi_policy::uri_pattern::UriPattern;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +52,8 @@ struct MessageExpect {
     kind: Option<Option<MessageKind>>,
     method: Option<Option<String>>,
     tool: Option<Option<String>>,
+    prompt: Option<Option<String>>,
+    resource: Option<Option<String>>,
     id: Option<Option<RpcId>>,
     rule: Option<String>,
 }
@@ -184,6 +187,8 @@ fn message_expect(text: &str) -> Result<(usize, MessageExpect), String> {
             }
             Some(("method", v)) => m.method = Some(optional(v)?),
             Some(("tool", v)) => m.tool = Some(optional(v)?),
+            Some(("prompt", v)) => m.prompt = Some(optional(v)?),
+            Some(("resource", v)) => m.resource = Some(optional(v)?),
             Some(("id", v)) => m.id = Some(rpc_id(v)?),
             Some(("rule", v)) => m.rule = Some(string_value(v)?),
             _ => return Err(format!("unknown msg field {tok:?}")),
@@ -218,6 +223,14 @@ fn server_line(text: &str) -> Result<ServerRule, String> {
             Some(("prefix", v)) => server.endpoint = EndpointPath::Prefix(v.into()),
             Some(("allow", v)) => server.allow = patterns(v)?,
             Some(("deny", v)) => server.deny = patterns(v)?,
+            Some(("prompts", v)) => server.prompts = patterns(v)?,
+            Some(("resources", v)) => {
+                server.resources = v
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| UriPattern::parse(p).map_err(|e| e.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
             Some(("max_bytes", v)) => {
                 server.limits.max_bytes = v.parse().map_err(|_| "bad max_bytes")?
             }
@@ -414,6 +427,12 @@ fn check(case: &Case, decision: &McpDecision, denial: &[u8]) -> Vec<String> {
         }
         if let Some(t) = &expect.tool {
             differ("tool", format!("{t:?}"), format!("{:?}", got.tool));
+        }
+        if let Some(p) = &expect.prompt {
+            differ("prompt", format!("{p:?}"), format!("{:?}", got.prompt));
+        }
+        if let Some(r) = &expect.resource {
+            differ("resource", format!("{r:?}"), format!("{:?}", got.resource));
         }
         if let Some(id) = &expect.id {
             differ("id", format!("{id:?}"), format!("{:?}", got.rpc_id));

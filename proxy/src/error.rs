@@ -78,6 +78,14 @@ pub enum ProxyError {
     /// A message from an MCP server that cannot be read strictly (never passed on).
     #[error("the upstream's answer cannot be read: {0}")]
     UnreadableResponse(#[from] fenzi_policy::response::ResponseError),
+    /// An MCP server answered a POST of notifications and responses with something other than
+    /// `202` without a body; the client got `202` without a body. `body` is fenzi's own words for
+    /// what came (never the server's bytes or its `Content-Type`).
+    #[error(
+        "the server answered a POST of notifications or responses with {status} and {body}, not \
+         202 without a body: the client got 202, the body was dropped unread"
+    )]
+    NotificationAnswer { status: u16, body: &'static str },
     /// A `tools/call`'s answer did not end within its `limits` entry's `timeout` ([`crate::session::limits`]).
     #[error("the answer did not end within {}, the limit {rule}", show_duration(*after))]
     LimitTimeout { after: Duration, rule: String },
@@ -107,6 +115,7 @@ impl ProxyError {
             | UpstreamTimeout(_)
             | UpstreamBody(_)
             | UnreadableResponse(_)
+            | NotificationAnswer { .. }
             | LimitTimeout { .. }
             | ResponseTooLarge { .. }
             | Unaccepted(_)
@@ -135,6 +144,9 @@ impl ProxyError {
             ProxyError::ClientTlsTimeout(after) => Some(format!(
                 "client TLS handshake: not finished within {}s",
                 after.as_secs_f32()
+            )),
+            ProxyError::NotificationAnswer { status, body } => Some(format!(
+                "notification answer: {status} with {body}, not 202 without a body; the client got 202"
             )),
             // The limit's rule, as a denial by a limit names it.
             ProxyError::LimitTimeout { rule, .. } | ProxyError::ResponseTooLarge { rule, .. } => {

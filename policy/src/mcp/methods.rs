@@ -1,9 +1,19 @@
 //! What one well-formed JSON-RPC message is allowed to do on an MCP server (README, "What the proxy decides"): the
-//! methods a client needs to connect and list, `tools/call` by tool name against the server's allow
-//! and deny patterns (and, on a pinned server, its lock), `prompts/get` by name and
-//! `resources/read` / `resources/subscribe` / `resources/unsubscribe` by URI, responses from the
+//! methods a client needs to connect and list, the session utilities that act on nothing
+//! (`logging/setLevel`), `tools/call` by tool name against the server's allow and deny patterns
+//! (and, on a pinned server, its lock), `prompts/get` by name and `resources/read` /
+//! `resources/subscribe` / `resources/unsubscribe` by URI, `completion/complete` by what its `ref`
+//! names (a prompt by the prompt rules, a resource by the resource rules), responses from the
 //! client, and nothing else. [`tool`], [`prompt`] and [`resource`] are also what list filtering
 //! asks, so a hidden entry and a refused call are always the same decision.
+//!
+//! Methods the specification defines only for the server to send (`sampling/createMessage`,
+//! `elicitation/create`, `roots/list`, `notifications/message`, the `list_changed` and
+//! `resources/updated` notifications) stay denied when a client sends them: no client has a reason
+//! to, and a server that gets one from a client is in a state its authors did not test. What a
+//! server sends the other way (its own requests and notifications, on a response or on the GET
+//! stream) is read by [`crate::response`] by shape, whatever its method, and the client's answers
+//! to it are client responses, allowed here.
 //!
 //! Method and tool names and URIs are compared exactly (case-sensitive, after JSON unescaping,
 //! never normalised).
@@ -40,6 +50,16 @@ pub const CONNECT_AND_LIST: [&str; 17] = [
     "tasks/cancel",
 ];
 
+/// Session utilities a client may send on every server: they act on nothing the policy guards.
+///
+/// - `logging/setLevel` asks the server to send its log messages (`notifications/message`) from a
+///   level on. It reads and changes nothing outside the session, and what it brings back is read
+///   like every other message from the server. Clients send it before calling tools (the
+///   conformance suite's `tools-call-with-logging`), so refusing it breaks them outright.
+///
+/// `ping` is in [`CONNECT_AND_LIST`] (it keeps a connection alive).
+pub const UTILITIES: [&str; 1] = ["logging/setLevel"];
+
 /// The method decided by tool name.
 pub const TOOLS_CALL: &str = "tools/call";
 /// The method decided by prompt name.
@@ -50,6 +70,9 @@ pub const RESOURCE_METHODS: [&str; 3] = [
     "resources/subscribe",
     "resources/unsubscribe",
 ];
+
+/// The method decided by what its `ref` names: a prompt or a resource (template).
+pub const COMPLETION_COMPLETE: &str = "completion/complete";
 
 /// Rule name for a message the shape rules refuse.
 pub(super) const RULE_STRICT_JSON_RPC: &str = "strict json-rpc";
@@ -152,10 +175,17 @@ fn decide_request(
             Some(uri) => resource(server, uri),
             None => missing("params.uri"),
         }
+    } else if method == COMPLETION_COMPLETE {
+        completion(server, message.params, named)
     } else if CONNECT_AND_LIST.contains(&method) {
         Decision::allow(
             format!("mcp.{} connect-and-list", server.name),
             format!("{method} is allowed without listing"),
+        )
+    } else if UTILITIES.contains(&method) {
+        Decision::allow(
+            format!("mcp.{} utility", server.name),
+            format!("{method} is allowed on every server"),
         )
     } else {
         Decision::deny(
@@ -166,6 +196,68 @@ fn decide_request(
                 shown(method)
             ),
         )
+    }
+}
+
+/// Whether `body` (a message or a batch) holds a `completion/complete`, whose `ref` the classifier
+/// must read one level deeper than it keeps otherwise.
+pub(super) fn names_completion(body: &Value) -> bool {
+    let is_completion =
+        |m: &Value| m.get("method").and_then(Value::as_str) == Some(COMPLETION_COMPLETE);
+    match body {
+        Value::Array(items) => items.iter().any(is_completion),
+        single => is_completion(single),
+    }
+}
+
+/// `completion/complete`: the suggestions a server offers for an argument of a prompt or a
+/// resource template reveal what that prompt or template is about, so the completion gets the
+/// decision a use of it gets: `{"type":"ref/prompt","name":N}` is decided as `prompts/get N`,
+/// `{"type":"ref/resource","uri":U}` as `resources/read U` (a template's URI is matched as list
+/// filtering matches `uriTemplate`). Anything else names nothing the policy allows:
+/// `policy_denied`, as `tools/call` without a name is. That covers a missing or non-object `ref`, a
+/// `type` other than those two (`ref/tool`, case variants, `ref/prompt ` with a space), and a member
+/// beyond the ones its type defines (`title`, a string, is the only optional one, on a prompt
+/// reference since 2025-06-18): `{"type":"ref/prompt","name":"allowed","uri":"denied"}` names
+/// two things, and which one a server reads is not ours to guess. Its denial names the method and
+/// the rule, as a `prompts/get` denial does, never the prompt or the URI.
+fn completion(server: &ServerRule, params: Option<&Value>, named: &mut Named) -> Decision {
+    let deny = |why: &str| {
+        Decision::deny(
+            Reason::PolicyDenied,
+            default_deny(server),
+            format!("{COMPLETION_COMPLETE} {why}"),
+        )
+    };
+    let Some(Value::Object(members)) = params.and_then(|p| p.get("ref")) else {
+        return deny("without a ref object");
+    };
+    let (mut kind, mut name, mut uri, mut title) = (None, None, None, None);
+    for (key, value) in members {
+        let slot = match key.as_str() {
+            "type" => &mut kind,
+            "name" => &mut name,
+            "uri" => &mut uri,
+            "title" => &mut title,
+            _ => return deny("with a ref member other than type, name, title and uri"),
+        };
+        match value {
+            Value::String(text) => *slot = Some(text.as_str()),
+            _ => return deny("with a ref member that is not a string"),
+        }
+    }
+    match (kind, name, uri, title) {
+        (Some("ref/prompt"), Some(name), None, _) => {
+            named.prompt = Some(name.to_owned());
+            prompt_as(server, name, Some(COMPLETION_COMPLETE))
+        }
+        (Some("ref/resource"), None, Some(uri), None) => {
+            named.resource = Some(uri.to_owned());
+            resource_as(server, uri, Some(COMPLETION_COMPLETE))
+        }
+        (Some("ref/prompt"), ..) => deny("with a ref/prompt that is not exactly a name"),
+        (Some("ref/resource"), ..) => deny("with a ref/resource that is not exactly a uri"),
+        _ => deny("with a ref that is neither ref/prompt nor ref/resource"),
     }
 }
 
@@ -291,6 +383,12 @@ pub(crate) fn tool_verdict<'s>(
 
 /// `prompts/get NAME`, and whether a listed prompt is shown: `prompts.allow`, default deny.
 pub(crate) fn prompt(server: &ServerRule, name: &str) -> Decision {
+    prompt_as(server, name, None)
+}
+
+/// [`prompt`]; `via` names a method other than `prompts/get` that is decided by it, for the
+/// decision's message.
+fn prompt_as(server: &ServerRule, name: &str, via: Option<&str>) -> Decision {
     match server.prompts.iter().find(|p| p.matches(name)) {
         Some(pattern) => Decision::allow(
             format!(
@@ -298,19 +396,37 @@ pub(crate) fn prompt(server: &ServerRule, name: &str) -> Decision {
                 server.name,
                 quoted(pattern.as_str())
             ),
-            format!("prompts/get {} is allowed", shown(name)),
+            match via {
+                None => format!("{PROMPTS_GET} {} is allowed", shown(name)),
+                Some(method) => format!("{method} of prompt {} is allowed", shown(name)),
+            },
         ),
         None => Decision::deny(
             Reason::PolicyDenied,
             default_deny(server),
-            format!("prompt {} is not in the allowed prompts", shown(name)),
+            format!(
+                "{}prompt {} is not in the allowed prompts",
+                via_prefix(via),
+                shown(name)
+            ),
         ),
     }
+}
+
+/// `"METHOD of "` before a message about a method decided by another method's rules.
+fn via_prefix(via: Option<&str>) -> String {
+    via.map(|method| format!("{method} of "))
+        .unwrap_or_default()
 }
 
 /// `resources/read URI` (and subscribing to it), and whether a listed resource or template is
 /// shown: `resources.allow`, default deny.
 pub(crate) fn resource(server: &ServerRule, uri: &str) -> Decision {
+    resource_as(server, uri, None)
+}
+
+/// [`resource`]; `via` as in [`prompt_as`].
+fn resource_as(server: &ServerRule, uri: &str, via: Option<&str>) -> Decision {
     match server.resources.iter().find(|p| p.matches(uri)) {
         Some(pattern) => Decision::allow(
             format!(
@@ -318,12 +434,16 @@ pub(crate) fn resource(server: &ServerRule, uri: &str) -> Decision {
                 server.name,
                 quoted(pattern.as_str())
             ),
-            format!("resource {} is allowed", shown(uri)),
+            format!("{}resource {} is allowed", via_prefix(via), shown(uri)),
         ),
         None => Decision::deny(
             Reason::PolicyDenied,
             default_deny(server),
-            format!("resource {} is not in the allowed resources", shown(uri)),
+            format!(
+                "{}resource {} is not in the allowed resources",
+                via_prefix(via),
+                shown(uri)
+            ),
         ),
     }
 }

@@ -77,7 +77,8 @@ pub(crate) async fn decide(
                 // Refused: nothing was substituted, so the records name no secret.
                 return Err(mcp_enforce::refused(&cx.subject, &decision, parts, &body));
             }
-            let reading = Reading::of(&cx.live, server, &decision);
+            let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+            let reading = Reading::of(&cx.live, server, &decision, target);
             let entries = mcp_enforce::entries(&cx.subject, &decision);
             (entries, reading, Some((server, decision)))
         }

@@ -6,7 +6,27 @@
 //! - `text/event-stream`: read event by event as it streams ([`SseRead`]); each event is passed on
 //!   in canonical form as soon as it is read and nothing more is ready upstream (events that arrive
 //!   together leave together, up to 16 KiB), so a stream open for hours holds what one read brought.
-//! - An empty body (a `202` to a notification) passes; any other body is unreadable.
+//!   A stream that answers requests (a POST's) and has answered the last of them waits a few turns
+//!   for the server's end before passing that answer on, so the end leaves with it as the server
+//!   sent them: a client reuses the connection (for its GET stream, right after `initialize`)
+//!   only once the stream has ended, and one that saw the answer alone sends its next requests on
+//!   other connections, in another order than it meant (the server then drops what it sends on a
+//!   GET stream it does not have yet).
+//! - An empty body passes; any other body is unreadable.
+//! - A POST that carried only notifications and responses (no request) expects `202 Accepted`
+//!   without a body. Any other success answer (a `200` with a JSON body, an event stream, a `204`,
+//!   a `202` with a body) reaches the client as `202` without a body; the server's body is dropped
+//!   unread (which closes its connection), and a `failed` record names the status and the kind of
+//!   body (never its bytes, nor the server's own `Content-Type` text). A client never reads such a
+//!   body (the SDKs ignore it), and reading it would let a server put messages (a request of its
+//!   own included) where no client waits for them. An error status (`4xx`, `5xx`) passes as
+//!   before: Streamable HTTP says a server that cannot accept the input answers with an error
+//!   status, and clients act on it (`404`: the session expired, start a new one; `401`: sign in).
+//!   A `3xx` passes as every redirect does.
+//! - On the legacy HTTP+SSE transport (2024-11-05), a POST to the message path the server
+//!   announced is answered `202` with a short text (`Accepted` in both SDKs), requests included:
+//!   the answers come on the event stream. That `202` reaches the client without its body and
+//!   without a `failed` record, as it is that transport's normal answer.
 //! - An answer that cannot be read strictly is not passed on. On a success status, each request
 //!   still waiting for an answer gets a JSON-RPC error in its place (a 502 body, or error events
 //!   ending the stream) and a `failed` record says why. On an error status (a `401` with its
@@ -36,7 +56,7 @@ use crate::session::live::Live;
 use bytes::Bytes;
 use fenzi_policy::Reason;
 use fenzi_policy::engine::McpServer;
-use fenzi_policy::mcp::{McpDecision, MessageKind, RpcId, ServerRule};
+use fenzi_policy::mcp::{McpDecision, MessageKind, RpcId, ServerRule, is_endpoint_target};
 use fenzi_policy::response::sse::{self, SseItem, SseReader};
 use fenzi_policy::response::{
     self as reading, EventKind, ReadMessage, ResponseError, response_limits, unreadable_reply,
@@ -60,11 +80,21 @@ pub(crate) struct Reading {
     pending: Vec<RpcId>,
     /// What its calls' `limits` allow the answer, when any apply.
     pub permit: Option<Permit>,
+    /// A POST of notifications and responses only: its answer is `202` without a body.
+    answers_only: bool,
+    /// A POST to a message path the server announced (legacy HTTP+SSE), not to its endpoint.
+    legacy: bool,
 }
 
 impl Reading {
-    /// The reading of the answer to a request `decision` allowed; `None` for OAuth metadata.
-    pub fn of(live: &Arc<Live>, server: &McpServer, decision: &McpDecision) -> Option<Self> {
+    /// The reading of the answer to a request to `target` (path and query) that `decision`
+    /// allowed; `None` for OAuth sign-in steps.
+    pub fn of(
+        live: &Arc<Live>,
+        server: &McpServer,
+        decision: &McpDecision,
+        target: &str,
+    ) -> Option<Self> {
         if decision.sign_in.is_some() {
             return None;
         }
@@ -73,17 +103,26 @@ impl Reading {
             .servers()
             .iter()
             .position(|s| s.name == server.name)?;
-        let pending = decision
+        let pending: Vec<RpcId> = decision
             .messages
             .iter()
             .filter(|m| m.kind == Some(MessageKind::Request))
             .filter_map(|m| m.rpc_id.clone())
             .collect();
+        // Only a POST has messages; an allowed one has no message that is not well-formed.
+        let answers_only = !decision.messages.is_empty()
+            && decision
+                .messages
+                .iter()
+                .all(|m| m.kind != Some(MessageKind::Request));
+        let legacy = !decision.messages.is_empty() && !is_endpoint_target(&server.rule, target);
         Some(Reading {
             live: live.clone(),
             server: index,
             pending,
             permit: None,
+            answers_only,
+            legacy,
         })
     }
 
@@ -125,9 +164,42 @@ pub(crate) async fn read(
     subject: &Subject,
     reading: Reading,
     head: &mut Parts,
-    body: Incoming,
+    mut body: Incoming,
     bodiless: bool,
 ) -> Result<Body, Refusal> {
+    let media = media_type(head.headers.get(CONTENT_TYPE));
+    if head.status.is_success() && (reading.answers_only || reading.legacy) {
+        let mut empty = body.is_end_stream();
+        if head.status == StatusCode::ACCEPTED && !empty && !reading.legacy {
+            // A `202` in chunked framing (Node's `writeHead(202).end()`) announces no length:
+            // read up to its first data to tell an empty body from one.
+            empty = ends_empty(&mut body, EMPTY_BODY_WAIT).await;
+        }
+        if head.status == StatusCode::ACCEPTED && (empty || reading.legacy) {
+            // Accepted: nothing in the body is for the client. A legacy server's short `Accepted`
+            // is read to its end (never kept) so that its connection serves the next message.
+            if !empty {
+                let drain = Limited::new(body, LEGACY_ACCEPTED_BYTES).collect();
+                let _ = tokio::time::timeout(EMPTY_BODY_WAIT, drain).await;
+            }
+            return Ok(accepted(head));
+        }
+        if reading.answers_only {
+            drop(body);
+            let error = ProxyError::NotificationAnswer {
+                status: head.status.as_u16(),
+                body: match (empty, media) {
+                    (true, _) => "no body",
+                    (false, Media::Json) => "a JSON body",
+                    (false, Media::EventStream) => "an event stream",
+                    (false, Media::Other) => "a body of another type",
+                },
+            };
+            tracing::info!(host = %subject.host, "{error}");
+            session.record(subject.failed(&error))?;
+            return Ok(accepted(head));
+        }
+    }
     if bodiless
         || head.status.is_informational()
         || matches!(
@@ -138,7 +210,6 @@ pub(crate) async fn read(
         return Ok(body.map_err(BoxError::from).boxed_unsync());
     }
     let server = reading.server();
-    let media = media_type(head.headers.get(CONTENT_TYPE));
     let encoded = head.headers.get_all(CONTENT_ENCODING).iter().any(|v| {
         v.as_bytes()
             .split(|&b| b == b',')
@@ -211,6 +282,41 @@ pub(crate) async fn read(
     head.headers
         .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     Ok(body::full(bytes))
+}
+
+/// The most of a legacy `202 Accepted` body read to keep its connection; a longer one is dropped
+/// (and its connection with it).
+const LEGACY_ACCEPTED_BYTES: usize = 1024;
+
+/// How long a `202` without a length may take to show it is empty: its end comes with its head
+/// from a conformant server; one still open after this counts as a body.
+const EMPTY_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `body` ends without a byte of data, read up to its first data within `wait` (a body
+/// still open then counts as one).
+async fn ends_empty(body: &mut Incoming, wait: std::time::Duration) -> bool {
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) if frame.data_ref().is_some_and(|d| !d.is_empty()) => return false,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    tokio::time::timeout(wait, read).await.unwrap_or(false)
+}
+
+/// Turns `head` into a `202 Accepted` without a body (the answer to notifications and responses).
+fn accepted(head: &mut Parts) -> Body {
+    head.status = StatusCode::ACCEPTED;
+    // The server's reason phrase was for its own status.
+    head.extensions.remove::<hyper::ext::ReasonPhrase>();
+    head.headers.remove(CONTENT_TYPE);
+    head.headers.remove(CONTENT_ENCODING);
+    head.headers.insert(CONTENT_LENGTH, HeaderValue::from(0));
+    body::empty()
 }
 
 /// The failure of an answer cut by `reading`'s limit of this `reason` (`timeout` or
@@ -329,12 +435,18 @@ struct SseRead {
     failed_upstream: Option<BoxError>,
     /// The length of `out` when it was last held back for the upstream to catch up (`poll_frame`).
     yielded: Option<usize>,
+    /// Turns left to wait for the upstream's end once every request it answers is answered (see
+    /// `poll_frame`); zero for a stream that answers none (the GET stream).
+    end_turns: u8,
     /// The `timeout` of the calls it answers, running since the request was forwarded.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Bytes from upstream so far, and the `max_response` they may reach.
     seen: u64,
     cap: Option<u64>,
 }
+
+/// How many turns an answered stream waits for its end before what was read goes without it.
+const END_TURNS: u8 = 8;
 
 /// Events read are held back to fill a frame of this size only while more is ready upstream.
 const FLUSH_BYTES: usize = 16 * 1024;
@@ -352,6 +464,11 @@ impl SseRead {
             .and_then(Permit::deadline)
             .map(|at| Box::pin(tokio::time::sleep_until(at)));
         let cap = permit.and_then(Permit::max_response);
+        let end_turns = if reading.pending.is_empty() {
+            0
+        } else {
+            END_TURNS
+        };
         SseRead {
             inner: Some(inner),
             reader: SseReader::new(limit),
@@ -363,6 +480,7 @@ impl SseRead {
             done: false,
             failed_upstream: None,
             yielded: None,
+            end_turns,
             deadline,
             seen: 0,
             cap,
@@ -527,6 +645,20 @@ impl HttpBody for SseRead {
                 continue;
             }
             match Pin::new(inner).poll_frame(cx) {
+                Poll::Pending
+                    if !this.out.is_empty()
+                        && this.reading.pending.is_empty()
+                        && this.end_turns > 0 =>
+                {
+                    // The last answer is read: a server ends the stream right after it, in the same
+                    // write. Its end goes out with it, as it came, when it follows within a few
+                    // turns: a client frees the connection for its next request (the GET stream,
+                    // after `initialize`) only once the stream has ended, and one that sees the
+                    // answer first sends that request on another connection, in another order.
+                    this.end_turns -= 1;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 Poll::Pending if !this.out.is_empty() && this.yielded != Some(this.out.len()) => {
                     // Let the upstream connection run before passing on what was read, as long as
                     // that brings more: what it decodes meanwhile leaves in the same frame, not in

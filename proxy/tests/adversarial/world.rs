@@ -46,6 +46,10 @@ mcp:
           deny_args:
             /path: {glob: "*..*"}
             /a~1b: {absent: false}
+    prompts:
+      allow: [summarize]
+    resources:
+      allow: ["notes://public/*"]
   plain:
     url: http://plain-mcp.test/mcp
     tools:
@@ -149,6 +153,10 @@ pub const MAX_BYTES: usize = 64 * 1024;
 /// batch), `202` with no body when the request carried no requests (notifications, client
 /// responses); GET is a short event stream of one notification, DELETE an empty `200`. It is its
 /// own authorization server ([`sign_in_answer`]) at `scheme://` its Host.
+///
+/// A hostile server, when the request says `X-Answer: request` (or `sse-request`): a POST without
+/// requests is answered `200` with a JSON body (or an event stream) carrying a JSON-RPC request of
+/// the server's own, where no client waits for one.
 fn mcp_answers(scheme: &'static str) -> Handler {
     Arc::new(move |parts: Parts, body: Bytes| {
         if let Some(answer) = sign_in_answer(scheme, &parts) {
@@ -179,7 +187,16 @@ fn mcp_answers(scheme: &'static str) -> Handler {
             Err(_) => None,
         };
         let Some(out) = out else {
-            return respond(200, "application/json", "");
+            let smuggled = "{\"jsonrpc\":\"2.0\",\"id\":\"srv-1\",\"method\":\"sampling/createMessage\",\"params\":{\"messages\":[],\"maxTokens\":1}}";
+            return match parts.headers.get("x-answer").map(|v| v.as_bytes()) {
+                Some(b"request") => respond(200, "application/json", smuggled),
+                Some(b"sse-request") => respond(
+                    200,
+                    "text/event-stream",
+                    format!("event: message\ndata: {smuggled}\n\n"),
+                ),
+                _ => respond(202, "application/json", ""),
+            };
         };
         respond(200, "application/json", out.to_string())
     })
