@@ -23,6 +23,17 @@ const REDIRECT = 'http://localhost:3000/callback';
 // Sign-in attempts per request before giving up (scope-retry-limit checks a client stops).
 const MAX_SIGN_INS = 3;
 
+// The runner names its servers `localhost`. fenzi's policy reaches loopback only by address (it
+// refuses `localhost` in a url), so, as a user would, the client reaches `localhost` at 127.0.0.1;
+// it does so in the direct runs too, so that both compare the same client. URLs the SDK reasons
+// about (the resource, the issuer) keep the name.
+function loopbackFetch(input, init) {
+  const url = new URL(input instanceof Request ? input.url : input);
+  if (url.hostname !== 'localhost') return fetch(input, init);
+  url.hostname = '127.0.0.1';
+  return fetch(input instanceof Request ? new Request(url, input) : url, init);
+}
+
 const scenario = process.env.MCP_CONFORMANCE_SCENARIO ?? '';
 const serverUrl = process.argv[process.argv.length - 1];
 const context = process.env.MCP_CONFORMANCE_CONTEXT ? JSON.parse(process.env.MCP_CONFORMANCE_CONTEXT) : {};
@@ -66,7 +77,7 @@ class HeadlessProvider {
     return this._verifier;
   }
   async redirectToAuthorization(url) {
-    const res = await fetch(url, { redirect: 'manual' });
+    const res = await loopbackFetch(url, { redirect: 'manual' });
     const location = res.headers.get('location');
     const code = location ? new URL(location).searchParams.get('code') : null;
     if (!code) throw new Error(`authorization endpoint answered ${res.status} without a code`);
@@ -83,7 +94,7 @@ function signingFetch(provider, resourceUrl) {
       const headers = new Headers(init?.headers);
       const t = provider.tokens();
       if (t) headers.set('Authorization', `Bearer ${t.access_token}`);
-      return fetch(input, { ...init, headers });
+      return loopbackFetch(input, { ...init, headers });
     };
     let res = await send();
     while (res.status === 401 || res.status === 403) {
@@ -91,7 +102,7 @@ function signingFetch(provider, resourceUrl) {
       if (signIns >= MAX_SIGN_INS) throw new UnauthorizedError(`gave up after ${signIns} sign-ins`);
       signIns += 1;
       const { resourceMetadataUrl, scope } = extractWWWAuthenticateParams(res);
-      const opts = { serverUrl: resourceUrl, resourceMetadataUrl, scope, fetchFn: fetch };
+      const opts = { serverUrl: resourceUrl, resourceMetadataUrl, scope, fetchFn: loopbackFetch };
       let result = await auth(provider, opts);
       if (result === 'REDIRECT') result = await auth(provider, { ...opts, authorizationCode: provider.code });
       if (result !== 'AUTHORIZED') throw new UnauthorizedError(`sign-in ended with ${result}`);
@@ -104,7 +115,7 @@ function signingFetch(provider, resourceUrl) {
 async function session(transportOptions, capabilities = {}, setup = () => {}) {
   const client = new Client({ name: 'fenzi-conformance-client', version: '1.0.0' }, { capabilities });
   setup(client);
-  const transport = new StreamableHTTPClientTransport(new URL(serverUrl), transportOptions);
+  const transport = new StreamableHTTPClientTransport(new URL(serverUrl), { fetch: loopbackFetch, ...transportOptions });
   await client.connect(transport);
   return { client, transport };
 }
