@@ -59,6 +59,9 @@ function wav() {
 }
 const WAV = wav();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// A client answers sampling and elicitation in milliseconds here; one unanswered after 5 s was lost
+// on the way, and the tool fails then rather than at the SDK's 60 s default.
+const ASK = { timeout: 5000 };
 const noArgs = { type: 'object', properties: {} };
 
 const TOOLS = [
@@ -212,7 +215,8 @@ function newServer(transports) {
             method: 'sampling/createMessage',
             params: { messages: [{ role: 'user', content: text(String(args.prompt)) }], maxTokens: 100 }
           },
-          CreateMessageResultSchema
+          CreateMessageResultSchema,
+          ASK
         );
         return { content: [text(`LLM response: ${res.content?.text ?? ''}`)] };
       }
@@ -232,7 +236,8 @@ function newServer(transports) {
               }
             }
           },
-          ElicitResultSchema
+          ElicitResultSchema,
+          ASK
         );
         return { content: [text(`User response: action=${res.action}, content=${JSON.stringify(res.content ?? {})}`)] };
       }
@@ -368,7 +373,7 @@ function newServer(transports) {
 }
 
 async function elicitCompleted(server, params) {
-  const res = await server.request({ method: 'elicitation/create', params }, ElicitResultSchema);
+  const res = await server.request({ method: 'elicitation/create', params }, ElicitResultSchema, ASK);
   return { content: [text(`Elicitation completed: action=${res.action}, content=${JSON.stringify(res.content ?? {})}`)] };
 }
 
