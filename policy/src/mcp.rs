@@ -567,51 +567,43 @@ mod tests {
             "",
             "\\u0000",
         ];
+        // The completion's decision against the plain request's: same verdict and rule, and the
+        // same denial body with the method's name in place.
+        let same_as = |plain: &str, method: &str, reference: &str, label: &str| {
+            let complete = format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"completion/complete","params":{{"ref":{reference},"argument":{{"name":"a","value":"b"}}}}}}"#
+            );
+            let (by_plain, plain_denial) = post_body(&server, plain);
+            let (by_completion, completion_denial) = post_body(&server, &complete);
+            assert_eq!(
+                by_plain.overall.verdict, by_completion.overall.verdict,
+                "{label}"
+            );
+            assert_eq!(by_plain.overall.rule, by_completion.overall.rule, "{label}");
+            assert_eq!(
+                String::from_utf8(plain_denial)
+                    .unwrap()
+                    .replace(method, "completion/complete"),
+                String::from_utf8(completion_denial).unwrap(),
+                "{label}"
+            );
+            (by_plain, by_completion)
+        };
         for name in names {
             let get = format!(
                 r#"{{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{{"name":"{name}"}}}}"#
             );
-            let complete = format!(
-                r#"{{"jsonrpc":"2.0","id":3,"method":"completion/complete","params":{{"ref":{{"type":"ref/prompt","name":"{name}"}},"argument":{{"name":"a","value":"b"}}}}}}"#
-            );
-            let (by_get, get_denial) = post_body(&server, &get);
-            let (by_completion, completion_denial) = post_body(&server, &complete);
-            assert_eq!(
-                by_get.overall.verdict, by_completion.overall.verdict,
-                "{name}"
-            );
-            assert_eq!(by_get.overall.rule, by_completion.overall.rule, "{name}");
+            let reference = format!(r#"{{"type":"ref/prompt","name":"{name}"}}"#);
+            let (by_get, by_completion) = same_as(&get, "prompts/get", &reference, name);
             assert_eq!(by_completion.messages[0].prompt, by_get.messages[0].prompt);
-            let get_denial = String::from_utf8(get_denial).unwrap();
-            let completion_denial = String::from_utf8(completion_denial).unwrap();
-            assert_eq!(
-                get_denial.replace("prompts/get", "completion/complete"),
-                completion_denial,
-                "{name}"
-            );
         }
         for uri in ["notes://public/a", "notes://private/a", "notes://public/"] {
             let read = format!(
                 r#"{{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{{"uri":"{uri}"}}}}"#
             );
-            let complete = format!(
-                r#"{{"jsonrpc":"2.0","id":3,"method":"completion/complete","params":{{"ref":{{"type":"ref/resource","uri":"{uri}"}},"argument":{{"name":"a","value":"b"}}}}}}"#
-            );
-            let (by_read, read_denial) = post_body(&server, &read);
-            let (by_completion, completion_denial) = post_body(&server, &complete);
-            assert_eq!(
-                by_read.overall.verdict, by_completion.overall.verdict,
-                "{uri}"
-            );
-            assert_eq!(by_read.overall.rule, by_completion.overall.rule, "{uri}");
+            let reference = format!(r#"{{"type":"ref/resource","uri":"{uri}"}}"#);
+            let (_, by_completion) = same_as(&read, "resources/read", &reference, uri);
             assert_eq!(by_completion.messages[0].resource.as_deref(), Some(uri));
-            assert_eq!(
-                String::from_utf8(read_denial)
-                    .unwrap()
-                    .replace("resources/read", "completion/complete"),
-                String::from_utf8(completion_denial).unwrap(),
-                "{uri}"
-            );
         }
     }
 
