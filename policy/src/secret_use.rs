@@ -411,8 +411,15 @@ fn deny(
     for name in unique_names(elsewhere) {
         let positions = positions_of(elsewhere, name);
         let bound = match bindings.iter().find(|b| b.name == name) {
+            // The host:port is named (as for any secret), the url's path is not: some servers
+            // carry credentials in it.
             Some(b) if b.entry.is_some() => format!(
-                "the token of MCP server {}, bound only to that server's url",
+                "bound only to {} (the token of MCP server {}, for that server's url alone)",
+                b.hosts
+                    .iter()
+                    .map(|h| h.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 b.entry.as_deref().unwrap_or_default()
             ),
             Some(b) if !b.hosts.is_empty() => format!(
