@@ -10,7 +10,6 @@ use fenzi_policy::Reason;
 use http::Request;
 use http::request::Parts;
 use http_body_util::{BodyExt, Full};
-use rustls::pki_types::CertificateDer;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -45,13 +44,7 @@ async fn setup(path: &str, handler: Handler) -> Setup {
 
 impl Setup {
     async fn client(&self) -> Sender {
-        let (stream, status, head) = connect(self.proxy.addr, &self.target).await;
-        assert_eq!(status, 200, "{head}");
-        let ca: CertificateDer<'static> = self.proxy.proxy.ca().cert_der().clone();
-        let tls = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
-            .await
-            .expect("TLS with the proxy");
-        h1(tls).await
+        self.proxy.intercepted_h1(&self.target).await
     }
 
     /// Sends `req`; returns the status, the body and the `content-type`.

@@ -145,13 +145,7 @@ async fn two_servers_on_one_port() {
         .unwrap();
     let proxy = serve_proxy(proxy, sink).await;
 
-    let (stream, status, head) = connect(proxy.addr, &target).await;
-    assert_eq!(status, 200, "{head}");
-    let ca = proxy.proxy.ca().cert_der().clone();
-    let tls = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
-        .await
-        .expect("TLS with the proxy");
-    let mut client = h1(tls).await;
+    let mut client = proxy.intercepted_h1(&target).await;
     let mut send = async |path: &str, tool: &str, bearer: Option<&str>| {
         let mut req = tools_call(&target, path, 1, tool);
         req.headers_mut().insert(

@@ -19,7 +19,6 @@ use fenzi_proxy::audit::writer::AuditEntry;
 use http::Request;
 use http::request::Parts;
 use http_body_util::Full;
-use rustls::pki_types::CertificateDer;
 use std::sync::{Arc, OnceLock};
 
 const CODE: &str = "c0de-Sh0uldNeverBeLogged";
@@ -253,13 +252,7 @@ fn rpc(id: u64) -> String {
 
 impl Setup {
     async fn client(&self) -> Sender {
-        let (stream, status, head) = connect(self.proxy.addr, &self.target).await;
-        assert_eq!(status, 200, "{head}");
-        let ca: CertificateDer<'static> = self.proxy.proxy.ca().cert_der().clone();
-        let tls = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
-            .await
-            .expect("TLS with the proxy");
-        h1(tls).await
+        self.proxy.intercepted_h1(&self.target).await
     }
 
     /// Sends one request; returns the status, the `WWW-Authenticate`/`Location` header and the body.

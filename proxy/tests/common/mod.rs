@@ -589,6 +589,18 @@ pub struct TestProxy<S = MemorySink> {
 }
 
 impl<S> TestProxy<S> {
+    /// An HTTP/1.1 client inside an intercepted tunnel to `target` (a `127.0.0.1:PORT` MCP
+    /// server): CONNECT answered 200, then TLS with the session CA's leaf for 127.0.0.1.
+    pub async fn intercepted_h1(&self, target: &str) -> Sender {
+        let (stream, status, head) = connect(self.addr, target).await;
+        assert_eq!(status, 200, "{head}");
+        let ca = self.proxy.ca().cert_der().clone();
+        let tls = tls_over(stream, &ca, "127.0.0.1", &[b"http/1.1"])
+            .await
+            .expect("TLS with the proxy");
+        h1(tls).await
+    }
+
     /// Starts shutdown; `done` resolves with the number of connections cut.
     pub fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
