@@ -129,6 +129,29 @@ start() {
     PORT=$MATCH
 }
 
+# e2e_prelude NAME: what an end-to-end script over the MCP SDK does first: the pinned venv (PY, and
+# E2E for testdata/e2e), fenzi built (FENZI), and a WORK directory of its own with its own XDG state
+# and config and an in-memory credential store. At exit its processes are stopped, WORK is removed
+# when nothing failed (kept and named otherwise), and `NAME: N passed, M failed` is the last line.
+e2e_prelude() {
+    E2E_NAME=$1
+    bash "$ROOT/scripts/e2e/setup.sh" || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
+    PY="$ROOT/.venv/bin/python"
+    E2E="$ROOT/testdata/e2e"
+    build_fenzi
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-$E2E_NAME.XXXXXX")
+    export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" FENZI_CREDSTORE=memory
+    mkdir -p "$XDG_CONFIG_HOME"
+    trap e2e_finish EXIT
+    trap 'exit 130' INT TERM
+}
+
+e2e_finish() {
+    stop_pids 5
+    if [ "$FAILS" -eq 0 ]; then rm -rf "$WORK"; else echo "$E2E_NAME: work directory kept: $WORK"; fi
+    echo "$E2E_NAME: $PASSES passed, $FAILS failed"
+}
+
 # stop_pids [SECONDS]: SIGTERM to every process in PIDS, then SIGKILL to any still running after
 # SECONDS (default 5), and reaps them all.
 stop_pids() {

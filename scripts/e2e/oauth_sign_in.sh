@@ -18,20 +18,7 @@ export NO_COLOR=1
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
 
-bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
-PY="$ROOT/.venv/bin/python"
-E2E="$ROOT/testdata/e2e"
-build_fenzi
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-oauth.XXXXXX")
-export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" FENZI_CREDSTORE=memory
-mkdir -p "$XDG_CONFIG_HOME"
-cleanup() {
-    stop_pids 5
-    if [ "$FAILS" -eq 0 ]; then rm -rf "$WORK"; else echo "oauth-sign-in: work directory kept: $WORK"; fi
-    echo "oauth-sign-in: $PASSES passed, $FAILS failed"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+e2e_prelude oauth-sign-in
 
 "$PY" "$E2E/gen_certs.py" "$WORK/certs" || { fail "test CA: gen_certs.py"; exit 1; }
 start oauth-server "$PY" "$E2E/oauth_server.py" --cert "$WORK/certs/server.pem" \

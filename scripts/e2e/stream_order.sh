@@ -18,23 +18,9 @@ unset SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE
 export NO_COLOR=1
 RUNS=${1:-10}
 
-bash scripts/e2e/setup.sh || { echo "FAIL setup: scripts/e2e/setup.sh failed"; exit 1; }
-PY="$ROOT/.venv/bin/python"
-E2E="$ROOT/testdata/e2e"
 # shellcheck source=../lib.sh
 source "$ROOT/scripts/lib.sh"
-build_fenzi
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fenzi-order.XXXXXX")
-export XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config" FENZI_CREDSTORE=memory
-mkdir -p "$XDG_CONFIG_HOME"
-cleanup() {
-    stop_pids 5
-    if [ "$FAILS" -eq 0 ]; then rm -rf "$WORK"; else echo "stream-order: work directory kept: $WORK"; fi
-    echo "stream-order: $PASSES passed, $FAILS failed"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+e2e_prelude stream-order
 
 "$PY" "$E2E/gen_certs.py" "$WORK/certs" >/dev/null || { fail "test CA: gen_certs.py"; exit 1; }
 CERTS="$WORK/certs"
