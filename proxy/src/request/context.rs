@@ -72,8 +72,12 @@ impl<'a> RequestContext<'a> {
     /// entry its path belongs to, or the host's first for a path of the host itself. `None` on a
     /// plain host and for a path no entry has.
     pub fn server(&self) -> Option<&McpServer> {
-        let index = self.owner.as_ref()?.decided_by()?;
-        self.live.policy.servers().get(index)
+        self.live.policy.servers().get(self.server_index()?)
+    }
+
+    /// [`Self::server`]'s index in the request's policy (the same in every policy of a session).
+    pub fn server_index(&self) -> Option<usize> {
+        self.owner.as_ref()?.decided_by()
     }
 
     /// The entry whose token this request may carry (see `SecretBinding::is_bound_for`).

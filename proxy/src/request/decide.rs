@@ -78,7 +78,10 @@ pub(crate) async fn decide(
                 return Err(mcp_enforce::refused(&cx.subject, &decision, parts, &body));
             }
             let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-            let reading = Reading::of(&cx.live, server, &decision, target);
+            // `server` is `cx.server()`, so its index is the request's own (no search by name).
+            let reading = cx
+                .server_index()
+                .and_then(|index| Reading::of(&cx.live, index, &decision, target));
             let entries = mcp_enforce::entries(&cx.subject, &decision);
             (entries, reading, Some((server, decision)))
         }

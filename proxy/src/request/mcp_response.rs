@@ -88,21 +88,18 @@ pub(crate) struct Reading {
 
 impl Reading {
     /// The reading of the answer to a request to `target` (path and query) that `decision`
-    /// allowed; `None` for OAuth sign-in steps.
+    /// allowed, on the server at `index` of `live`'s policy (the request's own, from
+    /// `RequestContext::server_index`); `None` for OAuth sign-in steps.
     pub fn of(
         live: &Arc<Live>,
-        server: &McpServer,
+        index: usize,
         decision: &McpDecision,
         target: &str,
     ) -> Option<Self> {
         if decision.sign_in.is_some() {
             return None;
         }
-        let index = live
-            .policy
-            .servers()
-            .iter()
-            .position(|s| s.name == server.name)?;
+        let server = live.policy.servers().get(index)?;
         let pending: Vec<RpcId> = decision
             .messages
             .iter()
