@@ -14,12 +14,22 @@ mod team;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
+
+/// `fenzi --version`: the version, the commit and how it was built (see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("FENZI_COMMIT"),
+    ", ",
+    env!("FENZI_BUILD"),
+    ")"
+);
 
 /// fenzi: an egress proxy and sandbox for AI coding agents, with per-tool MCP policy.
 #[derive(Debug, Parser)]
-#[command(name = "fenzi", version, about, long_about = None, propagate_version = true, term_width = 0)]
+#[command(name = "fenzi", version = VERSION, about, long_about = None, propagate_version = true, term_width = 0)]
 struct Cli {
     /// More tracing on stderr (-v info, -vv debug, -vvv trace). `RUST_LOG` overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -43,6 +53,11 @@ enum Command {
     Mcp(commands::mcp::Args),
     /// Allow a tool a session was denied: exactly that tool, on exactly that server.
     Approve(commands::approve::Args),
+    // Their help is their `Args`' doc comment (a variant's would replace the long help).
+    Doctor(commands::doctor::Args),
+    Completions(commands::completions::Args),
+    #[command(hide = true)]
+    Man(commands::manual::Args),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +86,9 @@ fn main() -> ExitCode {
         Command::Mcp(args) => commands::mcp::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Approve(args) => commands::approve::run(args),
+        Command::Doctor(args) => commands::doctor::run(args),
+        Command::Completions(args) => commands::completions::run(args, Cli::command()),
+        Command::Man(args) => commands::manual::run(args, Cli::command()),
     };
     match result {
         Ok(code) => code,

@@ -31,7 +31,7 @@ use super::sys;
 
 /// The oldest Landlock ABI used: 2 (Linux 5.19) controls renames and links across directories
 /// (`REFER`); without it every rename between directories would be refused.
-const LANDLOCK_MIN_ABI: u32 = 2;
+pub(crate) const LANDLOCK_MIN_ABI: u32 = 2;
 
 // Landlock filesystem access rights (include/uapi/linux/landlock.h).
 const WRITE_FILE: u64 = 1 << 1;

@@ -58,6 +58,7 @@ mod child;
 pub mod env;
 mod error;
 mod filesystem;
+pub mod probe;
 mod protocol;
 pub mod seccomp;
 mod session;
