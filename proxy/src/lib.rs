@@ -26,6 +26,7 @@
 //!   file a session writes on the host), [`error`] and [`options`].
 
 pub mod audit;
+pub mod bridge;
 pub mod confirm;
 pub mod connection;
 pub mod credstore;

@@ -537,4 +537,10 @@ check "two MCP servers on one port, told apart by path: each its own tools, toke
     env FENZI_REQUIRE_SDK=1 FENZI_E2E_PYTHON="$PY" \
     cargo test -q -p fenzi-proxy --locked --test mcp_paths_sdk
 
+# The bridge: a stdio server from the SDK behind fenzi's Streamable HTTP front, the SDK's client in
+# front of it (proxy/tests/bridge.rs; skipped by `cargo test` without .venv, required here).
+check "a stdio MCP server through the bridge: calls, progress, sampling, a process per session, a crash" \
+    env FENZI_REQUIRE_SDK=1 FENZI_E2E_PYTHON="$PY" \
+    cargo test -q -p fenzi-proxy --locked --test bridge
+
 [ "$FAILS" -eq 0 ]
