@@ -9,7 +9,7 @@
 //! `FENZI_REQUIRE_SDK` is set.
 
 use bytes::Bytes;
-use fenzi_proxy::bridge::{Bridge, BridgeLog, HostCommand};
+use fenzi_proxy::bridge::{Bridge, BridgeLog, HostCommand, SandboxLauncher, SandboxedCommand};
 use http_body_util::BodyExt;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -255,4 +255,116 @@ async fn a_server_that_keeps_crashing_is_refused_with_retry_after_not_a_hang() {
     assert!(body.contains("initialize again"), "{body}");
     let logged = log.0.lock().unwrap().join("\n");
     assert!(logged.contains("flaky: dying"), "{logged}");
+}
+
+/// One tools/call on an initialized session; returns the text of its result.
+async fn call(port: u16, session: &str, id: u32, tool: &str, args: serde_json::Value) -> String {
+    let body = serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}});
+    let (status, _, text) = post(port, &body.to_string(), Some(session)).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_server_writes_only_its_state_directory_and_lives_in_its_own_namespaces() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let launcher = match SandboxLauncher::new(SandboxedCommand {
+        program: python.clone().into(),
+        args: vec![repo().join("testdata/e2e/mcp_stdio_server.py").into()],
+        env: vec![("LANG".into(), "C.UTF-8".into())],
+        path: "/usr/bin:/bin".into(),
+        state_dir: state.clone(),
+    }) {
+        Ok(l) => l,
+        Err(e) => panic!("{e}"),
+    };
+    let log = Arc::new(Lines::default());
+    let bridge = Arc::new(Bridge::new("boxed", Box::new(launcher), log.clone()));
+    if let Err(e) = bridge.prepare() {
+        assert!(
+            std::env::var_os("FENZI_REQUIRE_SANDBOX").is_none(),
+            "the sandbox is required here: {e}"
+        );
+        eprintln!("*** SKIPPED: the sandbox cannot run here: {e}");
+        return;
+    }
+    let port = serve(bridge.clone()).await;
+    let (status, headers, text) = post(port, INITIALIZE, None).await;
+    assert_eq!(status, 200, "{text}");
+    let session = headers
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (status, _, _) = post(
+        port,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        Some(&session),
+    )
+    .await;
+    assert_eq!(status, 202);
+
+    let who = call(port, &session, 2, "whoami", serde_json::json!({})).await;
+    // PID 1 is the sandbox's init: the server is a low pid of a namespace of its own.
+    let pid: u32 = who
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_start_matches("pid=")
+        .parse()
+        .unwrap();
+    assert!(pid < 10, "the server sees its own PID namespace: {who}");
+    assert!(
+        who.contains(&format!("home={}", state.display())),
+        "HOME is the state directory: {who}"
+    );
+    let inside = state.join("note");
+    assert_eq!(
+        call(
+            port,
+            &session,
+            3,
+            "write",
+            serde_json::json!({"path": inside})
+        )
+        .await,
+        "wrote"
+    );
+    assert!(inside.exists());
+    let refused = call(
+        port,
+        &session,
+        4,
+        "write",
+        serde_json::json!({"path": outside.join("x")}),
+    )
+    .await;
+    assert!(
+        refused.starts_with("refused: "),
+        "Landlock keeps it to its state directory: {refused}"
+    );
+    assert!(!outside.join("x").exists());
+    let tmp = call(
+        port,
+        &session,
+        5,
+        "write",
+        serde_json::json!({"path": "/tmp/fenzi-bridge-escape"}),
+    )
+    .await;
+    assert!(
+        tmp.starts_with("refused: "),
+        "the shared /tmp is not writable: {tmp}"
+    );
+    bridge.stop_all();
 }

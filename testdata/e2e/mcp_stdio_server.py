@@ -5,7 +5,7 @@
 
 Speaks MCP on stdin/stdout (the SDK's stdio transport), as `command` servers do. Tools: `echo`,
 `add`, `whoami` (the process's pid and environment names, so a test can tell processes apart and
-see what the server's environment holds), `progress` (reports three progress steps before it
+see what the server's environment holds), `write` (tries to write a file, says whether it could), `progress` (reports three progress steps before it
 answers), `ask` (asks the client to sample a message: a server-initiated request), `crash` (the
 process exits at once, without answering), and `delete_everything`, which a policy should never let
 through. Every call is appended to --calls (one name per line). Writes a line to stderr at start,
@@ -47,7 +47,7 @@ def main() -> None:
     def whoami() -> str:
         """The server process's pid and the names in its environment."""
         note("whoami")
-        return f"pid={os.getpid()} env={','.join(sorted(os.environ))}"
+        return f"pid={os.getpid()} home={os.environ.get('HOME', '')} env={','.join(sorted(os.environ))}"
 
     @server.tool()
     async def progress(ctx: Context) -> str:
@@ -66,6 +66,17 @@ def main() -> None:
             max_tokens=50,
         )
         return f"the model said: {result.content.text}"
+
+    @server.tool()
+    def write(path: str) -> str:
+        """Writes a small file at path; says `wrote` or the error (the sandbox tests' probe)."""
+        note("write")
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("written by the stdio server\n")
+            return "wrote"
+        except OSError as e:
+            return f"refused: {e.strerror}"
 
     @server.tool()
     def crash() -> str:

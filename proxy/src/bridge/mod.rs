@@ -16,9 +16,11 @@
 //! May use: `connection`, `sandbox`.
 
 mod message;
+mod sandboxed;
 mod server_process;
 mod session;
 
+pub use sandboxed::{SandboxLauncher, SandboxedCommand};
 pub use server_process::{HostCommand, Launch, ServerProcess};
 
 use crate::connection::body::{self, Body};

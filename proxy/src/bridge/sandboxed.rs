@@ -1,0 +1,144 @@
+//! A local server in a sandbox of its own ([`SandboxedCommand`]): its own user, PID, network,
+//! mount and IPC namespaces, the seccomp filter, and a Landlock write list of exactly its state
+//! directory (which is also its `HOME` and, under `tmp/`, its `TMPDIR`). It shares no writable
+//! place with the agent's sandbox, so the agent can neither plant a file the server reads from a
+//! writable directory nor see or signal its processes. Its network is the proxy listener of its
+//! own sandbox; until fenzi serves that listener under the server's `hosts`, it has none.
+//!
+//! The sandbox dies with the thread that started it (`PR_SET_PDEATHSIG`), so every server of a
+//! bridge is started by one long-lived launcher thread, never by a runtime's worker.
+
+use super::server_process::{Launch, ServerProcess};
+use crate::sandbox::{SandboxSpec, Session};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::mpsc;
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+/// What to run and where it may write.
+#[derive(Debug, Clone)]
+pub struct SandboxedCommand {
+    pub program: OsString,
+    pub args: Vec<OsString>,
+    /// The environment besides `HOME`, `TMPDIR` and `PATH` (which the bridge sets).
+    pub env: Vec<(OsString, OsString)>,
+    /// `PATH` inside.
+    pub path: OsString,
+    /// The server's state directory: created private if missing; its only writable place.
+    pub state_dir: PathBuf,
+}
+
+/// One start's pieces, made on the launcher thread.
+struct Started {
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    child: crate::sandbox::SandboxChild,
+}
+
+type Job = (SandboxedCommand, mpsc::Sender<io::Result<Started>>);
+
+/// The launcher: one thread that starts every sandbox of the servers given to it.
+pub struct SandboxLauncher {
+    command: SandboxedCommand,
+    jobs: Mutex<mpsc::Sender<Job>>,
+}
+
+impl SandboxLauncher {
+    /// Starts the launcher thread for `command`. The thread ends when the launcher is dropped; the
+    /// sandboxes it started are killed then.
+    pub fn new(command: SandboxedCommand) -> io::Result<SandboxLauncher> {
+        let (jobs, incoming) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("fenzi-bridge-launcher".into())
+            .spawn(move || {
+                // Each server's sandbox lives while this thread does.
+                for (command, reply) in incoming {
+                    let _ = reply.send(start(&command));
+                }
+            })?;
+        Ok(SandboxLauncher {
+            command,
+            jobs: Mutex::new(jobs),
+        })
+    }
+}
+
+fn start(command: &SandboxedCommand) -> io::Result<Started> {
+    let tmp = command.state_dir.join("tmp");
+    std::fs::DirBuilder::new().recursive(true).create(&tmp)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&command.state_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let (stdin_read, stdin_write) = std::io::pipe()?;
+    let (stdout_read, stdout_write) = std::io::pipe()?;
+    let (stderr_read, stderr_write) = std::io::pipe()?;
+    let mut env = command.env.clone();
+    env.retain(|(k, _)| !matches!(k.to_str(), Some("HOME" | "TMPDIR" | "PATH")));
+    env.push(("HOME".into(), command.state_dir.clone().into()));
+    env.push(("TMPDIR".into(), tmp.into()));
+    env.push(("PATH".into(), command.path.clone()));
+    let mut spec = SandboxSpec::new(command.program.clone())
+        .args(command.args.clone())
+        .envs(env)
+        .cwd(command.state_dir.clone())
+        .writable([command.state_dir.clone()]);
+    spec.stdin = Some(stdin_read.into());
+    spec.stdout = Some(stdout_write.into());
+    spec.stderr = Some(stderr_write.into());
+    let session = Session::start(spec).map_err(io::Error::other)?;
+    // No egress yet: the sandbox's proxy listener is closed, so a connection is refused.
+    drop(session.listener);
+    drop(session.transparent);
+    Ok(Started {
+        stdin: stdin_write.into(),
+        stdout: stdout_read.into(),
+        stderr: stderr_read.into(),
+        child: session.child,
+    })
+}
+
+impl Launch for SandboxLauncher {
+    fn start(&self) -> io::Result<ServerProcess> {
+        let (reply, answer) = mpsc::channel();
+        self.jobs
+            .lock()
+            .expect("launcher jobs")
+            .send((self.command.clone(), reply))
+            .map_err(|_| io::Error::other("the bridge's launcher thread has ended"))?;
+        let started = answer
+            .recv()
+            .map_err(|_| io::Error::other("the bridge's launcher thread has ended"))??;
+        let mut child = started.child;
+        let handle = child.handle();
+        let (exited_tx, exited_rx) = oneshot::channel::<()>();
+        // The init's status arrives on a blocking read of its control socket.
+        std::thread::Builder::new()
+            .name("fenzi-bridge-wait".into())
+            .spawn(move || {
+                let _ = child.wait();
+                let _ = exited_tx.send(());
+            })?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let killer = handle.clone();
+        tokio::spawn(async move {
+            // Sent or dropped: either way the server is to stop.
+            let _ = stopped.await;
+            let _ = killer.kill();
+        });
+        Ok(ServerProcess {
+            stdin: Box::pin(pipe::Sender::from_owned_fd(started.stdin)?),
+            stdout: Box::pin(pipe::Receiver::from_owned_fd(started.stdout)?),
+            stderr: Box::pin(pipe::Receiver::from_owned_fd(started.stderr)?),
+            exited: Box::pin(async move {
+                let _ = exited_rx.await;
+            }),
+            stop,
+        })
+    }
+}
