@@ -7,6 +7,8 @@
 //
 // Usage: node server.mjs [--port N] [--cert PEM --key PEM]
 // Prints `listening on 127.0.0.1:PORT` as its first stdout line (scripts/lib.sh `start`).
+//        node server.mjs --stdio
+// The same server as a local (stdio) one, for fenzi's bridge (scripts/conformance's bridge leg).
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
@@ -15,6 +17,7 @@ import { parseArgs } from 'node:util';
 
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import {
   CallToolRequestSchema,
   CompleteRequestSchema,
@@ -34,7 +37,12 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 
 const { values: opts } = parseArgs({
-  options: { port: { type: 'string', default: '0' }, cert: { type: 'string' }, key: { type: 'string' } }
+  options: {
+    port: { type: 'string', default: '0' },
+    cert: { type: 'string' },
+    key: { type: 'string' },
+    stdio: { type: 'boolean', default: false }
+  }
 });
 
 // A 1x1 PNG, and a WAV of 8 silent samples (44-byte header), built here rather than shipped.
@@ -473,6 +481,12 @@ async function handle(req, res) {
   await transport.handleRequest(req, res);
 }
 
+if (opts.stdio) {
+  // One client, one session, on stdin and stdout; the HTTP part below is not started.
+  await newServer(transports).connect(new StdioServerTransport());
+  process.stdin.on('end', () => process.exit(0));
+}
+
 const listener = (req, res) =>
   handle(req, res).catch((e) => {
     console.error('request failed:', e);
@@ -481,7 +495,9 @@ const listener = (req, res) =>
 const srv = opts.cert
   ? https.createServer({ cert: readFileSync(opts.cert), key: readFileSync(opts.key) }, listener)
   : http.createServer(listener);
-srv.listen(Number(opts.port), '127.0.0.1', () => {
-  console.log(`listening on 127.0.0.1:${srv.address().port}`);
-});
+if (!opts.stdio) {
+  srv.listen(Number(opts.port), '127.0.0.1', () => {
+    console.log(`listening on 127.0.0.1:${srv.address().port}`);
+  });
+}
 process.on('SIGTERM', () => process.exit(0));

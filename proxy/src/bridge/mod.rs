@@ -40,8 +40,9 @@ type Refusal = Box<Response<Body>>;
 
 /// The header naming a Streamable HTTP session.
 const SESSION_HEADER: &str = "mcp-session-id";
-/// Sessions one bridged server may have at once (each is a process).
-const MAX_SESSIONS: usize = 16;
+/// Sessions one bridged server may have at once (each is a process). Clients often leave a
+/// session without ending it; a new session beyond this stops the one idle longest.
+const MAX_SESSIONS: usize = 8;
 /// The first wait after a crash; it doubles with each crash in a row, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -343,14 +344,18 @@ impl Bridge {
         let mut state = self.inner.state.lock().expect("bridge state");
         state.sessions.retain(|_, s| s.is_alive());
         if state.sessions.len() >= MAX_SESSIONS {
-            return Err(Box::new(jsonrpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                -32000,
-                &format!(
-                    "the local MCP server `{}` has {MAX_SESSIONS} sessions open; close one first",
-                    self.inner.name
-                ),
-            )));
+            let idlest = state
+                .sessions
+                .values()
+                .min_by_key(|s| s.last_used())
+                .map(|s| s.id.clone());
+            if let Some(session) = idlest.and_then(|id| state.sessions.remove(&id)) {
+                session.stop();
+                let note = format!(
+                    "{MAX_SESSIONS} sessions were open; stopped the one idle longest to start another"
+                );
+                self.inner.log.note(&self.inner.name, &note);
+            }
         }
         if let Some(wait) = state.backoff_left() {
             let seconds = wait.as_secs() + 1;

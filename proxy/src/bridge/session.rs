@@ -54,6 +54,8 @@ pub(crate) struct BridgeSession {
     routes: Mutex<Routes>,
     alive: AtomicBool,
     stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// When the client last sent something (a POST or a GET), for evicting the idlest session.
+    last_used: Mutex<std::time::Instant>,
 }
 
 /// What to do with a server's stderr lines and with the end of a session.
@@ -81,6 +83,7 @@ impl BridgeSession {
             routes: Mutex::new(Routes::default()),
             alive: AtomicBool::new(true),
             stop: Mutex::new(Some(process.stop)),
+            last_used: Mutex::new(std::time::Instant::now()),
         });
         let reader = session.clone();
         let reader_events = events.clone();
@@ -129,6 +132,14 @@ impl BridgeSession {
         self.alive.load(Ordering::Acquire)
     }
 
+    pub(crate) fn last_used(&self) -> std::time::Instant {
+        *self.last_used.lock().expect("bridge last use")
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().expect("bridge last use") = std::time::Instant::now();
+    }
+
     /// Stops the server; the session ends as for a crash, but says it was asked to.
     pub(crate) fn stop(&self) {
         if let Some(stop) = self.stop.lock().expect("bridge stop").take() {
@@ -146,6 +157,7 @@ impl BridgeSession {
         self: &Arc<Self>,
         mut messages: Vec<(Routing, Value)>,
     ) -> std::io::Result<Option<(mpsc::UnboundedReceiver<Bytes>, PostGuard)>> {
+        self.touch();
         let requests = messages
             .iter()
             .filter(|(r, _)| r.kind == Kind::Request)
@@ -196,6 +208,7 @@ impl BridgeSession {
     /// Opens the standalone stream (GET, or the legacy era's SSE stream); `None` when one is
     /// already open.
     pub(crate) fn open_stream(&self) -> Option<mpsc::UnboundedReceiver<Bytes>> {
+        self.touch();
         let mut routes = self.routes.lock().expect("bridge routes");
         if routes.get.as_ref().is_some_and(|g| !g.is_closed()) {
             return None;
