@@ -4,6 +4,7 @@ pub mod approve;
 pub mod approve_watch;
 pub mod check;
 pub mod check_effective;
+pub mod init;
 pub mod log;
 pub mod mcp;
 pub mod proxy;
