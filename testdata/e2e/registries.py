@@ -244,6 +244,9 @@ def main():
             ctype, data = found or ("text/plain", b"not found\n")
             self.send_response(status)
             self.send_header("Content-Type", ctype)
+            if found:
+                # As the real registries do; pip caches only what the server says it may.
+                self.send_header("Cache-Control", "public, max-age=600")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if body:
