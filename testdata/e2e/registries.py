@@ -5,6 +5,11 @@ its Host header; the test maps the names to 127.0.0.1 in a network and mount nam
 so the package managers run with their default registries and nothing can reach the internet.
 
     registries.py --out DIR [--listen 127.0.0.1:443]
+    registries.py --out DIR --plain-npm [--listen 127.0.0.1:0]
+
+--plain-npm serves only the npm registry, over plain HTTP, under whatever Host it is asked by
+(e.g. 127.0.0.1:PORT, which a project's .npmrc names): the agent tests (scripts/e2e/agent_*.sh)
+have an agent install a dependency from it inside `fenzi run`.
 
 Writes DIR/test-ca.pem (the CA that signed the server's certificate; its key is never written) and
 DIR/requests.log (one `HOST METHOD PATH STATUS` line per request), prints `listening on HOST:PORT`
@@ -127,8 +132,8 @@ def npm_package():
     })
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()
 
-    def packument(host):
-        tarball = f"https://{host}/{NPM_NAME}/-/hello-{NPM_VERSION}.tgz"
+    def packument(base):
+        tarball = f"{base}/{NPM_NAME}/-/hello-{NPM_VERSION}.tgz"
         return json.dumps({
             "name": NPM_NAME, "dist-tags": {"latest": NPM_VERSION},
             "versions": {NPM_VERSION: {
@@ -180,7 +185,7 @@ def go_module():
 
 
 def build():
-    packument, tgz = npm_package()
+    _, tgz = npm_package()
     whl_name, whl = wheel()
     crate_data, index_line = crate()
     go_mod, go_zip = go_module()
@@ -189,7 +194,7 @@ def build():
               f'#sha256={hashlib.sha256(whl).hexdigest()}">{whl_name}</a></body></html>\n').encode()
     routes = {}
     for host in ("registry.npmjs.org", "registry.yarnpkg.com"):
-        doc = packument(host)
+        doc = packument(f"https://{host}")
         for path in ("/@fenzi-test%2fhello", "/@fenzi-test%2Fhello", "/@fenzi-test/hello"):
             routes[(host, path)] = ("application/json", doc)
         routes[(host, f"/{NPM_NAME}/-/hello-{NPM_VERSION}.tgz")] = ("application/octet-stream", tgz)
@@ -220,11 +225,16 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--listen", default="127.0.0.1:443")
+    ap.add_argument("--listen")
+    ap.add_argument("--plain-npm", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    chain, keyfile = certs(args.out)
-    routes = build()
+    if args.plain_npm:
+        packument, tgz = npm_package()
+        routes = {}
+    else:
+        chain, keyfile = certs(args.out)
+        routes = build()
     log = open(os.path.join(args.out, "requests.log"), "a", buffering=1)
     lock = threading.Lock()
 
@@ -235,9 +245,19 @@ def main():
             pass
 
         def answer(self, body):
-            host = (self.headers.get("Host") or "").split(":")[0].lower()
+            host_port = (self.headers.get("Host") or "").lower()
+            host = host_port.split(":")[0]
             path = urllib.parse.urlsplit(self.path).path
-            found = routes.get((host, path))
+            if args.plain_npm:
+                host = host_port
+                if urllib.parse.unquote(path).lower() == f"/{NPM_NAME}":
+                    found = ("application/json", packument(f"http://{host_port}"))
+                elif path == f"/{NPM_NAME}/-/hello-{NPM_VERSION}.tgz":
+                    found = ("application/octet-stream", tgz)
+                else:
+                    found = None
+            else:
+                found = routes.get((host, path))
             status = 200 if found else 404
             with lock:
                 log.write(f"{host} {self.command} {path} {status}\n")
@@ -264,12 +284,14 @@ def main():
             self.rfile.read(length)
             self.answer(True)
 
-    host, port = args.listen.rsplit(":", 1)
+    listen = args.listen or ("127.0.0.1:0" if args.plain_npm else "127.0.0.1:443")
+    host, port = listen.rsplit(":", 1)
     server = Server((host, int(port)), Handler)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(chain, keyfile)
-    ctx.set_alpn_protocols(["http/1.1"])
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    if not args.plain_npm:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(chain, keyfile)
+        ctx.set_alpn_protocols(["http/1.1"])
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     print(f"listening on {host}:{server.server_address[1]}", flush=True)
     server.serve_forever()
 
