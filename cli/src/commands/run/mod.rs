@@ -149,10 +149,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             if let (false, Some(home)) = (args.no_isolation, home.as_deref()) {
                 protect::refuse_linked_agent_state(agent, home)?;
             }
+            let project = std::env::current_dir().ok();
             let place = agent::Place {
                 session_dir,
                 home: home.as_deref(),
                 isolated: !args.no_isolation,
+                project: project.as_deref(),
             };
             agent::launch(agent, &config, &place, &args.command)?
         }
