@@ -185,7 +185,7 @@ def go_module():
 
 
 def build():
-    _, tgz = npm_package()
+    packument, tgz = npm_package()
     whl_name, whl = wheel()
     crate_data, index_line = crate()
     go_mod, go_zip = go_module()

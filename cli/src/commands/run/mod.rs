@@ -269,7 +269,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let empty = session::write_file(session_dir, "empty", b"")?;
             let names: Vec<String> = covered.iter().map(|p| p.display().to_string()).collect();
             eprintln!(
-                "fenzi run: shown empty inside the sandbox (they hold credentials; give a token as                  a secret instead): {}",
+                "fenzi run: shown empty inside the sandbox (they hold credentials; give a token as a \
+                 secret instead): {}",
                 names.join(", ")
             );
             for file in covered {
