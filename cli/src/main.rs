@@ -41,6 +41,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Write a first, commented fenzi.yaml for this folder (its registries, agent key, MCP servers).
+    Init(commands::init::Args),
     /// Validate the policy and run expected-decision cases against it (for CI).
     Check(commands::check::Args),
     /// Run the standalone egress proxy.
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         sigpipe::reset();
     }
     let result = match cli.command {
+        Command::Init(args) => commands::init::run(args),
         Command::Check(args) => commands::check::run(args),
         Command::Proxy(args) => commands::proxy::run(args),
         Command::Log(args) => commands::log::run(args),

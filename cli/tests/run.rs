@@ -76,6 +76,7 @@ impl Env {
             .current_dir(&self.dir)
             .env("XDG_CONFIG_HOME", self.dir.join("xdg"))
             .env("XDG_STATE_HOME", self.dir.join("state"))
+            .env("XDG_CACHE_HOME", self.dir.join("cache"))
             .env("XDG_RUNTIME_DIR", self.dir.join("runtime"))
             .env("FENZI_CREDSTORE", "memory")
             .env("NO_COLOR", "1")
@@ -387,6 +388,7 @@ fn the_sandbox_holds_a_placeholder_that_works_nowhere_else() {
         .current_dir(&env.dir)
         .env("XDG_CONFIG_HOME", env.dir.join("xdg"))
         .env("XDG_STATE_HOME", env.dir.join("state"))
+        .env("XDG_CACHE_HOME", env.dir.join("cache"))
         .env("XDG_RUNTIME_DIR", env.dir.join("runtime"))
         .env("FENZI_CREDSTORE", "memory")
         .env("NO_COLOR", "1")
@@ -1015,4 +1017,70 @@ fn the_lock_is_protected_before_anything_is_pinned_and_a_planted_one_is_unreview
     assert!(out.status.success(), "{err}");
     assert!(err.contains("fenzi.lock is unreviewed"), "{err}");
     assert!(err.contains("`fenzi mcp pin tracker`"), "{err}");
+}
+
+/// The package managers' caches inside the sandbox: every cache variable names a directory of this
+/// project's own sandbox cache, which the command can write, while the person's cache directory
+/// (and `~/.npm`) stays out of its reach, so nothing it leaves there is trusted outside.
+#[test]
+fn package_caches_are_the_projects_own_and_the_persons_are_out_of_reach() {
+    if !sandbox_available() {
+        return;
+    }
+    let env = Env::new("caches", "version: 1\n");
+    // Outside the temporary directories, which the sandbox may write.
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fenzi-caches-home-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(home.join(".cache")).unwrap();
+    let npmrc = "//registry.npmjs.org/:_authToken=npm_realtokenvalue\n";
+    std::fs::write(home.join(".npmrc"), npmrc).unwrap();
+    let script = "for v in XDG_CACHE_HOME npm_config_cache PNPM_HOME YARN_CACHE_FOLDER PIP_CACHE_DIR \
+                  UV_CACHE_DIR CARGO_HOME GOMODCACHE GOCACHE GRADLE_USER_HOME; do \
+                    eval d=\\$$v; mkdir -p \"$d\" && echo ok > \"$d/probe\" || echo \"UNWRITABLE $v\"; \
+                    echo \"$v=$d\"; \
+                  done; \
+                  echo poison > \"$HOME/.cache/poison\" 2>/dev/null && echo WROTE-CACHE; \
+                  mkdir \"$HOME/.npm\" 2>/dev/null && echo WROTE-NPM; \
+                  echo \"npmrc:$(cat \"$HOME/.npmrc\")\"; \
+                  echo more >> \"$HOME/.npmrc\" 2>/dev/null && echo WROTE-NPMRC; true";
+    let out = env
+        .command(&[], &["--", "sh", "-c", script])
+        .env("HOME", &home)
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("CARGO_HOME", home.join(".cargo"))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{}", stdout, text(&out.stderr));
+    assert!(!stdout.contains("UNWRITABLE"), "{stdout}");
+    assert!(
+        !stdout.contains("WROTE"),
+        "the person's cache was writable: {stdout}"
+    );
+    assert!(!home.join(".cache/poison").exists() && !home.join(".npm").exists());
+    // The person's registry token is not readable inside, and the file is as it was.
+    assert!(!stdout.contains("npm_realtokenvalue"), "{stdout}");
+    assert!(stdout.lines().any(|l| l == "npmrc:"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(home.join(".npmrc")).unwrap(), npmrc);
+    assert!(text(&out.stderr).contains("shown empty inside the sandbox"));
+    let sandbox = home.join(".cache/fenzi/sandbox");
+    let projects: Vec<PathBuf> = std::fs::read_dir(&sandbox)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(projects.len(), 1, "{projects:?}");
+    let name = projects[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.starts_with("fenzi-run-test-caches-"), "{name}");
+    for line in stdout.lines().filter(|l| !l.starts_with("npmrc:")) {
+        let (var, dir) = line.split_once('=').unwrap();
+        assert!(Path::new(dir).starts_with(&projects[0]), "{var} is {dir}");
+        assert!(Path::new(dir).join("probe").is_file(), "{var}: {dir}");
+    }
+    assert_eq!(stdout.lines().count(), 11, "{stdout}");
+    let _ = std::fs::remove_dir_all(&home);
 }

@@ -8,6 +8,7 @@
 //!   [`server_name`]: the syntax of an MCP server's name.
 //! - [`audit`]: the audit record and its hash chain.
 //! - [`decision`]: the verdicts and reason codes everything returns.
+//! - [`ecosystems`]: the package ecosystems `fenzi init` recognises and their registries' hosts.
 //!
 //! No sockets, no async, no file I/O: callers pass text in and get decisions out.
 
@@ -17,6 +18,7 @@ pub mod cases;
 pub mod cidr;
 pub mod config;
 pub mod decision;
+pub mod ecosystems;
 pub mod engine;
 pub mod host;
 pub mod ip;

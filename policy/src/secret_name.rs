@@ -42,6 +42,22 @@ pub fn reserved_reason(name: &str) -> Option<&'static str> {
         "BASH_ENV",
         "ENV",
     ];
+    // Mirrors `fenzi_proxy::sandbox::env::CACHE_VARS` (its tests check that every one is here).
+    const CACHES: &[&str] = &[
+        "XDG_CACHE_HOME",
+        "NPM_CONFIG_CACHE",
+        "PNPM_HOME",
+        "YARN_CACHE_FOLDER",
+        "YARN_GLOBAL_FOLDER",
+        "PIP_CACHE_DIR",
+        "UV_CACHE_DIR",
+        "CARGO_HOME",
+        "GOPATH",
+        "GOMODCACHE",
+        "GOCACHE",
+        "GRADLE_USER_HOME",
+        "MAVEN_OPTS",
+    ];
     if name.starts_with("FENZI_") {
         Some("names starting with FENZI_ are fenzi's own")
     } else if name.ends_with("_PROXY") || name == "NO_PROXY" {
@@ -51,6 +67,8 @@ pub fn reserved_reason(name: &str) -> Option<&'static str> {
         .any(|part| name.contains(part))
     {
         Some("certificate-trust variables are set by the sandbox to trust the session CA")
+    } else if CACHES.contains(&name) {
+        Some("package-manager cache variables are set by the sandbox to its own caches")
     } else if name.starts_with("LD_") || LOADER.contains(&name) {
         Some("loader and shell variables decide what programs run")
     } else {

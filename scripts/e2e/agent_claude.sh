@@ -105,6 +105,8 @@ TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))
 # HOME and audit log under $WORK/NAME, and one `fenzi run --agent claude -- -p PROMPT`. Sets D (the
 # directory), RC (the exit status), MCP_PORT, MODEL_PORT, AUDIT, and writes D/log.txt (`fenzi log`).
 # LIST is the server's `list:` (filter, the default, or all).
+# With FIRST set, the policy is the one `fenzi init --agent claude` wrote (init_project), and Claude
+# Code may run `npm install`.
 session() {
     local name=$1 prompt=$2 turns=$3 list=${4:-filter}
     D="$WORK/$name"
@@ -119,6 +121,16 @@ session() {
     MODEL_PORT=$PORT
     info "[$name] token MCP server https://127.0.0.1:$MCP_PORT/mcp, fake model http://127.0.0.1:$MODEL_PORT"
 
+    local key=ANTHROPIC_API_KEY allowed=mcp__e2e
+    if [ -n "${FIRST:-}" ]; then
+        init_project "$D/project" claude "$MODEL_PORT" || return 1
+        # fenzi init binds ANTHROPIC_API_KEY to api.anthropic.com, where fenzi would put the real
+        # key: sent to the fake model's host its placeholder is refused. The fake takes a bearer
+        # token instead, as Claude Code sends ANTHROPIC_AUTH_TOKEN.
+        # Bash whole: Claude Code asks the model for a command's prefix before matching a
+        # Bash(npm install:*) rule, which a scripted model cannot answer.
+        key=ANTHROPIC_AUTH_TOKEN allowed="mcp__e2e Bash"
+    else
     cat >"$D/project/fenzi.yaml" <<EOF
 version: 1
 hosts:
@@ -132,6 +144,7 @@ mcp:
       allow: [echo, whoami]
       deny: [delete_everything]
 EOF
+    fi
     # Claude Code's state for a non-interactive run: onboarding done, the project trusted.
     cat >"$D/home/.claude.json" <<EOF
 {
@@ -152,7 +165,7 @@ EOF
         XDG_CONFIG_HOME="$D/config" XDG_STATE_HOME="$D/state" XDG_CACHE_HOME="$D/cache"
         XDG_DATA_HOME="$D/data"
         FENZI_CREDSTORE=memory FENZI_SECRET_MCP_E2E="$TOKEN"
-        ANTHROPIC_BASE_URL="http://127.0.0.1:$MODEL_PORT" ANTHROPIC_API_KEY=sk-ant-fenzi-e2e-fake-model
+        ANTHROPIC_BASE_URL="http://127.0.0.1:$MODEL_PORT" "$key=sk-ant-fenzi-e2e-fake-model"
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1
         DISABLE_ERROR_REPORTING=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1
         CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1 CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL=1 MCP_TIMEOUT=30000
@@ -162,7 +175,7 @@ EOF
     # permission checks: Claude Code refuses it as root.)
     (cd "$D/project" && timeout 300 env -i "${env[@]}" "$FENZI" run --agent claude --no-machine \
         --audit "$AUDIT" --upstream-ca "$CERTS/test-ca.pem" -- \
-        -p "$prompt" --output-format json --allowedTools mcp__e2e \
+        -p "$prompt" --output-format json --allowedTools $allowed \
         </dev/null >"$D/claude.out" 2>"$D/claude.err")
     RC=$?
     "$FENZI" log --file "$AUDIT" >"$D/log.txt" 2>"$D/log.err" \
@@ -392,6 +405,28 @@ else
     dump_session token
 fi
 common_checks token
+
+# ---------------------------------------------------------------------------------------------------
+# Session "first": a new user's first session, under the policy `fenzi init --agent claude` wrote for
+# a Node project with a .mcp.json: Claude Code installs a dependency from the loopback registry with
+# npm, then calls the allowed echo.
+
+section "session first: the policy fenzi init wrote; npm install from the loopback registry, then echo"
+start_npm_registry
+FIRST=1 session first "Install @fenzi-test/hello with npm, then call the MCP tool echo." "[
+  {\"text\": \"Installing.\", \"tool_call\": {\"name\": \"Bash\", \"arguments\": {\"command\": \"$INSTALL_CMD\", \"description\": \"Install the dependency\"}}},
+  {\"text\": \"Now echo.\", \"tool_call\": {\"name\": \"mcp__e2e__echo\", \"arguments\": {\"text\": \"installed\"}}},
+  {\"text\": \"fenzi-e2e: installed and echoed.\"}
+]"
+model_facts
+if [ "$RC" -eq 0 ]; then
+    pass "[first] fenzi run --agent claude exited 0"
+else
+    fail "[first] fenzi run --agent claude exited $RC"
+    dump_session first
+fi
+install_checks first "$D/project" "$AUDIT" "$D/log.txt"
+info "[first] what npm said to the model: $(unjson "$(fact 'result:Bash')" 2>/dev/null | tr '\n' ' ' | cut -c1-200)"
 
 # ---------------------------------------------------------------------------------------------------
 

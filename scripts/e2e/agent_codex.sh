@@ -131,12 +131,20 @@ session() {
         --log "$WORK/$name.model.jsonl" --port 0 || { fail "[$name] fake model start"; return 1; }
     MODEL_PORT=$PORT
     touch "$WORK/$name.model.jsonl"
-    policy "$PROJECT/$name.yaml" "$MODEL_PORT" "$extra"
+    local dir=$PROJECT config=$PROJECT/$name.yaml
+    if [ -n "${FIRST:-}" ]; then
+        # A project of its own, with the policy `fenzi init --agent codex` wrote (Codex's key here
+        # is the fake provider's, so the OPENAI_API_KEY secret init names is left without a value).
+        dir=$WORK/$name config=$WORK/$name/fenzi.yaml
+        init_project "$dir" codex "$MODEL_PORT" || return 1
+    else
+        policy "$config" "$MODEL_PORT" "$extra"
+    fi
     codex_config "$MODEL_PORT"
     # RUST_BACKTRACE (set by some developer shells) would make Codex append a stack trace to every
     # tool error the model sees; leave it out so the model gets what a user's Codex sends.
-    (cd "$PROJECT" && env -u RUST_BACKTRACE FENZI_SECRET_MCP_E2E="$TOKEN" PATH="$CODEX_BIN:$PATH" timeout 300 \
-        "$FENZI" run --config "$PROJECT/$name.yaml" --no-machine --upstream-ca "$CERTS/test-ca.pem" \
+    (cd "$dir" && env -u RUST_BACKTRACE FENZI_SECRET_MCP_E2E="$TOKEN" PATH="$CODEX_BIN:$PATH" timeout 300 \
+        "$FENZI" run --config "$config" --no-machine --upstream-ca "$CERTS/test-ca.pem" \
         --audit "$WORK/$name.audit.jsonl" --agent codex -- \
         exec --json --skip-git-repo-check "Use the e2e MCP server's tools." \
         </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err")
@@ -303,12 +311,23 @@ check "[list-all] Codex reported the call as failed" test -n "$(codex_item list-
 [ "$FAILS" -eq "$F0" ] || on_failure list-all
 
 # ---------------------------------------------------------------------------------------------------
+section "4 first: the policy fenzi init wrote; npm install from the loopback registry, then echo"
+
+F0=$FAILS
+start_npm_registry
+FIRST=1 session first "$FIX/turns-install.json"
+check "[first] Codex exited 0" test "$RC" -eq 0
+install_checks first "$WORK/first" "$WORK/first.audit.jsonl" "$WORK/first.log.txt"
+info "[first] what npm said to the model: $(result first exec_command | tr '\n' ' ' | cut -c1-200)"
+[ "$FAILS" -eq "$F0" ] || on_failure first
+
+# ---------------------------------------------------------------------------------------------------
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"
 no_token_anywhere "Codex's output and state (\$CODEX_HOME), the model logs, audit and session logs"
 placeholder_not_in_logs
-session_logs_hold filtered whoami list-all
+session_logs_hold filtered whoami list-all first
 other_hosts_tried Codex
 trust_never_off "$0" "$FIX"/*
 

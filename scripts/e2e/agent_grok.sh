@@ -176,7 +176,7 @@ grok_config_kept() {
 # fenzi's session log beside it, `fenzi log` in $WORK/NAME.log.txt). Sets RC.
 fenzi_grok() {
     local name=$1 pol=$2; shift 2
-    (cd "$PROJECT" && timeout 300 env -i "${BASE_ENV[@]}" FENZI_SECRET_MCP_E2E="$TOKEN" \
+    (cd "${DIR:-$PROJECT}" && timeout 300 env -i "${BASE_ENV[@]}" FENZI_SECRET_MCP_E2E="$TOKEN" \
         "$FENZI" run --config "$pol" --no-machine --upstream-ca "$CERTS/test-ca.pem" \
         --audit "$WORK/$name.audit.jsonl" --agent grok -- "$@" \
         </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err")
@@ -193,11 +193,19 @@ session() {
         --log "$WORK/$name.model.jsonl" --port 0 || { fail "[$name] fake model start"; return 1; }
     MODEL_PORT=$PORT
     touch "$WORK/$name.model.jsonl"
-    policy "$PROJECT/$name.yaml" "$MODEL_PORT" "$extra"
+    local config=$PROJECT/$name.yaml
+    if [ -n "${FIRST:-}" ]; then
+        # A project of its own, with the policy `fenzi init --agent grok` wrote (Grok's key here is
+        # the fake model's env_key, so the XAI_API_KEY secret init names is left without a value).
+        DIR=$WORK/$name config=$WORK/$name/fenzi.yaml
+        init_project "$DIR" grok "$MODEL_PORT" || return 1
+    else
+        policy "$config" "$MODEL_PORT" "$extra"
+    fi
     grok_config "$MODEL_PORT"
     # --always-approve: Grok itself runs every tool call without asking (delete_everything
     # included), so any refusal seen here is fenzi's (or, for a tool fenzi hid, Grok's "not found").
-    fenzi_grok "$name" "$PROJECT/$name.yaml" \
+    fenzi_grok "$name" "$config" \
         -p "Use the e2e MCP server's tools." --output-format json --always-approve
 }
 
@@ -388,12 +396,24 @@ fi
 [ "$FAILS" -eq "$F0" ] || on_failure list-all
 
 # ---------------------------------------------------------------------------------------------------
+section "4 first: the policy fenzi init wrote; npm install from the loopback registry, then echo"
+
+F0=$FAILS
+start_npm_registry
+FIRST=1 session first "$FIX/turns-install.json"
+DIR=
+check "[first] Grok exited 0" test "$RC" -eq 0
+install_checks first "$WORK/first" "$WORK/first.audit.jsonl" "$WORK/first.log.txt"
+info "[first] what npm said to the model: $(result first run_terminal_command | tr '\n' ' ' | cut -c1-200)"
+[ "$FAILS" -eq "$F0" ] || { on_failure first; info "[first] offered: $(head -n 1 "$WORK/first.model.jsonl" | cut -c1-1500)"; }
+
+# ---------------------------------------------------------------------------------------------------
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"
 no_token_anywhere "Grok's output and state (\$HOME/.grok), the model logs, audit and session logs"
 placeholder_not_in_logs
-session_logs_hold filtered whoami list-all
+session_logs_hold filtered whoami list-all first
 other_hosts_tried Grok
 trust_never_off "$0" "$FIX"/*
 

@@ -147,7 +147,13 @@ session() {
     MODEL_PORT=$PORT
     MODEL_PORTS[$name]=$PORT
     touch "$WORK/$name.model.jsonl"
-    policy "$D/project/fenzi.yaml" "$MODEL_PORT" "$extra"
+    if [ -n "${FIRST:-}" ]; then
+        # The policy `fenzi init --agent opencode` wrote (OpenCode's key here is in its provider
+        # config, so the ANTHROPIC_API_KEY secret init names is left without a value).
+        init_project "$D/project" opencode "$MODEL_PORT" || return 1
+    else
+        policy "$D/project/fenzi.yaml" "$MODEL_PORT" "$extra"
+    fi
     opencode_config "$D/home/.config/opencode" "$MODEL_PORT"
     local env=(
         PATH="$OPENCODE_BIN:/usr/local/bin:/usr/bin:/bin"
@@ -358,13 +364,26 @@ check "[list-all] OpenCode reported the call as failed (tool part status error)"
 [ "$FAILS" -eq "$F0" ] || on_failure list-all
 
 # ---------------------------------------------------------------------------------------------------
+section "4 first: the policy fenzi init wrote; npm install from the loopback registry, then echo"
+
+F0=$FAILS
+start_npm_registry
+FIRST=1 session first "$FIX/turns-install.json"
+check "[first] OpenCode exited 0" test "$RC" -eq 0
+check "[first] OpenCode played the whole script (final text \`finished\`)" \
+    test "$(final_message first)" = finished
+install_checks first "$D/project" "$WORK/first.audit.jsonl" "$WORK/first.log.txt"
+info "[first] what npm said to the model: $(result first bash | tr '\n' ' ' | cut -c1-200)"
+[ "$FAILS" -eq "$F0" ] || on_failure first
+
+# ---------------------------------------------------------------------------------------------------
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"
 no_token_anywhere "OpenCode's output and state (HOME, XDG dirs, its database), the model logs, audit and session logs"
 placeholder_not_in_logs
-session_logs_hold filtered whoami list-all
-for name in filtered whoami list-all; do
+session_logs_hold filtered whoami list-all first
+for name in filtered whoami list-all first; do
     OTHERS=$(grep -E '^[0-9:]{8} denied ' "$WORK/$name.log.txt" | grep -vE " 127\.0\.0\.1:($MCP_PORT|${MODEL_PORTS[$name]:-none})/")
     if [ -z "$OTHERS" ]; then
         pass "[$name] OpenCode tried no host outside the policy (no models.dev, npm, update or share traffic)"

@@ -110,3 +110,55 @@ trust_never_off() {
         pass "no trust-disabling variable or flag in this script, its fixtures or its environment (fenzi runs with env -i)"
     fi
 }
+
+# ---------------------------------------------------------------------------------------------------
+# A new user's first session: the project's policy is what `fenzi init --agent X` wrote, and the
+# agent installs a dependency from a registry on loopback before it calls an allowed tool.
+
+# start_npm_registry: the loopback npm registry (testdata/e2e/registries.py --plain-npm, plain HTTP)
+# serving the scoped package @fenzi-test/hello. Sets NPM_PORT.
+start_npm_registry() {
+    start npm-registry "$PY" "$E2E/registries.py" --out "$WORK/npm-registry" --plain-npm \
+        || { fail "loopback npm registry start"; exit 1; }
+    NPM_PORT=$PORT
+}
+
+# INSTALL_CMD: what the model asks the agent to run in its shell.
+INSTALL_CMD="npm install --no-fund --no-audit @fenzi-test/hello@1.0.0"
+
+# init_project DIR AGENT MODEL_PORT: DIR as a new user's Node project (package.json, an .npmrc naming
+# the loopback registry as npm's registry, a .mcp.json naming the e2e server with its token in an
+# Authorization header), and DIR/fenzi.yaml as `fenzi init --agent AGENT` wrote it there, plus one
+# edit: the loopback registry's and the fake model's host:port, which stand in for
+# registry.npmjs.org and the model API. fenzi init's own output is in DIR.init.
+init_project() {
+    local dir=$1 agent=$2 model_port=$3
+    mkdir -p "$dir"
+    printf '{"name": "first-session", "version": "1.0.0", "private": true}\n' >"$dir/package.json"
+    printf 'registry=http://127.0.0.1:%s/\n' "$NPM_PORT" >"$dir/.npmrc"
+    # shellcheck disable=SC2016 # the ${...} is the .mcp.json's own, never expanded by fenzi
+    printf '{"mcpServers": {"e2e": {"type": "http", "url": "https://127.0.0.1:%s/mcp", "headers": {"Authorization": "Bearer ${E2E_TOKEN}"}}}}\n' \
+        "$MCP_PORT" >"$dir/.mcp.json"
+    if ! (cd "$dir" && env -i PATH=/usr/bin:/bin HOME="$dir" XDG_CONFIG_HOME="$dir.no-machine-file" \
+        NO_COLOR=1 "$FENZI" init --agent "$agent" >"$dir.init" 2>&1); then
+        fail "fenzi init --agent $agent: $(cat "$dir.init")"; return 1
+    fi
+    sed -i "/^hosts:/a\\  - \"127.0.0.1:$NPM_PORT\"  # the test's npm registry, for registry.npmjs.org\n  - \"127.0.0.1:$model_port\"  # the test's fake model, for the model API" \
+        "$dir/fenzi.yaml"
+}
+
+# install_checks NAME PROJECT AUDIT LOGTXT: the dependency is installed in PROJECT, fenzi let the
+# agent's npm reach the loopback registry (packument and tarball), and the e2e server's echo was
+# allowed, in the audit log AUDIT (`fenzi log` in LOGTXT).
+install_checks() {
+    local n=$1 p=$2 audit=$3 logtxt=$4
+    check "[$n] fenzi init wrote the npm registry, the model key's secret and the e2e server" \
+        bash -c "grep -q '^  - registry.npmjs.org' '$p/fenzi.yaml' && grep -q '^secrets:' '$p/fenzi.yaml' && grep -q '^  e2e:' '$p/fenzi.yaml'"
+    check "[$n] the agent installed @fenzi-test/hello from the loopback registry into the project" \
+        test -f "$p/node_modules/@fenzi-test/hello/index.js"
+    check "[$n] fenzi let npm fetch the packument and the tarball" bash -c \
+        "grep -qE 'allowed GET 127\.0\.0\.1:$NPM_PORT/@fenzi-test(%2f|/)hello$' '$logtxt' && grep -q 'allowed GET 127\.0\.0\.1:$NPM_PORT/@fenzi-test/hello/-/hello-1.0.0.tgz' '$logtxt'"
+    check "[$n] then the allowed tool echo went through" \
+        grep -qE "allowed POST 127\.0\.0\.1:$MCP_PORT/mcp tools/call echo( |$)" "$logtxt"
+    check "[$n] fenzi log --verify" bash -c "'$FENZI' log --file '$audit' --verify >/dev/null"
+}

@@ -6,6 +6,7 @@ pub mod check;
 pub mod check_effective;
 pub mod completions;
 pub mod doctor;
+pub mod init;
 pub mod log;
 pub mod manual;
 pub mod mcp;

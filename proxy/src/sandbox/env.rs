@@ -28,8 +28,14 @@
 //!   `HTTPLIB2_CA_CERTS` (Python's httplib2, under the Google API clients).
 //!   Variables that *add* to the built-in roots get the session CA alone: `NODE_EXTRA_CA_CERTS`
 //!   (Node, Bun, npm) and `DENO_CERT`.
+//! - With a sandbox cache directory ([`EnvInputs::cache_dir`]), every package manager's cache
+//!   inside it ([`CACHE_VARS`]): `XDG_CACHE_HOME`, npm's, pnpm's home and store, Yarn's, pip's, uv's,
+//!   `CARGO_HOME`, Go's module and build caches and `GOPATH`, Gradle's home, and Maven's local
+//!   repository (appended to an inherited `MAVEN_OPTS`). The person's own caches stay out of the
+//!   agent's reach, so what a hostile agent puts in a cache is trusted by no tool outside the
+//!   sandbox (the reasoning is in `fenzi run`'s `caches` module).
 //! - One variable per placeholder, `NAME=placeholder`. A placeholder whose name collides with a
-//!   variable set above is dropped: the proxy and CA settings always win.
+//!   variable set above is dropped: the proxy, CA and cache settings always win.
 //!
 //! Set variables come after the inherited ones, in a fixed order, each name exactly once.
 
@@ -66,6 +72,29 @@ pub const PROXY_VARS: &[&str] = &[
     "all_proxy",
 ];
 
+/// Each package manager's cache variable and the directory beneath the sandbox cache it names.
+/// pnpm keeps its store in `PNPM_HOME/store` (npm would warn about `npm_config_store_dir` on every
+/// run); Go's module cache is `GOPATH/pkg/mod`.
+pub const CACHE_VARS: &[(&str, &str)] = &[
+    ("XDG_CACHE_HOME", "xdg"),
+    ("npm_config_cache", "npm"),
+    ("PNPM_HOME", "pnpm"),
+    ("YARN_CACHE_FOLDER", "yarn"),
+    ("YARN_GLOBAL_FOLDER", "yarn-berry"),
+    ("PIP_CACHE_DIR", "pip"),
+    ("UV_CACHE_DIR", "uv"),
+    ("CARGO_HOME", "cargo"),
+    ("GOPATH", "go"),
+    ("GOMODCACHE", "go/pkg/mod"),
+    ("GOCACHE", "go-build"),
+    ("GRADLE_USER_HOME", "gradle"),
+];
+
+/// Maven has no variable for its local repository: a system property in `MAVEN_OPTS` names it.
+const MAVEN_OPTS: &str = "MAVEN_OPTS";
+/// Maven's local repository beneath the sandbox cache.
+const MAVEN_REPO: &str = "maven";
+
 /// Prefix of the variables that carry real secret values to `fenzi proxy` (never to a sandbox).
 pub const SECRET_ENV_PREFIX: &str = "FENZI_SECRET_";
 
@@ -83,6 +112,9 @@ pub struct EnvInputs<'a> {
     /// Further names whose inherited values must not enter the sandbox (secrets the policy lists
     /// but that have no placeholder, e.g. missing from the store).
     pub secret_names: &'a [String],
+    /// The directory the sandbox's package-manager caches live in (see [`CACHE_VARS`]); `None`
+    /// leaves the inherited cache settings alone (no sandbox).
+    pub cache_dir: Option<&'a Path>,
 }
 
 /// True when an inherited variable named `name` could send traffic around the proxy.
@@ -106,6 +138,10 @@ where
     K: Into<OsString>,
     V: Into<OsString>,
 {
+    let inherited: Vec<(OsString, OsString)> = base
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
     let mut set: Vec<(OsString, OsString)> = Vec::new();
     for name in PROXY_VARS {
         set.push((name.into(), inputs.proxy_url.into()));
@@ -116,6 +152,15 @@ where
     }
     for name in CA_EXTRA_VARS {
         set.push((name.into(), inputs.ca_cert_path.as_os_str().to_owned()));
+    }
+    if let Some(dir) = inputs.cache_dir {
+        for (name, sub) in CACHE_VARS {
+            set.push((name.into(), dir.join(sub).into_os_string()));
+        }
+        set.push((
+            MAVEN_OPTS.into(),
+            maven_opts(base_value(&inherited, MAVEN_OPTS), dir),
+        ));
     }
     let controlled: HashSet<OsString> = set.iter().map(|(k, _)| k.clone()).collect();
     for (name, placeholder) in inputs.placeholders {
@@ -134,10 +179,6 @@ where
     let assigned: HashSet<&OsStr> = set.iter().map(|(k, _)| k.as_os_str()).collect();
     let mut out: Vec<(OsString, OsString)> = Vec::new();
     let mut seen: HashSet<OsString> = HashSet::new();
-    let inherited: Vec<(OsString, OsString)> = base
-        .into_iter()
-        .map(|(k, v)| (k.into(), v.into()))
-        .collect();
     // Later duplicates win, as in a process environment: walk backwards, keep the first seen.
     for (name, value) in inherited.into_iter().rev() {
         let bytes = name.as_bytes();
@@ -153,6 +194,27 @@ where
     }
     out.reverse();
     out.extend(set);
+    out
+}
+
+/// The value `name` has in `env` (the last one, as in a process environment).
+fn base_value<'e>(env: &'e [(OsString, OsString)], name: &str) -> Option<&'e OsStr> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_os_str())
+}
+
+/// `MAVEN_OPTS` with the local repository in the sandbox cache. Maven takes the last of repeated
+/// `-D` properties, so an inherited `-Dmaven.repo.local` cannot win over ours.
+fn maven_opts(inherited: Option<&OsStr>, cache_dir: &Path) -> OsString {
+    let mut out = OsString::new();
+    if let Some(opts) = inherited.filter(|o| !o.is_empty()) {
+        out.push(opts);
+        out.push(" ");
+    }
+    out.push("-Dmaven.repo.local=");
+    out.push(cache_dir.join(MAVEN_REPO));
     out
 }
 
@@ -189,6 +251,7 @@ mod tests {
             ca_bundle_path: Path::new("/s/bundle.pem"),
             placeholders,
             secret_names: secrets,
+            cache_dir: None,
         }
     }
 
@@ -327,6 +390,35 @@ mod tests {
     }
 
     #[test]
+    fn caches_point_into_the_sandbox_cache_whatever_was_inherited() {
+        let base = [
+            ("PIP_CACHE_DIR", "/home/u/.cache/pip"),
+            ("CARGO_HOME", "/home/u/.cargo"),
+            (
+                "MAVEN_OPTS",
+                "-Xmx1g -Dmaven.repo.local=/home/u/.m2/repository",
+            ),
+        ];
+        let input = EnvInputs {
+            cache_dir: Some(Path::new("/c/proj-1")),
+            ..inputs(&[], &[])
+        };
+        let env = sandbox_env(&input, base.iter().map(|&(k, v)| (k, v)));
+        for (name, sub) in CACHE_VARS {
+            assert_eq!(get(&env, name), [format!("/c/proj-1/{sub}")], "{name}");
+        }
+        // Maven takes the last -D: ours comes after the inherited one.
+        assert_eq!(
+            get(&env, "MAVEN_OPTS"),
+            ["-Xmx1g -Dmaven.repo.local=/home/u/.m2/repository -Dmaven.repo.local=/c/proj-1/maven"]
+        );
+        // Without a sandbox cache the inherited values stay.
+        let env = build(&base, &[], &[]);
+        assert_eq!(get(&env, "CARGO_HOME"), ["/home/u/.cargo"]);
+        assert!(get(&env, "npm_config_cache").is_empty());
+    }
+
+    #[test]
     fn bundle_is_system_roots_then_session_ca() {
         assert_eq!(ca_bundle("ROOTS", "CA\n"), "ROOTS\nCA\n");
         assert_eq!(ca_bundle("ROOTS\n", "CA\n"), "ROOTS\nCA\n");
@@ -341,7 +433,8 @@ mod tests {
             .iter()
             .chain(CA_BUNDLE_VARS)
             .chain(CA_EXTRA_VARS)
-            .chain(&["NODE_USE_ENV_PROXY", "FENZI_SECRET_X"]);
+            .chain(CACHE_VARS.iter().map(|(name, _)| name))
+            .chain(&["NODE_USE_ENV_PROXY", "FENZI_SECRET_X", "MAVEN_OPTS"]);
         for name in all {
             let upper = name.to_ascii_uppercase();
             assert!(

@@ -60,18 +60,18 @@ pub struct Args {
     files: FileArgs,
 }
 
-struct Added {
-    source: String,
-    entry: NewEntry,
-    warnings: Vec<String>,
-    next: Vec<String>,
+pub struct Added {
+    pub source: String,
+    pub entry: NewEntry,
+    pub warnings: Vec<String>,
+    pub next: Vec<String>,
 }
 
-struct LeftOut {
-    name: String,
-    source: String,
-    reason: String,
-    instead: Option<String>,
+pub struct LeftOut {
+    pub name: String,
+    pub source: String,
+    pub reason: String,
+    pub instead: Option<String>,
 }
 
 /// What one server of the source file turns into.
@@ -422,14 +422,23 @@ fn first_line(e: &anyhow::Error) -> String {
     e.to_string().lines().next().unwrap_or("").to_string()
 }
 
-struct Plan {
-    sources: Vec<String>,
-    added: Vec<Added>,
-    left_out: Vec<LeftOut>,
-    text: String,
+pub struct Plan {
+    pub sources: Vec<String>,
+    pub added: Vec<Added>,
+    pub left_out: Vec<LeftOut>,
+    /// The target's text with the servers added.
+    pub text: String,
 }
 
-fn make_plan(args: &Args, files: &Files, target: &PolicyFile, merged: &Config) -> Result<Plan> {
+/// What importing the servers of `sources` into `target` (its text, or `version: 1` when it has
+/// none) would add and leave out, and the resulting text. `fenzi init` uses it on the text it is
+/// about to write.
+pub fn make_plan(
+    sources: Vec<PathBuf>,
+    files: &Files,
+    target: &PolicyFile,
+    merged: &Config,
+) -> Result<Plan> {
     let mut before = parse_before(target)?;
     let mut text = target
         .text
@@ -441,7 +450,7 @@ fn make_plan(args: &Args, files: &Files, target: &PolicyFile, merged: &Config) -
         left_out: vec![],
         text: String::new(),
     };
-    for path in sources(args)? {
+    for path in sources {
         let source = path.display().to_string();
         plan.sources.push(source.clone());
         for (name, server) in read_servers(&path)? {
@@ -563,7 +572,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let files = Files::read(&args.files)?;
     let merged = files.load()?.unwrap_or_default();
     let target = &files.project;
-    let plan = make_plan(&args, &files, target, &merged)?;
+    let plan = make_plan(sources(&args)?, &files, target, &merged)?;
     let write = !args.dry_run && !plan.added.is_empty();
     if write {
         write_atomic(target, &plan.text)?;
@@ -588,24 +597,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
 
     for a in &plan.added {
-        let what = match &a.entry.body {
-            Body::Remote { url, token, .. } => format!(
-                "remote {url}{}, every tool allowed",
-                if *token { ", token: true" } else { "" }
-            ),
-            Body::Local {
-                command, secrets, ..
-            } => format!(
-                "local {}{}",
-                command.join(" "),
-                if secrets.is_empty() {
-                    String::new()
-                } else {
-                    format!(", secrets: {}", secrets.join(", "))
-                }
-            ),
-            Body::Account { .. } => "account".into(),
-        };
+        let what = summary(a);
         println!("add    {}  ({what}) from {}", a.entry.name, a.source);
         for w in &a.warnings {
             println!("         warning: {w}");
@@ -632,6 +624,28 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("nothing to add to {}", target.name());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One added server in a few words: its kind, url or command, token or secrets.
+pub fn summary(a: &Added) -> String {
+    match &a.entry.body {
+        Body::Remote { url, token, .. } => format!(
+            "remote {url}{}, every tool allowed",
+            if *token { ", token: true" } else { "" }
+        ),
+        Body::Local {
+            command, secrets, ..
+        } => format!(
+            "local {}{}",
+            command.join(" "),
+            if secrets.is_empty() {
+                String::new()
+            } else {
+                format!(", secrets: {}", secrets.join(", "))
+            }
+        ),
+        Body::Account { .. } => "account".into(),
+    }
 }
 
 #[cfg(test)]

@@ -43,7 +43,12 @@ pub struct Place<'a> {
     pub home: Option<&'a Path>,
     /// In the sandbox (not `--no-isolation`): files can be shown in place of others.
     pub isolated: bool,
+    /// The project folder (the command's working directory).
+    pub project: Option<&'a Path>,
 }
+
+/// An MCP server list with no servers, shown to Grok in place of a project's `.mcp.json`.
+const NO_SERVERS: &str = "{\"mcpServers\": {}}\n";
 
 /// The launch of `agent` with `extra` arguments after fenzi's own.
 pub fn launch(
@@ -98,6 +103,26 @@ pub fn launch(
                         ));
                     }
                     overlays.push((copy.file, copy.covers));
+                    // Grok also reads the project's .mcp.json (Claude Code's format), whose servers
+                    // would stand beside, or shadow by name, the policy's: hidden, as Claude Code's
+                    // are by --strict-mcp-config.
+                    if let Some(listed) = place
+                        .project
+                        .map(|p| p.join(".mcp.json"))
+                        .filter(|p| p.is_file())
+                    {
+                        let empty = session::write_file(
+                            session_dir,
+                            "grok-project-mcp.json",
+                            NO_SERVERS.as_bytes(),
+                        )?;
+                        notes.push(format!(
+                            "{} is shown to Grok with no servers for this session: the servers it \
+                             gets are the policy's",
+                            listed.display()
+                        ));
+                        overlays.push((empty, listed));
+                    }
                 }
                 (true, None) => notes.push(
                     "HOME is not set, so Grok's settings file cannot be found: Grok is given no \
@@ -143,6 +168,7 @@ mod tests {
             session_dir,
             home: Some(dir),
             isolated: true,
+            project: Some(dir),
         }
     }
 
@@ -202,6 +228,11 @@ mod tests {
         );
         let g = launch(Agent::Grok, &config(), &place(&d), &[]).unwrap();
         assert!(g.env.is_empty());
+        assert_eq!(
+            g.overlays.len(),
+            1,
+            "no .mcp.json in the project, nothing more to cover"
+        );
         let (copy, covers) = &g.overlays[0];
         assert_eq!(covers, &d.join(".grok/config.toml"));
         let text = std::fs::read_to_string(copy).unwrap();
@@ -216,6 +247,21 @@ mod tests {
             g.notes.iter().any(|n| n.contains("--no-isolation")),
             "{:?}",
             g.notes
+        );
+        // A project's .mcp.json is shown to Grok with no servers.
+        std::fs::write(
+            d.join(".mcp.json"),
+            r#"{"mcpServers": {"e2e": {"url": "x"}}}"#,
+        )
+        .unwrap();
+        let g = launch(Agent::Grok, &config(), &place(&d), &[]).unwrap();
+        let (empty, covers) = &g.overlays[1];
+        assert_eq!(covers, &d.join(".mcp.json"));
+        assert_eq!(std::fs::read_to_string(empty).unwrap(), NO_SERVERS);
+        assert!(
+            g.notes
+                .iter()
+                .any(|n| n.contains("shown to Grok with no servers"))
         );
         let c = launch(Agent::Codex, &config(), &place(&d), &[]).unwrap();
         assert_eq!(c.args[0], "-c");

@@ -7,7 +7,9 @@
 //! until the command has ended, so the command never loses its network first.
 
 mod agent;
+mod caches;
 mod grok_config;
+mod hidden;
 mod protect;
 mod summary;
 mod transparent;
@@ -40,8 +42,10 @@ Examples:
   fenzi run --metrics 127.0.0.1:9464 --agent claude
                                           Prometheus metrics on the host, out of the sandbox's reach
 
-Inside, the command may write only in the current directory, the temporary directories, /dev, the cache
-directory and the agent's own state (--allow-write adds more). fenzi.yaml, fenzi.lock, the machine config
+Inside, the command may write only in the current directory, the temporary directories, /dev, the
+project's sandbox cache and the agent's own state (--allow-write adds more). npm, pnpm, Yarn, pip, uv,
+cargo, Go, Gradle and Maven keep their caches in that sandbox cache ($XDG_CACHE_HOME/fenzi/sandbox/
+<project>-<hash>), never in the person's own, which no sandbox can write. fenzi.yaml, fenzi.lock, the machine config
 directory and every audit log are read-only there, and their directories cannot be renamed.
 HTTP(S)_PROXY points at the proxy, the session CA is trusted through SSL_CERT_FILE,
 NODE_EXTRA_CA_CERTS and friends, and each secret the policy lists is a placeholder that the proxy swaps
@@ -61,8 +65,8 @@ pub struct Args {
     #[arg(long)]
     no_isolation: bool,
     /// Also let the command write beneath PATH (repeatable). By default it may write only in the
-    /// current directory, the temporary directories, /dev, the cache directory and the agent's own
-    /// state; the policy, the machine config and the audit logs stay read-only whatever is added.
+    /// current directory, the temporary directories, /dev, the project's sandbox cache and the
+    /// agent's own state; the policy, the machine config and the audit logs stay read-only whatever is added.
     #[arg(long, value_name = "PATH")]
     allow_write: Vec<PathBuf>,
     #[command(flatten)]
@@ -145,10 +149,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             if let (false, Some(home)) = (args.no_isolation, home.as_deref()) {
                 protect::refuse_linked_agent_state(agent, home)?;
             }
+            let project = std::env::current_dir().ok();
             let place = agent::Place {
                 session_dir,
                 home: home.as_deref(),
                 isolated: !args.no_isolation,
+                project: project.as_deref(),
             };
             agent::launch(agent, &config, &place, &args.command)?
         }
@@ -158,6 +164,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("fenzi run: {note}");
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    // The sandbox's package caches (none without the sandbox: the command writes where it likes).
+    let sandbox_cache = if args.no_isolation {
+        None
+    } else {
+        match caches::prepare(&cwd)? {
+            caches::Cache::Dir(dir) => Some(dir),
+            caches::Cache::None(why) => {
+                eprintln!("fenzi run: {why}");
+                None
+            }
+        }
+    };
     let inputs = |proxy_url: &str| -> Vec<(OsString, OsString)> {
         let mut env = sandbox_env::sandbox_env(
             &sandbox_env::EnvInputs {
@@ -166,6 +184,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ca_bundle_path: &bundle_path,
                 placeholders: &placeholders,
                 secret_names: &secret_names(&policy),
+                cache_dir: sandbox_cache.as_deref(),
             },
             std::env::vars_os(),
         );
@@ -228,13 +247,35 @@ pub fn run(args: Args) -> Result<ExitCode> {
         read_only.extend(control_dir);
         // The team key: a key the agent could replace would let a later session trust its copy.
         read_only.extend(team.as_ref().map(|t| t.key.clone()));
-        let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
+        let writable = protect::writable_paths(
+            &cwd,
+            args.agent,
+            &args.allow_write,
+            sandbox_cache.as_deref(),
+        )?;
         protect::refuse_changeable_links(&read_only, &writable)?;
         protected = protect::Protected::record(&read_only);
         let transparent = transparent::spec(&policy, session_dir)?;
         let mut spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
         for (source, target) in &launch.overlays {
             spec = spec.overlay(source, target);
+        }
+        // The person's registry credentials stay outside, as every other real secret does.
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from);
+        let covered = home.as_deref().map(hidden::present).unwrap_or_default();
+        if !covered.is_empty() {
+            let empty = session::write_file(session_dir, "empty", b"")?;
+            let names: Vec<String> = covered.iter().map(|p| p.display().to_string()).collect();
+            eprintln!(
+                "fenzi run: shown empty inside the sandbox (they hold credentials; give a token as a \
+                 secret instead): {}",
+                names.join(", ")
+            );
+            for file in covered {
+                spec = spec.overlay(&empty, file);
+            }
         }
         let env = inputs(&spec.proxy_url());
         let spec = spec

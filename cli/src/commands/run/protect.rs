@@ -6,8 +6,9 @@
 //! directory (its CA certificate and the agent's rendered config). Inside the sandbox they are
 //! read-only and their ancestors cannot be renamed (see `fenzi_proxy::sandbox`'s `filesystem`).
 //!
-//! The write allowlist is the project directory, the temporary directories, `/dev`, the cache
-//! directory, the chosen agent's own state ([`agent_state`]) and whatever `--allow-write` adds.
+//! The write allowlist is the project directory, the temporary directories, `/dev`, the project's
+//! sandbox cache (see `caches`; not the person's own cache directory), the chosen agent's own state
+//! ([`agent_state`]) and whatever `--allow-write` adds.
 
 use crate::commands::mcp::render::Agent;
 use crate::config_files;
@@ -241,17 +242,19 @@ impl Protected {
 }
 
 /// Where the command may write.
-pub fn writable_paths(cwd: &Path, agent: Option<Agent>, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub fn writable_paths(
+    cwd: &Path,
+    agent: Option<Agent>,
+    extra: &[PathBuf],
+    sandbox_cache: Option<&Path>,
+) -> Result<Vec<PathBuf>> {
     let mut paths = vec![cwd.to_path_buf(), std::env::temp_dir()];
     paths.extend(["/tmp", "/var/tmp", "/dev/shm", "/dev"].map(PathBuf::from));
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from);
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| home.as_ref().map(|h| h.join(".cache")));
-    paths.extend(cache);
+    // The project's sandbox cache, never the person's own caches (see `caches`).
+    paths.extend(sandbox_cache.map(Path::to_path_buf));
     if let (Some(agent), Some(home)) = (agent, &home) {
         refuse_linked_agent_state(agent, home)?;
         for dir in agent_state(agent, home) {
