@@ -47,6 +47,7 @@ pub mod inventory;
 pub mod legacy;
 pub(crate) mod methods;
 pub mod oauth;
+pub mod oauth_client;
 mod shape;
 pub mod teach;
 
