@@ -97,3 +97,89 @@ impl std::fmt::Debug for LiveSecrets {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use fenzi_policy::Reason;
+    use fenzi_policy::engine::{SecretBinding, SecretSource};
+    use fenzi_policy::host::{Host, HostPattern};
+    use fenzi_policy::secret_position::SecretPosition;
+    use http::Request;
+    use zeroize::Zeroizing;
+
+    fn live() -> LiveSecrets {
+        let binding = SecretBinding {
+            name: "MCP_NOTION".into(),
+            hosts: vec![HostPattern::parse("mcp.notion.com").unwrap()],
+            body: false,
+            sources: vec![SecretSource::ServerToken {
+                server: "notion".into(),
+            }],
+            default_bearer: true,
+            positions: Some(vec![SecretPosition::Header("Authorization".into())]),
+            entry: None,
+        };
+        let set = SecretSet::mint([("MCP_NOTION".to_string(), b"access-token-one".to_vec())])
+            .unwrap();
+        LiveSecrets::new(SessionSecrets::new(&[binding], set).unwrap())
+    }
+
+    /// The Authorization a request with the placeholder leaves with, or the refusal's message.
+    fn send(live: &LiveSecrets) -> Result<String, String> {
+        let secrets = live.load();
+        let placeholder = secrets.set().placeholder("MCP_NOTION").unwrap().as_str().to_string();
+        let mut parts = Request::builder()
+            .method("POST")
+            .uri("/mcp")
+            .header("authorization", format!("Bearer {placeholder}"))
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        let host = Host::parse("mcp.notion.com").unwrap();
+        let use_ = secrets.check_request(&host, 443, None, true, &parts, b"");
+        if !use_.is_allowed() {
+            assert_eq!(use_.decision.reason(), Some(Reason::UpstreamError));
+            assert_eq!(use_.secrets, ["MCP_NOTION"]);
+            return Err(use_.decision.message);
+        }
+        secrets.apply(&use_, &mut parts, Bytes::new()).unwrap();
+        Ok(parts.headers["authorization"].to_str().unwrap().to_string())
+    }
+
+    fn value(text: &str) -> SecretValue {
+        SecretValue::new("MCP_NOTION", Zeroizing::new(text.to_string())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_renewed_value_goes_behind_the_same_placeholder_and_a_withheld_one_nowhere() {
+        let live = live();
+        let before = live.load().set().placeholder("MCP_NOTION").unwrap().clone();
+        assert_eq!(send(&live).unwrap(), "Bearer access-token-one");
+
+        // A request that began before the renewal keeps its set.
+        let held = live.load();
+        assert!(live.renew("MCP_NOTION", value("access-token-two")).await.unwrap());
+        assert_eq!(send(&live).unwrap(), "Bearer access-token-two");
+        assert_eq!(live.load().set().placeholder("MCP_NOTION"), Some(&before));
+        assert_eq!(held.set().value("MCP_NOTION").unwrap().expose(), "access-token-one");
+        // The new value is scrubbed from answers; so the old one was by the old set.
+        let scrubbed = live.load().scrubber().scrub(b"echo access-token-two").unwrap();
+        assert!(!String::from_utf8_lossy(&scrubbed).contains("access-token-two"));
+
+        live.withhold("MCP_NOTION", "sign in again with `fenzi mcp login notion`".into())
+            .await
+            .unwrap();
+        let refused = send(&live).unwrap_err();
+        assert!(refused.contains("fenzi mcp login notion"), "{refused}");
+        assert!(!refused.contains("access-token"));
+
+        // A new sign-in lifts it.
+        assert!(live.renew("MCP_NOTION", value("access-token-three")).await.unwrap());
+        assert_eq!(send(&live).unwrap(), "Bearer access-token-three");
+        assert!(!live.renew("OTHER", value("whatever-value")).await.unwrap());
+        assert!(!format!("{live:?}").contains("access-token"));
+    }
+}
