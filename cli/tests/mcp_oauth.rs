@@ -23,7 +23,9 @@ use fenzi_proxy::oauth::flow::pkce_challenge;
 use fenzi_proxy::oauth::record::{SignInRecord, record_name};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
-use mcp_support::{command, https_server, kernel_keyring_or_skip, listening_addr, random_hex, text};
+use mcp_support::{
+    command, https_server, kernel_keyring_or_skip, listening_addr, random_hex, text,
+};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -306,7 +308,8 @@ impl World {
             ..State::default()
         }));
         let st = state.clone();
-        let (as_port, as_ca, as_rt) = https_server(move |req| authorization_server(st.clone(), req));
+        let (as_port, as_ca, as_rt) =
+            https_server(move |req| authorization_server(st.clone(), req));
         let st = state.clone();
         let (mcp_port, mcp_ca, mcp_rt) = https_server(move |req| mcp_server(st.clone(), req));
         {
@@ -503,7 +506,10 @@ fn a_sign_in_is_kept_outside_renewed_and_ended() {
     // Sign in: the URL is printed; the tokens go to the keyring only.
     let (ok, stdout, stderr) = world.login(&[]);
     assert!(ok, "login failed: {stderr}");
-    assert!(stdout.contains(&format!("signed in to `{server}`")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("signed in to `{server}`")),
+        "{stdout}"
+    );
     assert!(stderr.contains("/authorize?response_type=code"), "{stderr}");
     assert!(stderr.contains("code_challenge_method=S256"), "{stderr}");
     let first_access = store.get(&token_name(&server)).unwrap().unwrap();
@@ -514,7 +520,10 @@ fn a_sign_in_is_kept_outside_renewed_and_ended() {
     );
     let record = SignInRecord::load(&store, &server).unwrap().unwrap();
     let first_refresh = record.refresh_token.clone().unwrap();
-    assert_eq!(world.state.lock().unwrap().refresh.as_deref(), Some(first_refresh.as_str()));
+    assert_eq!(
+        world.state.lock().unwrap().refresh.as_deref(),
+        Some(first_refresh.as_str())
+    );
     assert_eq!(record.scope.as_deref(), Some("echo:read"));
 
     // `fenzi mcp list` shows the sign-in, its scopes and expiry.
@@ -551,7 +560,10 @@ fn a_sign_in_is_kept_outside_renewed_and_ended() {
     }
     // The rotated refresh token was stored.
     let record = SignInRecord::load(&store, &server).unwrap().unwrap();
-    assert_ne!(record.refresh_token.as_deref(), Some(first_refresh.as_str()));
+    assert_ne!(
+        record.refresh_token.as_deref(),
+        Some(first_refresh.as_str())
+    );
     assert_eq!(
         record.refresh_token,
         world.state.lock().unwrap().refresh.clone()
@@ -588,7 +600,11 @@ fn a_sign_in_is_kept_outside_renewed_and_ended() {
     // Logout revokes the refresh token and removes both entries.
     let out = world.cmd(&["mcp", "logout", &server]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("revoked"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("revoked"),
+        "{}",
+        text(&out.stdout)
+    );
     assert!(
         world
             .state
@@ -691,7 +707,10 @@ fn bad_sign_ins_store_nothing() {
         let log = all_text(&world.path().join("state"));
         assert!(log.contains("oauth sign-in to"), "{what}: {log}");
         for token in world.issued() {
-            assert!(!log.contains(&token) && !stderr.contains(&token), "{what}: token leaked");
+            assert!(
+                !log.contains(&token) && !stderr.contains(&token),
+                "{what}: token leaked"
+            );
         }
     }
 }

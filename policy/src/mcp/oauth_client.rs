@@ -409,11 +409,19 @@ mod tests {
             Err(RedirectError::StateMismatch)
         );
         assert_eq!(
-            read_redirect("/callback?error=access_denied&state=s-123", "/callback", state),
+            read_redirect(
+                "/callback?error=access_denied&state=s-123",
+                "/callback",
+                state
+            ),
             Err(RedirectError::Refused("access_denied".into()))
         );
         assert_eq!(
-            read_redirect("/callback?state=s-123&state=s-123&code=a", "/callback", state),
+            read_redirect(
+                "/callback?state=s-123&state=s-123&code=a",
+                "/callback",
+                state
+            ),
             Err(RedirectError::Unreadable)
         );
         assert_eq!(
@@ -438,7 +446,10 @@ mod tests {
     #[test]
     fn forms_round_trip() {
         let text = form([("redirect_uri", "http://127.0.0.1:5/cb"), ("scope", "a b")]);
-        assert_eq!(text, "redirect_uri=http%3A%2F%2F127.0.0.1%3A5%2Fcb&scope=a%20b");
+        assert_eq!(
+            text,
+            "redirect_uri=http%3A%2F%2F127.0.0.1%3A5%2Fcb&scope=a%20b"
+        );
         assert_eq!(
             query_param(&text, "redirect_uri").as_deref(),
             Some("http://127.0.0.1:5/cb")
@@ -449,7 +460,8 @@ mod tests {
 
     #[test]
     fn a_registration_needs_a_client_id() {
-        let r = read_registration(br#"{"client_id":"abc","client_secret":"s3cret-value"}"#).unwrap();
+        let r =
+            read_registration(br#"{"client_id":"abc","client_secret":"s3cret-value"}"#).unwrap();
         assert_eq!(r.client_id, "abc");
         assert!(!format!("{r:?}").contains("s3cret"));
         assert_eq!(

@@ -384,8 +384,14 @@ pub async fn register(
     let auth = match &client_secret {
         None => ClientAuth::None,
         Some(_)
-            if found.token_auth_methods.iter().any(|m| m == "client_secret_post")
-                && !found.token_auth_methods.iter().any(|m| m == "client_secret_basic") =>
+            if found
+                .token_auth_methods
+                .iter()
+                .any(|m| m == "client_secret_post")
+                && !found
+                    .token_auth_methods
+                    .iter()
+                    .any(|m| m == "client_secret_basic") =>
         {
             ClientAuth::ClientSecretPost
         }
@@ -455,8 +461,9 @@ async fn token_request(
             let user = form([("", client.id.as_str())]);
             let pass = form([("", secret.as_str())]);
             let pair = Zeroizing::new(format!("{}:{}", &user[1..], &pass[1..]));
-            let mut value = HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair.as_bytes())))
-                .map_err(|_| TokenError::Failed("the client secret cannot be sent".into()))?;
+            let mut value =
+                HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair.as_bytes())))
+                    .map_err(|_| TokenError::Failed("the client secret cannot be sent".into()))?;
             value.set_sensitive(true);
             headers.push((AUTHORIZATION, value));
         }
@@ -492,7 +499,10 @@ async fn token_request(
     }
     let code = read_token_error(&answer.body);
     let why = match code {
-        Some(code) => format!("the token endpoint {at} refused it ({}, `{code}`)", answer.status),
+        Some(code) => format!(
+            "the token endpoint {at} refused it ({}, `{code}`)",
+            answer.status
+        ),
         None => format!("the token endpoint {at} answered {}", answer.status),
     };
     if answer.status.is_client_error() {
@@ -585,8 +595,9 @@ pub async fn revoke(
     match (record.client_auth, &record.client_secret) {
         (ClientAuth::ClientSecretBasic, Some(secret)) => {
             let pair = Zeroizing::new(format!("{}:{secret}", record.client_id));
-            let mut value = HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair.as_bytes())))
-                .map_err(|_| "the client secret cannot be sent".to_string())?;
+            let mut value =
+                HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair.as_bytes())))
+                    .map_err(|_| "the client secret cannot be sent".to_string())?;
             value.set_sensitive(true);
             headers.push((AUTHORIZATION, value));
         }

@@ -43,7 +43,8 @@ impl Endpoint {
         if url.contains('#') {
             return Err(format!("{what} has a fragment (`#`), which OAuth forbids"));
         }
-        let parsed = parse_url(base).map_err(|e| format!("{what} cannot be used: {}", e.message))?;
+        let parsed =
+            parse_url(base).map_err(|e| format!("{what} cannot be used: {}", e.message))?;
         if !parsed.tls {
             return Err(format!(
                 "{what} is not https: fenzi sends sign-in requests over TLS only"
@@ -128,7 +129,10 @@ pub struct Body<'a> {
 }
 
 impl HttpClient {
-    pub fn new(extra_roots: &[CertificateDer<'static>], timeout: Duration) -> Result<HttpClient, String> {
+    pub fn new(
+        extra_roots: &[CertificateDer<'static>],
+        timeout: Duration,
+    ) -> Result<HttpClient, String> {
         let config = client_config(extra_roots).map_err(|e| format!("TLS set-up: {e}"))?;
         Ok(HttpClient {
             tls: TlsConnector::from(config),
@@ -168,7 +172,10 @@ impl HttpClient {
 
     async fn connect(&self, policy: &Policy, endpoint: &Endpoint) -> Result<TcpStream, String> {
         let name = endpoint.host.to_string();
-        let bare = name.trim_start_matches('[').trim_end_matches(']').to_string();
+        let bare = name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((bare.as_str(), endpoint.port))
             .await
             .map_err(|e| format!("cannot resolve the host: {e}"))?

@@ -172,9 +172,17 @@ impl Keeper {
                 let access = Zeroizing::new(tokens.access_token.clone());
                 let stored = self.persist(&record, &access).await;
                 let Ok(value) = SecretValue::new(&self.secret(), access) else {
-                    return self.fail(true, "the renewed token cannot be used".into()).await;
+                    return self
+                        .fail(true, "the renewed token cannot be used".into())
+                        .await;
                 };
-                if self.session.secrets.renew(&self.secret(), value).await.is_err() {
+                if self
+                    .session
+                    .secrets
+                    .renew(&self.secret(), value)
+                    .await
+                    .is_err()
+                {
                     return self
                         .fail(true, "the renewed token cannot be put in place".into())
                         .await;
@@ -244,7 +252,10 @@ impl Keeper {
             format!(
                 "oauth refresh of `{server}` failed: {why}; {}",
                 if withhold {
-                    format!("requests carrying its token are refused until {}", login_hint(&server).replacen("sign in", "one signs in", 1))
+                    format!(
+                        "requests carrying its token are refused until {}",
+                        login_hint(&server).replacen("sign in", "one signs in", 1)
+                    )
                 } else {
                     "retrying while the token is still valid".to_string()
                 }

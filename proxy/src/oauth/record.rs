@@ -17,7 +17,10 @@ use zeroize::Zeroizing;
 /// The credential-store name of `server`'s sign-in record.
 pub fn record_name(server: &str) -> String {
     let token = server_token_name(server);
-    format!("FENZI_OAUTH_{}", token.strip_prefix("MCP_").unwrap_or(&token))
+    format!(
+        "FENZI_OAUTH_{}",
+        token.strip_prefix("MCP_").unwrap_or(&token)
+    )
 }
 
 /// How the client proves itself at the token endpoint.
@@ -120,12 +123,18 @@ impl SignInRecord {
         server_host: &str,
     ) -> Result<(), StoreError> {
         let name = record_name(&self.server);
-        let text = Zeroizing::new(serde_json::to_string(self).map_err(|e| StoreError::Backend {
-            backend: store.backend(),
-            what: format!("the sign-in record cannot be written: {e}"),
-        })?);
+        let text =
+            Zeroizing::new(
+                serde_json::to_string(self).map_err(|e| StoreError::Backend {
+                    backend: store.backend(),
+                    what: format!("the sign-in record cannot be written: {e}"),
+                })?,
+            );
         let value = SecretValue::new(&name, text)?;
-        store.set(&name, &StoredSecret::new(value, vec![token_host.to_string()]))?;
+        store.set(
+            &name,
+            &StoredSecret::new(value, vec![token_host.to_string()]),
+        )?;
         store_access_token(store, &self.server, access_token, server_host)
     }
 
@@ -146,7 +155,10 @@ pub fn store_access_token(
 ) -> Result<(), StoreError> {
     let name = server_token_name(server);
     let value = SecretValue::new(&name, Zeroizing::new(access_token.to_string()))?;
-    store.set(&name, &StoredSecret::new(value, vec![server_host.to_string()]))
+    store.set(
+        &name,
+        &StoredSecret::new(value, vec![server_host.to_string()]),
+    )
 }
 
 #[cfg(test)]
@@ -173,7 +185,12 @@ mod tests {
             expires_at: 4600,
         };
         record
-            .store(&store, "auth.example:443", "access-token-value", "mcp.example:443")
+            .store(
+                &store,
+                "auth.example:443",
+                "access-token-value",
+                "mcp.example:443",
+            )
             .unwrap();
         assert_eq!(record_name("linear"), "FENZI_OAUTH_LINEAR");
         let back = SignInRecord::load(&store, "linear").unwrap().unwrap();
@@ -181,7 +198,10 @@ mod tests {
         assert_eq!(back.renew_at(), 1000 + 2880);
         let token = store.get("MCP_LINEAR").unwrap().unwrap();
         assert_eq!(token.value.expose(), "access-token-value");
-        assert_eq!(token.hosts.as_deref(), Some(&["mcp.example:443".to_string()][..]));
+        assert_eq!(
+            token.hosts.as_deref(),
+            Some(&["mcp.example:443".to_string()][..])
+        );
         let printed = format!("{back:?}");
         assert!(!printed.contains("value"), "{printed}");
         assert!(SignInRecord::delete(&store, "linear").unwrap());

@@ -88,7 +88,9 @@ impl Redirect {
                         "fenzi did not accept this sign-in; see the terminal.",
                     )
                     .await;
-                    return Err(format!("the sign-in came back unusable: {e}; nothing was stored"));
+                    return Err(format!(
+                        "the sign-in came back unusable: {e}; nothing was stored"
+                    ));
                 }
             }
         }

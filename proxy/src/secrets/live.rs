@@ -121,15 +121,20 @@ mod tests {
             positions: Some(vec![SecretPosition::Header("Authorization".into())]),
             entry: None,
         };
-        let set = SecretSet::mint([("MCP_NOTION".to_string(), b"access-token-one".to_vec())])
-            .unwrap();
+        let set =
+            SecretSet::mint([("MCP_NOTION".to_string(), b"access-token-one".to_vec())]).unwrap();
         LiveSecrets::new(SessionSecrets::new(&[binding], set).unwrap())
     }
 
     /// The Authorization a request with the placeholder leaves with, or the refusal's message.
     fn send(live: &LiveSecrets) -> Result<String, String> {
         let secrets = live.load();
-        let placeholder = secrets.set().placeholder("MCP_NOTION").unwrap().as_str().to_string();
+        let placeholder = secrets
+            .set()
+            .placeholder("MCP_NOTION")
+            .unwrap()
+            .as_str()
+            .to_string();
         let mut parts = Request::builder()
             .method("POST")
             .uri("/mcp")
@@ -161,23 +166,41 @@ mod tests {
 
         // A request that began before the renewal keeps its set.
         let held = live.load();
-        assert!(live.renew("MCP_NOTION", value("access-token-two")).await.unwrap());
+        assert!(
+            live.renew("MCP_NOTION", value("access-token-two"))
+                .await
+                .unwrap()
+        );
         assert_eq!(send(&live).unwrap(), "Bearer access-token-two");
         assert_eq!(live.load().set().placeholder("MCP_NOTION"), Some(&before));
-        assert_eq!(held.set().value("MCP_NOTION").unwrap().expose(), "access-token-one");
+        assert_eq!(
+            held.set().value("MCP_NOTION").unwrap().expose(),
+            "access-token-one"
+        );
         // The new value is scrubbed from answers; so the old one was by the old set.
-        let scrubbed = live.load().scrubber().scrub(b"echo access-token-two").unwrap();
+        let scrubbed = live
+            .load()
+            .scrubber()
+            .scrub(b"echo access-token-two")
+            .unwrap();
         assert!(!String::from_utf8_lossy(&scrubbed).contains("access-token-two"));
 
-        live.withhold("MCP_NOTION", "sign in again with `fenzi mcp login notion`".into())
-            .await
-            .unwrap();
+        live.withhold(
+            "MCP_NOTION",
+            "sign in again with `fenzi mcp login notion`".into(),
+        )
+        .await
+        .unwrap();
         let refused = send(&live).unwrap_err();
         assert!(refused.contains("fenzi mcp login notion"), "{refused}");
         assert!(!refused.contains("access-token"));
 
         // A new sign-in lifts it.
-        assert!(live.renew("MCP_NOTION", value("access-token-three")).await.unwrap());
+        assert!(
+            live.renew("MCP_NOTION", value("access-token-three"))
+                .await
+                .unwrap()
+        );
         assert_eq!(send(&live).unwrap(), "Bearer access-token-three");
         assert!(!live.renew("OTHER", value("whatever-value")).await.unwrap());
         assert!(!format!("{live:?}").contains("access-token"));

@@ -212,10 +212,12 @@ impl SessionSecrets {
     /// goes nowhere rather than upstream with a value that no longer works.
     fn refuse_withheld(&self, use_: &mut SecretUse) {
         let carried = |name: &str| {
-            use_.add_bearer.as_deref() == Some(name) || use_.substitute.iter().any(|g| g.secret == name)
+            use_.add_bearer.as_deref() == Some(name)
+                || use_.substitute.iter().any(|g| g.secret == name)
         };
         if let Some((name, why)) = self.withheld.iter().find(|(n, _)| carried(n)) {
-            use_.decision = Decision::deny(Reason::UpstreamError, format!("secret {name}"), why.clone());
+            use_.decision =
+                Decision::deny(Reason::UpstreamError, format!("secret {name}"), why.clone());
             use_.secrets = vec![name.clone()];
             use_.substitute.clear();
             use_.add_bearer = None;

@@ -126,7 +126,11 @@ impl SignIn {
         match self {
             SignIn::Yes(r) => {
                 let now = record_now();
-                let scopes = r.scope.as_deref().filter(|s| !s.is_empty()).unwrap_or("(none named)");
+                let scopes = r
+                    .scope
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("(none named)");
                 let expiry = if r.expires_at > now {
                     format!("access token expires in {}", span(r.expires_at - now))
                 } else {

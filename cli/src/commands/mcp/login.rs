@@ -66,16 +66,25 @@ pub struct Args {
 }
 
 /// The `oauth: true` server named `name`, or an error saying what to do.
-pub fn oauth_server<'c>(config: &'c Config, name: &str) -> Result<(&'c McpServerConfig, &'c RemoteUrl)> {
+pub fn oauth_server<'c>(
+    config: &'c Config,
+    name: &str,
+) -> Result<(&'c McpServerConfig, &'c RemoteUrl)> {
     let Some(entry) = config.mcp.iter().find(|s| s.name == name) else {
         let names: Vec<&str> = config.mcp.iter().map(|s| s.name.as_str()).collect();
         bail!(
             "the policy has no MCP server named {name:?} (servers: {})",
-            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
         );
     };
     match &entry.kind {
-        ServerKind::Remote { oauth: true, url, .. } => Ok((entry, url)),
+        ServerKind::Remote {
+            oauth: true, url, ..
+        } => Ok((entry, url)),
         ServerKind::Remote { .. } => bail!(
             "server `{name}` does not sign in with OAuth (its entry has no `oauth: true`); add it \
              with `fenzi mcp add {name} URL ... --oauth --replace`, or set `oauth: true`"
@@ -85,7 +94,14 @@ pub fn oauth_server<'c>(config: &'c Config, name: &str) -> Result<(&'c McpServer
 }
 
 /// Appends one record to a log of its own in the state directory (`fenzi log` shows the newest).
-pub fn audit(outcome: Outcome, reason: Option<Reason>, server: &str, host: &HostPattern, path: &str, rule: String) {
+pub fn audit(
+    outcome: Outcome,
+    reason: Option<Reason>,
+    server: &str,
+    host: &HostPattern,
+    path: &str,
+    rule: String,
+) {
     let write = || -> Result<()> {
         let id = fenzi_proxy::new_session_id()?;
         let (_, writer) = session::open_audit(None, &id)?;
@@ -99,7 +115,9 @@ pub fn audit(outcome: Outcome, reason: Option<Reason>, server: &str, host: &Host
         entry.secrets = vec![fenzi_policy::secret_name::server_token_name(server)];
         entry.rule = Some(rule);
         writer.append(entry)?;
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         runtime.block_on(writer.flush())?;
         Ok(())
     };
@@ -113,7 +131,9 @@ fn open_browser(url: &str) -> bool {
     let display = ["DISPLAY", "WAYLAND_DISPLAY"]
         .iter()
         .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()));
-    let browser = std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty());
+    let browser = std::env::var("BROWSER")
+        .ok()
+        .filter(|b| !b.trim().is_empty());
     let program = match (browser, display) {
         (Some(b), _) => b,
         (None, true) => "xdg-open".to_string(),
@@ -159,17 +179,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let token_endpoint = fenzi_proxy::oauth::http::Endpoint::parse(&record.token_endpoint, "the token endpoint")
-        .map_err(anyhow::Error::msg)?;
+    let token_endpoint =
+        fenzi_proxy::oauth::http::Endpoint::parse(&record.token_endpoint, "the token endpoint")
+            .map_err(anyhow::Error::msg)?;
     let token_host = token_endpoint.pattern();
     record
-        .store(store.as_ref(), &token_host.to_string(), &access, &server_host.to_string())
+        .store(
+            store.as_ref(),
+            &token_host.to_string(),
+            &access,
+            &server_host.to_string(),
+        )
         .map_err(|e| {
             let _ = SignInRecord::delete(store.as_ref(), &server);
             anyhow!("{e}; nothing was kept")
         })?;
     let lifetime = record.lifetime();
-    let scopes = record.scope.clone().unwrap_or_else(|| "(none named)".into());
+    let scopes = record
+        .scope
+        .clone()
+        .unwrap_or_else(|| "(none named)".into());
     audit(
         Outcome::Allowed,
         None,
@@ -178,7 +207,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         token_endpoint.path(),
         format!(
             "oauth sign-in to `{server}`: signed in, scopes {scopes}, access token for {lifetime}s{}",
-            if record.refresh_token.is_some() { ", renewable" } else { ", no refresh token" }
+            if record.refresh_token.is_some() {
+                ", renewable"
+            } else {
+                ", no refresh token"
+            }
         ),
     );
     println!(
@@ -212,7 +245,14 @@ async fn sign_in(
 ) -> Result<(SignInRecord, Zeroizing<String>), String> {
     let found = flow::discover(client, policy, server, url).await?;
     let redirect = Redirect::bind().await?;
-    let registered = flow::register(client, policy, &found, &redirect.uri, args.client_id.as_deref()).await?;
+    let registered = flow::register(
+        client,
+        policy,
+        &found,
+        &redirect.uri,
+        args.client_id.as_deref(),
+    )
+    .await?;
     let state = flow::random_text()?;
     let verifier = flow::random_text()?;
     let challenge = flow::pkce_challenge(&verifier);
@@ -228,17 +268,25 @@ async fn sign_in(
         &challenge,
         scope.as_deref(),
     );
-    eprintln!("Sign in to `{server}` at its authorization server; open this URL in a browser:\n\n  {link}\n");
+    eprintln!(
+        "Sign in to `{server}` at its authorization server; open this URL in a browser:\n\n  {link}\n"
+    );
     if !args.no_browser && open_browser(&link) {
         eprintln!("(opened in your browser)");
     }
-    eprintln!("Waiting up to {}s for the sign-in to come back to {} ...", args.timeout.as_secs(), redirect.uri);
+    eprintln!(
+        "Waiting up to {}s for the sign-in to come back to {} ...",
+        args.timeout.as_secs(),
+        redirect.uri
+    );
     let uri = redirect.uri.clone();
     let code = Zeroizing::new(redirect.wait(&state, args.timeout).await?);
     let tokens = flow::exchange_code(client, policy, &found, &registered, &code, &verifier, &uri)
         .await
         .map_err(|e| match e {
-            TokenError::Refused(why) | TokenError::Failed(why) => format!("{why}; nothing was stored"),
+            TokenError::Refused(why) | TokenError::Failed(why) => {
+                format!("{why}; nothing was stored")
+            }
         })?;
     let issued = now();
     let record = SignInRecord {

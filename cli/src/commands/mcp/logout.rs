@@ -54,7 +54,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let revoked = match &record {
         Ok(Some(record)) => {
             let roots = upstream_roots(&args.upstream_ca)?;
-            let client = HttpClient::new(&roots, Duration::from_secs(30)).map_err(anyhow::Error::msg)?;
+            let client =
+                HttpClient::new(&roots, Duration::from_secs(30)).map_err(anyhow::Error::msg)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -75,7 +76,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         (Ok(false), false) => "was not signed in".to_string(),
         (Err(why), _) => format!("removed; revocation failed: {why}"),
     };
-    let outcome = if revoked.is_err() { Outcome::Failed } else { Outcome::Allowed };
+    let outcome = if revoked.is_err() {
+        Outcome::Failed
+    } else {
+        Outcome::Allowed
+    };
     audit(
         outcome,
         revoked.is_err().then_some(Reason::UpstreamError),
