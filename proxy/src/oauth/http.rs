@@ -227,8 +227,10 @@ impl HttpClient {
             .method(method)
             .uri(endpoint.target.as_str())
             .header(HOST, endpoint.host.authority(endpoint.port))
-            .header(ACCEPT, "application/json")
             .header(USER_AGENT, concat!("fenzi/", env!("CARGO_PKG_VERSION")));
+        if !headers.iter().any(|(name, _)| name == ACCEPT) {
+            request = request.header(ACCEPT, "application/json");
+        }
         for (name, value) in headers {
             request = request.header(name, value);
         }

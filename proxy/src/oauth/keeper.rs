@@ -107,7 +107,10 @@ impl Keeper {
             match self.renew_once().await {
                 Step::Renewed | Step::Withheld => retry = RETRY,
                 Step::Retry(after) => {
-                    tokio::time::sleep(after.min(retry)).await;
+                    // Never past the token's end: a token that ends unrenewed is withheld then,
+                    // so no request goes out with it (its 401 could start the agent's own sign-in).
+                    let left = self.record.expires_at.saturating_sub(now()).max(1);
+                    tokio::time::sleep(after.min(retry).min(Duration::from_secs(left))).await;
                     retry = (retry * 2).min(Duration::from_secs(60));
                 }
             }
