@@ -8,8 +8,9 @@
 //!   `fenzi mcp list` shows the sign-in; in `fenzi proxy` the client holds a placeholder, the MCP
 //!   server gets the real access token, and after renewal (rotated refresh token stored) the new
 //!   one, without a request replayed; a refused
-//!   refresh makes the next request a refusal naming `fenzi mcp login`, and the log says why;
-//!   logout revokes and removes. No token appears in any log.
+//!   refresh makes the next request a refusal naming `fenzi mcp login`, and the log says why; a
+//!   new login is taken up by the running session; logout revokes and removes. No token appears in
+//!   any log, and `fenzi log` shows the sign-in records.
 //! - `bad_sign_ins_store_nothing`: a server without metadata, an authorization server the policy
 //!   does not allow, a state mismatch, a redirect to another port, a token answer without
 //!   `expires_in`: each a clear error, nothing stored.
@@ -584,6 +585,26 @@ fn a_sign_in_is_kept_outside_renewed_and_ended() {
         body.contains(&format!("fenzi mcp login {server}")),
         "{status} {body}"
     );
+
+    // Signing in again on the host while the session runs: the session takes the new sign-in up
+    // from the store (it looks every 5 s) and the same placeholder works again.
+    world.state.lock().unwrap().refresh_refused = false;
+    let (ok, _, login_err) = world.login(&[]);
+    assert!(ok, "second login failed: {login_err}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (status, body) = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let (status, body) = call(&world, &addr, &host, &placeholder);
+        if status == "200" || Instant::now() > deadline {
+            break (status, body);
+        }
+    };
+    assert_eq!(status, "200", "{body}");
+    let stored = store.get(&token_name(&server)).unwrap().unwrap();
+    assert_eq!(
+        world.state.lock().unwrap().seen.last().map(String::as_str),
+        Some(stored.value.expose())
+    );
     let stderr = stop(child);
 
     let audit = std::fs::read_to_string(world.path().join("audit.jsonl")).unwrap();
@@ -596,8 +617,13 @@ fn a_sign_in_is_kept_outside_renewed_and_ended() {
             && audit.contains("invalid_grant"),
         "{audit}"
     );
+    assert!(
+        audit.contains("taken up from the credential store"),
+        "{audit}"
+    );
 
     // Logout revokes the refresh token and removes both entries.
+    let record = SignInRecord::load(&store, &server).unwrap().unwrap();
     let out = world.cmd(&["mcp", "logout", &server]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
@@ -616,9 +642,29 @@ fn a_sign_in_is_kept_outside_renewed_and_ended() {
     assert!(store.get(&token_name(&server)).unwrap().is_none());
     assert!(store.get(&record_name(&server)).unwrap().is_none());
 
+    // `fenzi log` shows them: the newest log in the state directory is the sign-out's, and the
+    // session's log has the renewal and the failure.
+    let log = |args: &[&str]| {
+        let out = command(world.path(), args)
+            .env("XDG_STATE_HOME", world.path().join("state"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let newest = log(&["log"]);
+    assert!(newest.contains("oauth sign-out of"), "{newest}");
+    let session_log = log(&["log", "--file", "audit.jsonl"]);
+    assert!(session_log.contains("OAUTH"), "{session_log}");
+    assert!(
+        session_log.contains("renewed, expires in 4s, refresh token rotated"),
+        "{session_log}"
+    );
+    assert!(session_log.contains("`invalid_grant`"), "{session_log}");
+
     // No token in any log: the session's, the sign-in's, or what the commands printed.
     let logs = format!(
-        "{audit}{}{stderr}{stdout}{listed}",
+        "{audit}{}{stderr}{stdout}{listed}{newest}{session_log}",
         all_text(&world.path().join("state"))
     );
     assert!(logs.contains("oauth sign-in to"), "{logs}");

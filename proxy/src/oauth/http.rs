@@ -289,3 +289,40 @@ impl HttpClient {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoint_is_https_without_fragment_or_user_and_keeps_its_query() {
+        let e = Endpoint::parse(
+            "https://auth.example.com:8443/oauth/authorize?tenant=a",
+            "x",
+        )
+        .unwrap();
+        assert_eq!(e.port, 8443);
+        assert_eq!(e.target, "/oauth/authorize?tenant=a");
+        assert_eq!(e.path(), "/oauth/authorize");
+        assert_eq!(
+            e.url_without_query(),
+            "https://auth.example.com:8443/oauth/authorize"
+        );
+        assert_eq!(e.pattern().to_string(), "auth.example.com:8443");
+        assert_eq!(
+            Endpoint::parse("https://auth.example.com/token", "x")
+                .unwrap()
+                .origin(),
+            "https://auth.example.com"
+        );
+        let plain = Endpoint::parse("http://auth.example.com/token", "the token endpoint");
+        assert!(
+            plain
+                .unwrap_err()
+                .contains("the token endpoint is not https")
+        );
+        assert!(Endpoint::parse("https://auth.example.com/t#f", "x").is_err());
+        let user = Endpoint::parse("https://u:secret-pass@auth.example.com/t", "x").unwrap_err();
+        assert!(!user.contains("secret-pass"), "{user}");
+    }
+}

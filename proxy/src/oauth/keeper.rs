@@ -97,7 +97,10 @@ impl Keeper {
         loop {
             if self.withheld {
                 tokio::time::sleep(WATCH).await;
-                self.adopt_newer().await;
+                // A sign-in adopted whose access token has already ended is renewed at once.
+                if self.adopt_newer().await && self.withheld {
+                    self.refresh_now().await;
+                }
                 continue;
             }
             let due = self.record.renew_at().saturating_sub(now());
@@ -134,31 +137,49 @@ impl Keeper {
         let Some((record, value)) = found else {
             return false;
         };
-        if record.expires_at <= self.record.expires_at || record.expires_at <= now() {
+        // Only a sign-in issued after ours (another session's renewal, a new login).
+        if record.issued_at <= self.record.issued_at
+            || record.refresh_token == self.record.refresh_token
+        {
             return false;
         }
-        if self.session.secrets.renew(&secret, value).await.is_err() {
+        let live = record.expires_at > now();
+        if live && self.session.secrets.renew(&secret, value).await.is_err() {
             return false;
         }
         self.record = record;
-        self.withheld = false;
+        if live {
+            self.withheld = false;
+        }
         self.audit(
             Outcome::Allowed,
             None,
             format!(
                 "oauth sign-in of `{}` taken up from the credential store (signed in or renewed \
-                 elsewhere); expires in {}s",
+                 elsewhere); {}",
                 self.record.server,
-                self.record.expires_at.saturating_sub(now())
+                if live {
+                    format!(
+                        "expires in {}s",
+                        self.record.expires_at.saturating_sub(now())
+                    )
+                } else {
+                    "its access token has ended: renewing".to_string()
+                }
             ),
         );
         true
     }
 
     async fn renew_once(&mut self) -> Step {
-        if self.adopt_newer().await {
+        if self.adopt_newer().await && !self.withheld && self.record.renew_at() > now() {
             return Step::Renewed;
         }
+        self.refresh_now().await
+    }
+
+    /// Spends the refresh token: the new tokens stored, then put in place.
+    async fn refresh_now(&mut self) -> Step {
         let policy = self.session.live.current();
         match flow::refresh(&self.client, &policy.policy, &self.record).await {
             Ok(tokens) => {

@@ -216,8 +216,11 @@ impl SessionSecrets {
                 || use_.substitute.iter().any(|g| g.secret == name)
         };
         if let Some((name, why)) = self.withheld.iter().find(|(n, _)| carried(n)) {
-            use_.decision =
-                Decision::deny(Reason::UpstreamError, format!("secret {name}"), why.clone());
+            use_.decision = Decision::deny(
+                Reason::UpstreamError,
+                format!("secret {name} withheld: its oauth sign-in ended"),
+                why.clone(),
+            );
             use_.secrets = vec![name.clone()];
             use_.substitute.clear();
             use_.add_bearer = None;
