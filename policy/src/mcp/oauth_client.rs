@@ -16,7 +16,7 @@
 //! what an authorization server wrote (it may hold anything): fenzi's own words, and for a
 //! token-endpoint error the registered code only.
 
-use crate::json::{self, JsonErrorKind, JsonLimits, Value};
+use crate::json::{self, JsonLimits, Value};
 
 /// Bounds for every document read here: small JSON objects.
 pub const TOKEN_LIMITS: JsonLimits = JsonLimits {
@@ -70,10 +70,7 @@ pub enum AnswerError {
 }
 
 fn object(text: &[u8]) -> Result<Value, AnswerError> {
-    let value = json::parse(text, &TOKEN_LIMITS).map_err(|e| match e.kind {
-        JsonErrorKind::TooLarge => AnswerError::NotObject,
-        _ => AnswerError::NotObject,
-    })?;
+    let value = json::parse(text, &TOKEN_LIMITS).map_err(|_| AnswerError::NotObject)?;
     value
         .as_object()
         .is_some()
@@ -274,6 +271,14 @@ pub fn form<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
         out.push('=');
         encode_into(&mut out, v);
     }
+    out
+}
+
+/// `text` percent-encoded as one form component (RFC 6749 §2.3.1 encodes a client's ID and secret
+/// so before they go into Basic credentials).
+pub fn form_component(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    encode_into(&mut out, text);
     out
 }
 

@@ -29,7 +29,8 @@ use fenzi_policy::mcp::oauth::{
     read_server_metadata,
 };
 use fenzi_policy::mcp::oauth_client::{
-    Registration, TokenResponse, form, read_registration, read_token_error, read_token_response,
+    Registration, TokenResponse, form, form_component, read_registration, read_token_error,
+    read_token_response,
 };
 use http::header::AUTHORIZATION;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
@@ -458,9 +459,11 @@ async fn token_request(
     match (client.auth, &client.secret) {
         (ClientAuth::ClientSecretBasic, Some(secret)) => {
             // RFC 6749 §2.3.1: each part form-encoded, then Basic.
-            let user = form([("", client.id.as_str())]);
-            let pass = form([("", secret.as_str())]);
-            let pair = Zeroizing::new(format!("{}:{}", &user[1..], &pass[1..]));
+            let pair = Zeroizing::new(format!(
+                "{}:{}",
+                form_component(&client.id),
+                form_component(secret)
+            ));
             let mut value =
                 HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair.as_bytes())))
                     .map_err(|_| TokenError::Failed("the client secret cannot be sent".into()))?;
@@ -594,7 +597,11 @@ pub async fn revoke(
     let mut headers = Vec::new();
     match (record.client_auth, &record.client_secret) {
         (ClientAuth::ClientSecretBasic, Some(secret)) => {
-            let pair = Zeroizing::new(format!("{}:{secret}", record.client_id));
+            let pair = Zeroizing::new(format!(
+                "{}:{}",
+                form_component(&record.client_id),
+                form_component(secret)
+            ));
             let mut value =
                 HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(pair.as_bytes())))
                     .map_err(|_| "the client secret cannot be sent".to_string())?;

@@ -233,7 +233,14 @@ impl Keeper {
                 self.audit(Outcome::Allowed, None, rule);
                 Step::Renewed
             }
-            Err(TokenError::Refused(why)) => self.fail(true, why).await,
+            Err(TokenError::Refused(why)) => {
+                // Another session may have spent this refresh token a moment ago (rotation): its
+                // sign-in is in the store.
+                if self.adopt_newer().await && !self.withheld {
+                    return Step::Renewed;
+                }
+                self.fail(true, why).await
+            }
             Err(TokenError::Failed(why)) => {
                 let expired = self.record.expires_at <= now();
                 self.fail(expired, why).await
