@@ -49,7 +49,7 @@ pub(crate) fn check_no_placeholder(
     if session.secrets.is_empty() {
         return Ok(());
     }
-    let sightings = session.secrets.load().scanner().scan_authority(authority);
+    let sightings = session.secrets.get().scanner().scan_authority(authority);
     if sightings.is_empty() {
         return Ok(());
     }

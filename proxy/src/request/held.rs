@@ -165,7 +165,7 @@ fn arguments_of(body: &[u8], batch: bool) -> Vec<Option<String>> {
 fn masked(session: &SessionContext, text: &str) -> String {
     let mut text = text.to_string();
     if !session.secrets.is_empty() {
-        let secrets = session.secrets.load();
+        let secrets = session.secrets.get();
         if let Some(scrubbed) = secrets.scrubber().scrub(text.as_bytes()) {
             text = String::from_utf8_lossy(&scrubbed).into_owned();
         }

@@ -89,7 +89,7 @@ pub(crate) async fn finish(
         let body = RecordsFailure::new(body, cx.session.clone(), cx.subject);
         return Ok(Response::from_parts(head, body.boxed_unsync()));
     }
-    let secrets = cx.session.secrets.load();
+    let secrets = cx.session.secrets.get();
     // A HEAD or 304 response has no body to scrub; its length describes another response. Nothing
     // checked that length (no body is framed by it), so it is kept only as a number that holds no
     // value.

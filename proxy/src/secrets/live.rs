@@ -35,9 +35,15 @@ impl LiveSecrets {
         self.empty
     }
 
-    /// The set in force now, for one request or one record.
+    /// The set in force now, for a request that awaits while it holds it (one reference count).
     pub fn load(&self) -> Arc<SessionSecrets> {
         self.current.load_full()
+    }
+
+    /// The set in force now, for a short use that does not await (a record's redaction, a
+    /// response head): no reference count in the common case.
+    pub fn get(&self) -> arc_swap::Guard<Arc<SessionSecrets>> {
+        self.current.load()
     }
 
     /// Puts `value` behind `name`'s placeholder from the next request on, and lifts a withholding

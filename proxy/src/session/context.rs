@@ -193,7 +193,7 @@ impl SessionContext {
         if self.secrets.is_empty() {
             return;
         }
-        redact_with(&self.secrets.load(), text);
+        redact_with(&self.secrets.get(), text);
     }
 
     /// `entry` with every placeholder of this session in its text fields replaced by
@@ -205,7 +205,7 @@ impl SessionContext {
             return entry;
         }
         // One set for the whole record.
-        let secrets = self.secrets.load();
+        let secrets = self.secrets.get();
         let redact = |text: &mut String| redact_with(&secrets, text);
         redact(&mut entry.method);
         redact(&mut entry.host);
