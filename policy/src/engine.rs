@@ -605,6 +605,7 @@ fn server_rule(
         resources: surface.resources.iter().map(|r| r.value.clone()).collect(),
         rules: tools.rules.iter().map(|r| r.value.clone()).collect(),
         limits,
+        fenzi_signs_in: matches!(entry.kind, ServerKind::Remote { oauth: true, .. }),
     }
 }
 
