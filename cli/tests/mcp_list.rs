@@ -66,7 +66,7 @@ fn json_lists_sources_tools_and_stored_state() {
         "servers": [
             {"name": "linear", "source": "machine", "narrowed_by_project": true,
              "file": machine, "line": 3, "kind": "remote", "url": "https://mcp.linear.app/mcp",
-             "token": true, "tools": {"allow": ["list_issues"], "deny": ["delete_issue"]},
+             "token": true, "oauth": false, "tools": {"allow": ["list_issues"], "deny": ["delete_issue"]},
              "secrets": [{"name": "MCP_LINEAR", "hosts": ["mcp.linear.app:443"],
                           "in": ["header:Authorization"], "stored": false,
                           "withheld": null, "store_error": null}],

@@ -223,7 +223,9 @@ impl Policy {
         }
         for entry in &config.mcp {
             match &entry.kind {
-                ServerKind::Remote { url, token, tools } => {
+                ServerKind::Remote {
+                    url, token, tools, ..
+                } => {
                     let pattern = HostPattern::for_host(url.host.clone(), url.port);
                     let token_secret = token.then(|| server_token_name(&entry.name));
                     if let Some(name) = &token_secret {
@@ -603,6 +605,7 @@ fn server_rule(
         resources: surface.resources.iter().map(|r| r.value.clone()).collect(),
         rules: tools.rules.iter().map(|r| r.value.clone()).collect(),
         limits,
+        fenzi_signs_in: matches!(entry.kind, ServerKind::Remote { oauth: true, .. }),
     }
 }
 

@@ -30,6 +30,7 @@
 //! "<pattern>"` (also for `completion/complete` by its ref), `mcp.<server> connect-and-list`,
 //! `mcp.<server> utility`, `mcp.<server> client-response`, `mcp.<server> get-stream`,
 //! `mcp.<server> session-end`, `mcp.<server> oauth <step>` ([`oauth::Step::name`]),
+//! `mcp.<server> oauth: true` (the agent's own sign-in step on a server fenzi signs in to),
 //! `mcp.<server> batch`,
 //! `mcp.<server> default deny`, and for requests that cannot be decided: `strict http`,
 //! `body size limit`, `strict json`, `strict json-rpc`, `mcp headers`. Messages name methods and
@@ -47,6 +48,7 @@ pub mod inventory;
 pub mod legacy;
 pub(crate) mod methods;
 pub mod oauth;
+pub mod oauth_client;
 mod shape;
 pub mod teach;
 
@@ -91,6 +93,10 @@ pub struct ServerRule {
     /// `tools.rules`: what an allowed call's arguments must satisfy.
     pub rules: Vec<ArgRule>,
     pub limits: JsonLimits,
+    /// `oauth: true`: fenzi signs in itself (`fenzi mcp login`) and puts the token on each
+    /// request, so the agent's own sign-in steps (authorization, registration, token, revocation)
+    /// are refused: the agent never holds an OAuth token of this server.
+    pub fenzi_signs_in: bool,
 }
 
 impl ServerRule {
@@ -114,6 +120,7 @@ impl ServerRule {
             resources: Vec::new(),
             rules: Vec::new(),
             limits,
+            fenzi_signs_in: false,
         }
     }
 }
@@ -220,6 +227,12 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
             if let Some((step, basis)) =
                 oauth::step(&server.endpoint, inventory.sign_in(), "POST", target.path)
             {
+                if server.fenzi_signs_in {
+                    return McpDecision {
+                        sign_in: Some(step),
+                        ..McpDecision::request(agent_sign_in_refused(server, step))
+                    };
+                }
                 return McpDecision {
                     sign_in: Some(step),
                     ..McpDecision::request(oauth::check_post(
@@ -252,6 +265,15 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
                     )
                 })
                 .flatten();
+            if let Some((step, _)) = step
+                && server.fenzi_signs_in
+                && !step.is_metadata()
+            {
+                return McpDecision {
+                    sign_in: Some(step),
+                    ..McpDecision::request(agent_sign_in_refused(server, step))
+                };
+            }
             McpDecision {
                 sign_in: step.map(|(step, _)| step),
                 ..McpDecision::request(bodyless(server, req, target.path, step))
@@ -266,6 +288,22 @@ pub fn classify(server: &ServerRule, inventory: &Inventory, req: &RequestView<'_
             ),
         )),
     }
+}
+
+/// A sign-in step of the agent's own on an `oauth: true` server: fenzi holds the sign-in, so the
+/// agent gets none (its metadata GETs still pass: they carry nothing).
+fn agent_sign_in_refused(server: &ServerRule, step: oauth::Step) -> Decision {
+    Decision::deny(
+        Reason::PolicyDenied,
+        format!("mcp.{} oauth: true", server.name),
+        format!(
+            "fenzi signs in to `{0}` itself (`oauth: true`) and puts the token on each request, so \
+             the agent's own sign-in ({1}) is refused; if the server asks for a sign-in, run `fenzi \
+             mcp login {0}` on the host",
+            server.name,
+            step.name()
+        ),
+    )
 }
 
 /// Is the request target `target` (path and query) the server's own endpoint, rather than a message
@@ -445,6 +483,74 @@ fn bad(rule: &str, message: impl Into<String>) -> Decision {
 mod tests {
     use super::*;
     use legacy::Authority;
+
+    #[test]
+    fn on_an_oauth_server_the_agent_signs_in_to_nothing() {
+        let mut server = ServerRule::with_tools(
+            "notion",
+            EndpointPath::Exact("/mcp".into()),
+            Vec::new(),
+            Vec::new(),
+            JsonLimits::default(),
+        );
+        let mut inventory = Inventory::unpinned();
+        let origin = oauth::Origin {
+            tls: true,
+            host: "mcp.notion.com",
+            port: 443,
+        };
+        let doc = oauth::read_server_metadata(
+            br#"{"authorization_endpoint":"https://mcp.notion.com/authorize","token_endpoint":"https://mcp.notion.com/token"}"#,
+        )
+        .unwrap();
+        inventory
+            .sign_in_mut()
+            .learn_server_metadata(origin, &doc)
+            .unwrap();
+        let form: &[(&str, &[u8])] = &[("content-type", b"application/x-www-form-urlencoded")];
+        let token = RequestView {
+            method: "POST",
+            path: "/token",
+            headers: form,
+            body: b"grant_type=authorization_code&code=c",
+        };
+        let authorize = RequestView {
+            method: "GET",
+            path: "/authorize?client_id=x",
+            headers: &[],
+            body: b"",
+        };
+        let metadata = RequestView {
+            method: "GET",
+            path: "/.well-known/oauth-protected-resource/mcp",
+            headers: &[],
+            body: b"",
+        };
+        // Without `oauth: true`, the agent's own sign-in passes (issue 36).
+        assert!(classify(&server, &inventory, &token).overall.is_allowed());
+        assert!(
+            classify(&server, &inventory, &authorize)
+                .overall
+                .is_allowed()
+        );
+        server.fenzi_signs_in = true;
+        for req in [&token, &authorize] {
+            let d = classify(&server, &inventory, req).overall;
+            assert_eq!(d.reason(), Some(Reason::PolicyDenied), "{d:?}");
+            assert_eq!(d.rule, "mcp.notion oauth: true");
+            assert!(
+                d.message.contains("`fenzi mcp login notion`"),
+                "{}",
+                d.message
+            );
+        }
+        // Metadata carries nothing: it still passes.
+        assert!(
+            classify(&server, &inventory, &metadata)
+                .overall
+                .is_allowed()
+        );
+    }
 
     const CALL: &[u8] =
         br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}}"#;

@@ -233,12 +233,18 @@ fn summary(c: &Config) -> Vec<String> {
             ""
         };
         let kind = match &s.kind {
-            ServerKind::Remote { url, token, tools } => format!(
-                "remote {} {} {}{} allow={} deny={}{}",
+            ServerKind::Remote {
+                url,
+                token,
+                oauth,
+                tools,
+            } => format!(
+                "remote {} {} {}{}{} allow={} deny={}{}",
                 if url.tls { "https" } else { "http" },
                 url.host.authority(url.port),
                 url.path,
                 if *token { " token" } else { "" },
+                if *oauth { " oauth" } else { "" },
                 list(tools.allow.iter().map(|p| &p.value)),
                 list(tools.deny.iter().map(|p| &p.value)),
                 surface(&s.surface, tools),

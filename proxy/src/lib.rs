@@ -35,6 +35,7 @@ pub mod export;
 pub mod host_files;
 pub mod lock_file;
 pub mod metrics;
+pub mod oauth;
 pub mod options;
 pub mod outbound;
 mod request;

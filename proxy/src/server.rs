@@ -16,7 +16,7 @@ use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::options::ProxyOptions;
 use crate::request::client::serve_client;
-use crate::secrets::{SecretSet, SessionSecrets};
+use crate::secrets::{LiveSecrets, SecretSet, SessionSecrets};
 use crate::session::context::{ConnGuard, SessionContext};
 use crate::session::inventories::{Inventories, LockFiles};
 use crate::session::live::LivePolicy;
@@ -136,7 +136,7 @@ impl ProxyBuilder {
                 upstream_tls,
                 options,
                 network,
-                secrets,
+                secrets: LiveSecrets::new(secrets),
                 upstreams: Arc::default(),
                 synthetic: Arc::default(),
                 inventories,
@@ -209,10 +209,23 @@ impl Proxy {
         reload::refuse(&self.session, files, why).await
     }
 
+    /// Keeps the session's OAuth sign-ins current (`crate::oauth::keeper`): renews each that is
+    /// due now before returning, then renews each before it expires for as long as the runtime
+    /// runs. Call before serving.
+    pub async fn keep_sign_ins(
+        &self,
+        signins: Vec<crate::oauth::KeptSignIn>,
+        client: crate::oauth::http::HttpClient,
+        store: Arc<dyn crate::credstore::CredentialStore>,
+    ) {
+        crate::oauth::keeper::start(self.session.clone(), signins, client, store).await;
+    }
+
     /// The names of the secrets this session substitutes (never values or placeholders).
     pub fn secret_names(&self) -> Vec<String> {
         self.session
             .secrets
+            .load()
             .set()
             .names()
             .map(str::to_string)

@@ -95,7 +95,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let policy = Policy::from_config(&config);
     let metrics = args.tuning.metrics_listener()?;
     // Before the runtime: the credential store's calls block.
-    let secrets = session::load_secrets(&policy)?;
+    let mut secrets = session::load_secrets(&policy)?;
+    let sign_ins = session::load_sign_ins(&config, &mut secrets)?;
 
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
@@ -119,11 +120,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let missing = secrets.missing_line();
     // Kept for the flush at exit, whose error says more than the proxy's audit-sink error would.
     let audit = writer.clone();
+    let roots = options.upstream_roots.clone();
     let builder = Proxy::builder(policy, Arc::new(writer))
         .options(options)
         .secrets(secrets.set)
         .lock_files(args.policy.lock_files());
     let proxy = session::build_proxy(&runtime, builder, &args.tuning, control)?;
+    // Sign-ins due now are renewed before the proxy listens.
+    sign_ins.keep(&runtime, &proxy, &roots)?;
     let ca_host_dir = fenzi_proxy::host_files::HostDir::open(&ca_dir)
         .with_context(|| format!("cannot create {}", ca_dir.display()))?;
     session::write_ca(&ca_host_dir, proxy.ca_pem())?;

@@ -419,11 +419,13 @@ fn narrow(
             ServerKind::Remote {
                 url: mu,
                 token: mt,
+                oauth: mo,
                 tools: mtools,
             },
             ServerKind::Remote {
                 url: pu,
                 token: pt,
+                oauth: po,
                 tools: ptools,
             },
         ) => {
@@ -434,6 +436,19 @@ fn narrow(
                     &format!(
                         "a {lower} entry with a {upper} server's name narrows it and must repeat \
                          its url; give the {lower}'s server another name"
+                    ),
+                ));
+                return;
+            }
+            if mo != po {
+                errors.push(error(
+                    &ps.at,
+                    format!(
+                        "{upper} server `{name}` ({where_}) has `oauth: {mo}`; the {lower} entry \
+                         says `oauth: {po}`"
+                    ),
+                    &format!(
+                        "a {lower} entry that narrows a {upper} server repeats its `oauth` setting"
                     ),
                 ));
                 return;

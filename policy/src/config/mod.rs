@@ -60,6 +60,7 @@ mod rules;
 mod schema;
 pub mod units;
 mod url;
+pub use url::{UrlError, parse as parse_url};
 mod yaml;
 
 pub use model::*;

@@ -39,6 +39,7 @@ const ENTRY_KEYS: &[&str] = &[
     "command",
     "account",
     "token",
+    "oauth",
     "tools",
     "secrets",
     "hosts",
@@ -552,6 +553,10 @@ impl Reader {
                     "account connectors use Claude's own sign-in; there is no token to store",
                 ),
                 (
+                    "oauth",
+                    "account connectors use Claude's own sign-in; fenzi signs in to `url` servers only",
+                ),
+                (
                     "token_in",
                     "account connectors use Claude's own sign-in; there is no token to place",
                 ),
@@ -574,6 +579,10 @@ impl Reader {
                 (
                     "token_in",
                     "`token_in` applies to `url` servers with `token: true`",
+                ),
+                (
+                    "oauth",
+                    "`oauth` applies to `url` servers; a local server's secret goes under `secrets:` with its `hosts:`",
                 ),
                 (
                     "tools",
@@ -903,12 +912,60 @@ impl Reader {
                 "use the server's https:// url",
             );
         }
+        let oauth = self.oauth(f, path, url.as_ref());
         let tools = self.tools(name_node, f, path, pin);
+        let oauth = oauth?;
         Some(ServerKind::Remote {
             url: url?,
-            token: token?,
+            // An OAuth sign-in's access token is the server's token (`MCP_<SERVER>`).
+            token: token? || oauth,
+            oauth,
             tools: tools?,
         })
+    }
+
+    /// `oauth` of a `url` entry: a boolean; `true` needs an https url, and stands alone: it is the
+    /// server's token (no `token` beside it) and goes in `Authorization` (no `token_in`).
+    fn oauth(&mut self, f: &Fields<'_>, path: &str, url: Option<&RemoteUrl>) -> Option<bool> {
+        let Some((_, node)) = f.get("oauth") else {
+            return Some(false);
+        };
+        let key = child(path, "oauth");
+        let oauth = self.boolean(node, &key)?;
+        if !oauth {
+            return Some(false);
+        }
+        let mut ok = true;
+        if url.is_some_and(|u| !u.tls) {
+            self.error(
+                node,
+                &key,
+                "`oauth: true` needs an https url; a token is never sent over plain http",
+                "use the server's https:// url",
+            );
+            ok = false;
+        }
+        for (other, why) in [
+            (
+                "token",
+                "`oauth: true` already gives the server a token (its OAuth access token, stored as MCP_<SERVER>)",
+            ),
+            (
+                "token_in",
+                "an OAuth access token goes in `Authorization` (RFC 6750), nowhere else",
+            ),
+        ] {
+            if let Some((k, _)) = f.get(other) {
+                self.error(
+                    k,
+                    &child(path, other),
+                    format!("`{other}` is not allowed beside `oauth: true`"),
+                    format!("{why}; remove `{other}`"),
+                );
+                ok = false;
+            }
+        }
+        ok.then_some(true)
     }
 
     fn account(

@@ -52,7 +52,8 @@ pub(crate) async fn decide(
     let (session, dest) = (cx.session, cx.dest());
     // `fenzi_decide_seconds`: from here to the hold below, or to the refusal that ends it sooner.
     let timer = session.metrics.as_ref().map(|m| m.decide());
-    let secrets = &session.secrets;
+    // The set in force when the request began, to its end (a renewal applies to the next).
+    let secrets = session.secrets.load();
     // A `token: true` entry's token goes only to requests of that entry (`by_path`).
     let use_ = secrets.check_request(
         &dest.host,

@@ -165,10 +165,11 @@ fn arguments_of(body: &[u8], batch: bool) -> Vec<Option<String>> {
 fn masked(session: &SessionContext, text: &str) -> String {
     let mut text = text.to_string();
     if !session.secrets.is_empty() {
-        if let Some(scrubbed) = session.secrets.scrubber().scrub(text.as_bytes()) {
+        let secrets = session.secrets.get();
+        if let Some(scrubbed) = secrets.scrubber().scrub(text.as_bytes()) {
             text = String::from_utf8_lossy(&scrubbed).into_owned();
         }
-        text = session.secrets.scanner().redact(&text).into_owned();
+        text = secrets.scanner().redact(&text).into_owned();
     }
     crate::secrets::placeholders::mask_placeholder_like(&text)
 }

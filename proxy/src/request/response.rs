@@ -85,11 +85,11 @@ pub(crate) async fn finish(
             _ => body.map_err(BoxError::from).boxed_unsync(),
         },
     };
-    let secrets = &cx.session.secrets;
-    if secrets.is_empty() {
+    if cx.session.secrets.is_empty() {
         let body = RecordsFailure::new(body, cx.session.clone(), cx.subject);
         return Ok(Response::from_parts(head, body.boxed_unsync()));
     }
+    let secrets = cx.session.secrets.get();
     // A HEAD or 304 response has no body to scrub; its length describes another response. Nothing
     // checked that length (no body is framed by it), so it is kept only as a number that holds no
     // value.

@@ -73,6 +73,7 @@
 //! May use: `credstore`.
 
 pub mod encoded;
+pub mod live;
 pub mod placeholders;
 pub mod scan;
 pub mod scrub;
@@ -83,6 +84,7 @@ mod error;
 mod replace;
 
 pub use error::SecretsError;
+pub use live::LiveSecrets;
 pub use placeholders::{Placeholder, SecretSet, SecretValue, values_from_env};
 pub use scan::{BodyScan, Scanner};
 pub use scrub::{ScrubBody, ScrubStream, Scrubber, Unscrubbable};
@@ -92,6 +94,7 @@ use bytes::Bytes;
 use fenzi_policy::engine::SecretBinding;
 use fenzi_policy::host::Host;
 use fenzi_policy::secret_use::{RequestFacts, SecretUse, Sighting, decide};
+use fenzi_policy::{Decision, Reason};
 use http::header::AUTHORIZATION;
 use http::request::Parts;
 use std::fmt;
@@ -104,6 +107,9 @@ pub struct SessionSecrets {
     scanner: Scanner,
     substituter: Substituter,
     scrubber: Scrubber,
+    /// Secrets whose value must not be used now, each with why and what to do (an OAuth sign-in
+    /// that could not be renewed; [`LiveSecrets::withhold`]). Empty but for such a session.
+    withheld: Vec<(String, String)>,
 }
 
 impl SessionSecrets {
@@ -125,6 +131,7 @@ impl SessionSecrets {
             scrubber: Scrubber::new(&set)?,
             bindings,
             set,
+            withheld: Vec::new(),
         })
     }
 
@@ -194,7 +201,30 @@ impl SessionSecrets {
             .scan_head(&parts.method, &parts.uri, &parts.headers);
         sightings.extend(self.scanner.scan_body(body));
         let has_authorization = parts.headers.contains_key(AUTHORIZATION);
-        self.decide(host, port, entry, tls, has_authorization, &sightings)
+        let mut use_ = self.decide(host, port, entry, tls, has_authorization, &sightings);
+        if !self.withheld.is_empty() && use_.is_allowed() {
+            self.refuse_withheld(&mut use_);
+        }
+        use_
+    }
+
+    /// An allowed use that would carry a withheld secret becomes a refusal saying why: the request
+    /// goes nowhere rather than upstream with a value that no longer works.
+    fn refuse_withheld(&self, use_: &mut SecretUse) {
+        let carried = |name: &str| {
+            use_.add_bearer.as_deref() == Some(name)
+                || use_.substitute.iter().any(|g| g.secret == name)
+        };
+        if let Some((name, why)) = self.withheld.iter().find(|(n, _)| carried(n)) {
+            use_.decision = Decision::deny(
+                Reason::UpstreamError,
+                format!("secret {name} withheld: its oauth sign-in ended"),
+                why.clone(),
+            );
+            use_.secrets = vec![name.clone()];
+            use_.substitute.clear();
+            use_.add_bearer = None;
+        }
     }
 
     /// Carries out an allowed decision on a buffered request: head, body, and `Content-Length` when

@@ -82,6 +82,7 @@ impl fmt::Debug for Placeholder {
     }
 }
 
+#[derive(Clone)]
 struct Entry {
     placeholder: Placeholder,
     value: SecretValue,
@@ -164,6 +165,14 @@ impl SecretSet {
             },
         );
         Ok(())
+    }
+
+    /// This set with `name`'s value replaced by `value`, its placeholder kept (a value fenzi keeps
+    /// current, such as an OAuth access token). `None` when the set has no `name`.
+    pub fn with_value(&self, name: &str, value: SecretValue) -> Option<SecretSet> {
+        let mut entries = self.entries.clone();
+        entries.get_mut(name)?.value = value;
+        Some(SecretSet { entries })
     }
 
     fn check_name(&self, name: &str) -> Result<(), SecretsError> {

@@ -18,7 +18,7 @@ use crate::connection::net::Network;
 use crate::metrics::Metrics;
 use crate::metrics::decisions::Cell;
 use crate::options::ProxyOptions;
-use crate::secrets::SessionSecrets;
+use crate::secrets::{LiveSecrets, SessionSecrets};
 use crate::session::inventories::Inventories;
 use crate::session::live::LivePolicy;
 use crate::session::pool::Pool;
@@ -40,7 +40,7 @@ pub(crate) struct SessionContext {
     pub options: ProxyOptions,
     pub network: Arc<dyn Network>,
     /// The session's placeholders and values (empty: no secrets, every request passes unchanged).
-    pub secrets: SessionSecrets,
+    pub secrets: LiveSecrets,
     /// Idle upstream connections, reused across requests and client connections.
     pub upstreams: Arc<Pool>,
     /// The names the sandbox's DNS stub handed out, by synthetic address (the transparent path).
@@ -52,6 +52,16 @@ pub(crate) struct SessionContext {
     pub confirm: Arc<Confirmations>,
     /// `--metrics`: counted at a few points of the request path; `None` costs one check each.
     pub metrics: Option<Arc<Metrics>>,
+}
+
+/// `text` with every value and placeholder of `secrets` as `[placeholder:NAME]`.
+fn redact_with(secrets: &SessionSecrets, text: &mut String) {
+    if let Some(scrubbed) = secrets.scrubber().scrub(text.as_bytes()) {
+        *text = String::from_utf8_lossy(&scrubbed).into_owned();
+    }
+    if let Cow::Owned(safe) = secrets.scanner().redact(text) {
+        *text = safe;
+    }
 }
 
 /// An audit record could not be written: nothing may be forwarded, and the client gets 503.
@@ -183,12 +193,7 @@ impl SessionContext {
         if self.secrets.is_empty() {
             return;
         }
-        if let Some(scrubbed) = self.secrets.scrubber().scrub(text.as_bytes()) {
-            *text = String::from_utf8_lossy(&scrubbed).into_owned();
-        }
-        if let Cow::Owned(safe) = self.secrets.scanner().redact(text) {
-            *text = safe;
-        }
+        redact_with(&self.secrets.get(), text);
     }
 
     /// `entry` with every placeholder of this session in its text fields replaced by
@@ -199,7 +204,9 @@ impl SessionContext {
         if self.secrets.is_empty() {
             return entry;
         }
-        let redact = |text: &mut String| self.redact(text);
+        // One set for the whole record.
+        let secrets = self.secrets.get();
+        let redact = |text: &mut String| redact_with(&secrets, text);
         redact(&mut entry.method);
         redact(&mut entry.host);
         for field in [

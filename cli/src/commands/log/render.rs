@@ -120,6 +120,14 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
             line.push_str(&field(rule));
         }
     }
+    // A sign-in record's rule is what happened (signed in, renewed, signed out: `fenzi mcp login`).
+    if r.method == "OAUTH"
+        && r.decision == Outcome::Allowed
+        && let Some(rule) = &r.rule
+    {
+        line.push_str("  ");
+        line.push_str(&field(rule));
+    }
     line
 }
 

@@ -46,8 +46,12 @@ pub struct Args {
     #[arg(long = "deny", value_name = "T")]
     deny: Vec<String>,
     /// Put the stored token MCP_<NAME> on requests to this server (store it with `fenzi mcp token`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "oauth")]
     token: bool,
+    /// The server signs in with OAuth: fenzi signs in on the host (`fenzi mcp login NAME`), keeps
+    /// the tokens in the credential store and renews them; the agent gets a placeholder.
+    #[arg(long)]
+    oauth: bool,
     /// A local server: a variable it reads that holds a secret (repeat).
     #[arg(long = "secret", value_name = "VAR")]
     secrets: Vec<String>,
@@ -110,15 +114,16 @@ fn entry(a: &Args) -> Result<NewEntry> {
             body: Body::Remote {
                 url: url.clone(),
                 token: a.token,
+                oauth: a.oauth,
                 allow: tools(a)?,
                 deny: a.deny.clone(),
             },
         });
     }
     if a.claude_account {
-        if a.token || !a.secrets.is_empty() || !a.hosts.is_empty() {
+        if a.token || a.oauth || !a.secrets.is_empty() || !a.hosts.is_empty() {
             bail!(
-                "Claude's account connectors use your Claude sign-in: --token, --secret and \
+                "Claude's account connectors use your Claude sign-in: --token, --oauth, --secret and \
                  --host do not apply"
             );
         }
@@ -131,10 +136,10 @@ fn entry(a: &Args) -> Result<NewEntry> {
             },
         });
     }
-    if !a.tools.is_empty() || a.all_tools || !a.deny.is_empty() || a.token {
+    if !a.tools.is_empty() || a.all_tools || !a.deny.is_empty() || a.token || a.oauth {
         bail!(
             "a local server runs inside the sandbox and talks to the agent over a pipe, which is \
-             not checked per tool: --tool, --all-tools, --deny and --token do not apply"
+             not checked per tool: --tool, --all-tools, --deny, --token and --oauth do not apply"
         );
     }
     if !a.secrets.is_empty() && a.hosts.is_empty() {
@@ -215,6 +220,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let prep = if verb == "added" { "to" } else { "in" };
     println!("{verb} server `{}` {prep} {name} ({what})", entry.name);
     match &entry.body {
+        Body::Remote { oauth: true, .. } => println!(
+            "next: sign in with `fenzi mcp login {}` (fenzi keeps the tokens; the agent gets a placeholder)",
+            entry.name
+        ),
         Body::Remote { token: true, .. } => println!(
             "next: store its token with `fenzi mcp token {}` (kept as {})",
             entry.name,

@@ -16,6 +16,8 @@ pub enum Body {
     Remote {
         url: String,
         token: bool,
+        /// `oauth: true` (written instead of `token: true`: the sign-in's token is the server's).
+        oauth: bool,
         allow: Vec<String>,
         deny: Vec<String>,
     },
@@ -49,11 +51,14 @@ impl NewEntry {
             Body::Remote {
                 url,
                 token,
+                oauth,
                 allow,
                 deny,
             } => {
                 out.push(format!("{b}url: {}", scalar(url, false)));
-                if *token {
+                if *oauth {
+                    out.push(format!("{b}oauth: true"));
+                } else if *token {
                     out.push(format!("{b}token: true"));
                 }
                 tools(&mut out, allow, deny);
@@ -90,10 +95,12 @@ impl NewEntry {
             Body::Remote {
                 url,
                 token,
+                oauth,
                 allow,
                 deny,
             } => format!(
-                "remote url={url} token={token} allow={} deny={}",
+                "remote url={url} token={} oauth={oauth} allow={} deny={}",
+                *token || *oauth,
                 allow.join(","),
                 deny.join(",")
             ),
@@ -135,8 +142,13 @@ pub fn describe_server(s: &McpServerConfig) -> String {
             .join(",")
     };
     match &s.kind {
-        ServerKind::Remote { url, token, tools } => format!(
-            "remote url={} token={token} allow={} deny={}",
+        ServerKind::Remote {
+            url,
+            token,
+            oauth,
+            tools,
+        } => format!(
+            "remote url={} token={token} oauth={oauth} allow={} deny={}",
             url.text,
             pats(&tools.allow),
             pats(&tools.deny)
@@ -309,6 +321,7 @@ mod tests {
             body: Body::Remote {
                 url: "https://mcp.deepwiki.com/mcp".into(),
                 token: true,
+                oauth: false,
                 allow: vec!["a".into(), "*".into()],
                 deny: vec!["b".into()],
             },

@@ -250,6 +250,7 @@ fn remote(
             body: Body::Remote {
                 url: url.to_string(),
                 token,
+                oauth: false,
                 allow: vec!["*".into()],
                 deny: vec![],
             },
@@ -543,6 +544,7 @@ fn added_json(a: &Added) -> Value {
         Body::Remote {
             url,
             token,
+            oauth: _,
             allow,
             deny,
         } => {

@@ -4,6 +4,8 @@
 //! stored value from a policy that binds it to a host it was not stored for (`session`), and the
 //! list says so: for that it reads the entry, keeps only its hosts, and wipes the value at once; the
 //! value is never printed. When the store cannot be used, each answer is "unknown" with the reason.
+//! An `oauth: true` server also shows its sign-in (`fenzi mcp login`): the scopes granted, when the
+//! access token expires, and whether a session can renew it; never a token.
 
 use super::files::{FileArgs, Files};
 use crate::session::hosts_not_stored_for;
@@ -14,6 +16,7 @@ use fenzi_policy::config::{
 use fenzi_policy::engine::Policy;
 use fenzi_policy::secret_name::server_token_name;
 use fenzi_proxy::credstore::{self, CredentialStore};
+use fenzi_proxy::oauth::record::{SignInRecord, now as record_now};
 use serde_json::{Value, json};
 use std::process::ExitCode;
 
@@ -85,6 +88,78 @@ impl Store {
                 }
             }
             Err(e) => Stored::Unknown(e.to_string()),
+        }
+    }
+}
+
+impl Store {
+    /// The sign-in `fenzi mcp login` stored for `server`, as `fenzi mcp list` shows it.
+    fn sign_in(&self, server: &str) -> SignIn {
+        match &self.store {
+            Err(why) => SignIn::Unknown(format!("store unavailable: {why}")),
+            Ok(store) => match SignInRecord::load(store.as_ref(), server) {
+                Ok(Some(record)) => SignIn::Yes(Box::new(record)),
+                Ok(None) => SignIn::No,
+                Err(why) => SignIn::Unknown(why),
+            },
+        }
+    }
+}
+
+enum SignIn {
+    Yes(Box<SignInRecord>),
+    No,
+    Unknown(String),
+}
+
+/// `47m 12s`, `3h 5m`, `2d 4h`.
+fn span(secs: u64) -> String {
+    match secs {
+        s if s < 3600 => format!("{}m {}s", s / 60, s % 60),
+        s if s < 86400 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+        s => format!("{}d {}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
+impl SignIn {
+    fn text(&self, server: &str) -> String {
+        match self {
+            SignIn::Yes(r) => {
+                let now = record_now();
+                let scopes = r
+                    .scope
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("(none named)");
+                let expiry = if r.expires_at > now {
+                    format!("access token expires in {}", span(r.expires_at - now))
+                } else {
+                    format!("access token expired {} ago", span(now - r.expires_at))
+                };
+                let renewal = if r.refresh_token.is_some() {
+                    "a session renews it before it expires"
+                } else {
+                    "no refresh token: sign in again when it ends"
+                };
+                format!("signed in; scopes {scopes}; {expiry}; {renewal}")
+            }
+            SignIn::No => format!("not signed in (fenzi mcp login {server})"),
+            SignIn::Unknown(why) => format!("unknown: {why}"),
+        }
+    }
+
+    fn json(&self) -> Value {
+        match self {
+            SignIn::Yes(r) => json!({
+                "signed_in": true,
+                "issuer": r.issuer,
+                "scope": r.scope,
+                "issued_at": r.issued_at,
+                "expires_at": r.expires_at,
+                "renewable": r.refresh_token.is_some(),
+            }),
+            SignIn::No => json!({"signed_in": false}),
+            SignIn::Unknown(why) => json!({"signed_in": null, "error": why}),
         }
     }
 }
@@ -176,10 +251,19 @@ fn server_json(config: &Config, s: &McpServerConfig, store: &Store) -> Value {
     });
     let obj = v.as_object_mut().expect("object literal");
     match &s.kind {
-        ServerKind::Remote { url, token, tools } => {
+        ServerKind::Remote {
+            url,
+            token,
+            oauth,
+            tools,
+        } => {
             obj.insert("kind".into(), json!("remote"));
             obj.insert("url".into(), json!(url.text));
             obj.insert("token".into(), json!(token));
+            obj.insert("oauth".into(), json!(oauth));
+            if *oauth {
+                obj.insert("sign_in".into(), store.sign_in(&s.name).json());
+            }
             obj.insert("tools".into(), tools_json(tools));
         }
         ServerKind::Local { command, hosts, .. } => {
@@ -238,6 +322,9 @@ fn print_text(config: &Config, store: &Store) {
         match &s.kind {
             ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. } => {
                 println!("{pad}tools: {}", tools_text(tools));
+                if let ServerKind::Remote { oauth: true, .. } = &s.kind {
+                    println!("{pad}sign-in: {}", store.sign_in(&s.name).text(&s.name));
+                }
                 for line in super::enforced::lines(config, s) {
                     println!("{pad}{line}");
                 }
@@ -260,7 +347,11 @@ fn print_text(config: &Config, store: &Store) {
                     }
                     _ => s.name.clone(),
                 };
-                format!(" (fenzi mcp token {arg})")
+                let command = match &s.kind {
+                    ServerKind::Remote { oauth: true, .. } => "login",
+                    _ => "token",
+                };
+                format!(" (fenzi mcp {command} {arg})")
             } else {
                 String::new()
             };

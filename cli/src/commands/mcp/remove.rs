@@ -50,6 +50,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             None => bail!("there is no server `{}` in {name}", args.name),
         }
     };
+    let oauth = matches!(&server.kind, ServerKind::Remote { oauth: true, .. });
     let token = match &server.kind {
         ServerKind::Remote { token: true, .. } => Some(server_token_name(&server.name)),
         _ => None,
@@ -58,7 +59,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     check_edit(&files, target, &before, &new_text, &args.name, None)?;
     write_atomic(target, &new_text)?;
     println!("removed server `{}` from {name}", args.name);
-    if let Some(t) = token {
+    if oauth {
+        println!(
+            "its sign-in is still in the credential store; end it first with `fenzi mcp logout {}` \
+             (run before removing, while the policy still names its authorization server), or \
+             delete the tokens with `fenzi mcp token {} --delete`",
+            args.name,
+            token.as_deref().unwrap_or_default()
+        );
+    } else if let Some(t) = token {
         println!(
             "its token {t} is still in the credential store; delete it with `fenzi mcp token {t} --delete`"
         );

@@ -77,6 +77,10 @@ fn resolve(args: &Args, config: Option<&Config>) -> Result<Target> {
     if let Some(s) = server {
         let name = &s.name;
         return match &s.kind {
+            ServerKind::Remote { oauth: true, .. } if !args.delete => bail!(
+                "server `{name}` signs in with OAuth (`oauth: true`): sign in with `fenzi mcp \
+                 login {name}`, which stores its tokens and lets sessions renew them"
+            ),
             ServerKind::Remote { token: true, .. } => {
                 if args.secret.is_some() {
                     bail!("--secret is for local servers; `{name}` takes one token");

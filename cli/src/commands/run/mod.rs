@@ -94,7 +94,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let policy = Policy::from_config(&config);
     let metrics = args.tuning.metrics_listener()?;
     // Before the runtime: the credential store's calls block.
-    let secrets = session::load_secrets(&policy)?;
+    let mut secrets = session::load_secrets(&policy)?;
+    let sign_ins = session::load_sign_ins(&config, &mut secrets)?;
     // The sandbox gets the placeholders, never the values.
     let placeholders: Vec<(String, String)> = secrets
         .set
@@ -126,11 +127,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(missing) = secrets.missing_line() {
         eprintln!("fenzi run: {missing}");
     }
+    let roots = options.upstream_roots.clone();
     let builder = Proxy::builder(policy.clone(), Arc::new(writer.clone()))
         .options(options)
         .secrets(secrets.set)
         .lock_files(args.policy.lock_files());
     let proxy = session::build_proxy(&runtime, builder, &args.tuning, control)?;
+    // Sign-ins due now are renewed before the agent starts.
+    sign_ins.keep(&runtime, &proxy, &roots)?;
     let ca_path = session::write_ca(session_dir, proxy.ca_pem())?;
     session::report_export_lag(&proxy, exporter.as_ref());
     if let Some(listener) = metrics {

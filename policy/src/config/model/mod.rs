@@ -175,6 +175,10 @@ pub enum ServerKind {
         url: RemoteUrl,
         /// `token: true`: the stored token `MCP_<SERVER>` is put on requests to this server only.
         token: bool,
+        /// `oauth: true`: the token is an OAuth access token `fenzi mcp login` obtained and the
+        /// session keeps current (refreshing it before it expires). Implies `token`: the token is
+        /// `MCP_<SERVER>` like any server token, placed in `Authorization` only.
+        oauth: bool,
         tools: ToolRules,
     },
     /// `command:` — a local server that runs inside the sandbox.
