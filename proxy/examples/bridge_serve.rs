@@ -10,10 +10,6 @@
 use fenzi_proxy::bridge::{
     Bridge, BridgeLog, HostCommand, Launch, SandboxLauncher, SandboxedCommand,
 };
-use http_body_util::BodyExt;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use std::ffi::OsString;
 use std::sync::Arc;
 
@@ -70,29 +66,5 @@ async fn main() {
         .await
         .expect("bind");
     println!("listening on {}", listener.local_addr().expect("bound"));
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let bridge = bridge.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let bridge = bridge.clone();
-                async move {
-                    let (parts, body) = req.into_parts();
-                    let body = body
-                        .collect()
-                        .await
-                        .map(|b| b.to_bytes())
-                        .unwrap_or_default();
-                    Ok::<_, std::convert::Infallible>(
-                        bridge.handle(http::Request::from_parts(parts, body)).await,
-                    )
-                }
-            });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    bridge.serve_on(listener).await;
 }

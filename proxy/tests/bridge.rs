@@ -8,36 +8,18 @@
 //! Without the `.venv` (or `FENZI_E2E_PYTHON`) the test says SKIPPED and passes, unless
 //! `FENZI_REQUIRE_SDK` is set.
 
+mod common;
+
 use bytes::Bytes;
+use common::repo;
 use fenzi_proxy::bridge::{Bridge, BridgeLog, HostCommand, SandboxLauncher, SandboxedCommand};
 use http_body_util::BodyExt;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("FENZI_E2E_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv/bin/python"));
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("FENZI_REQUIRE_SDK").is_none(),
-        "{} is missing: run scripts/e2e/setup.sh",
-        python.display()
-    );
-    eprintln!(
-        "*** SKIPPED bridge: {} is missing (scripts/e2e/setup.sh makes it)",
-        python.display()
-    );
-    None
+    common::sdk_python("bridge")
 }
 
 #[derive(Default)]
@@ -59,33 +41,7 @@ impl BridgeLog for Lines {
 async fn serve(bridge: Arc<Bridge>) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let bridge = bridge.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let bridge = bridge.clone();
-                    async move {
-                        let (parts, body) = req.into_parts();
-                        let body = body
-                            .collect()
-                            .await
-                            .map(|b| b.to_bytes())
-                            .unwrap_or_default();
-                        Ok::<_, std::convert::Infallible>(
-                            bridge.handle(http::Request::from_parts(parts, body)).await,
-                        )
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    tokio::spawn(bridge.serve_on(listener));
     port
 }
 

@@ -34,27 +34,8 @@ type Seen<'a> = (
 const FULL_TOKEN: &str = "full-token-0123456789abcdef";
 const READONLY_TOKEN: &str = "readonly-token-0123456789abcdef";
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("FENZI_E2E_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv/bin/python"));
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("FENZI_REQUIRE_SDK").is_none(),
-        "{} is missing: run scripts/e2e/setup.sh",
-        python.display()
-    );
-    eprintln!(
-        "*** SKIPPED two_servers_on_one_port: {} is missing (scripts/e2e/setup.sh makes it)",
-        python.display()
-    );
-    None
+    sdk_python("two_servers_on_one_port")
 }
 
 /// The server process; killed when dropped.

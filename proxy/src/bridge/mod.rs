@@ -139,6 +139,39 @@ impl Bridge {
             .len()
     }
 
+    /// Serves this bridge alone on `listener` over HTTP/1.1, until the listener fails: for tests
+    /// and the conformance harness (`proxy/examples/bridge_serve.rs`). Under fenzi the request
+    /// path calls [`Bridge::handle`] instead, after its own decision.
+    pub async fn serve_on(self: Arc<Self>, listener: tokio::net::TcpListener) {
+        use http_body_util::BodyExt;
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let bridge = self.clone();
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let bridge = bridge.clone();
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            Ok::<_, std::convert::Infallible>(
+                                bridge.handle(Request::from_parts(parts, body)).await,
+                            )
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }
+
     /// Answers one HTTP request to the bridged server. `body` is the request's whole body, already
     /// read and decided by the request path.
     pub async fn handle(&self, request: Request<Bytes>) -> Response<Body> {

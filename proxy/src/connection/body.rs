@@ -26,3 +26,34 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
 pub(crate) fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
+
+/// Reads a whole response body of at most `max` bytes, refusing a larger one (by its
+/// `Content-Length` before reading, else as soon as the bytes pass `max`). For fenzi's own small
+/// clients (the team policy fetch, OAuth sign-in), whose answers are documents, never streams.
+pub(crate) async fn read_bounded(
+    response: http::Response<hyper::body::Incoming>,
+    max: usize,
+) -> Result<Vec<u8>, String> {
+    let too_large = || format!("the answer is larger than the {max}-byte bound");
+    if let Some(len) = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > max as u64
+    {
+        return Err(too_large());
+    }
+    let mut body = response.into_body();
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("the answer broke off: {e}"))?;
+        if let Some(data) = frame.data_ref() {
+            if out.len() + data.len() > max {
+                return Err(too_large());
+            }
+            out.extend_from_slice(data);
+        }
+    }
+    Ok(out)
+}

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use fenzi_policy::config::parse_url;
 use fenzi_policy::engine::Policy;
 use fenzi_policy::host::{Host, HostPattern};
-use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT, WWW_AUTHENTICATE};
+use http::header::{ACCEPT, CONTENT_TYPE, HOST, USER_AGENT, WWW_AUTHENTICATE};
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::net::SocketAddr;
@@ -260,32 +260,12 @@ impl HttpClient {
             .iter()
             .map(|v| v.as_bytes().to_vec())
             .collect();
-        let too_large = || format!("the answer is larger than {MAX_ANSWER_BYTES} bytes");
-        if let Some(len) = response
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            && len > MAX_ANSWER_BYTES as u64
-        {
-            return Err(too_large());
-        }
-        let mut incoming = response.into_body();
-        let mut out = Vec::new();
-        while let Some(frame) = incoming.frame().await {
-            let frame = frame.map_err(|e| format!("the answer broke off: {e}"))?;
-            if let Some(data) = frame.data_ref() {
-                if out.len() + data.len() > MAX_ANSWER_BYTES {
-                    return Err(too_large());
-                }
-                out.extend_from_slice(data);
-            }
-        }
+        let body = crate::connection::body::read_bounded(response, MAX_ANSWER_BYTES).await?;
         Ok(Answer {
             status,
             content_type,
             www_authenticate,
-            body: out,
+            body,
         })
     }
 }

@@ -10,7 +10,7 @@
 //! - [`record`]: what is stored, and where.
 //! - [`keeper`]: the session's renewals.
 //!
-//! May use: `audit`, `credstore`, `secrets`, `session`, `tls`.
+//! May use: `audit`, `connection`, `credstore`, `secrets`, `session`, `tls`.
 
 pub mod flow;
 pub mod http;

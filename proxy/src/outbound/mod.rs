@@ -3,7 +3,7 @@
 //! ([`tool_listing`]). Both verify upstream TLS as the proxy does and are bounded in size and time;
 //! neither runs while a request waits.
 //!
-//! May use: `error`, `secrets`, `tls`.
+//! May use: `connection`, `error`, `secrets`, `tls`.
 
 pub mod team_fetch;
 pub mod tool_listing;

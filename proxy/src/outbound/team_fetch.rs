@@ -14,9 +14,9 @@ use crate::tls::upstream::client_config;
 use bytes::Bytes;
 use fenzi_policy::config::RemoteUrl;
 use fenzi_policy::team::{MAX_POLICY_BYTES, MAX_SIGNATURE_BYTES};
-use http::header::{ACCEPT, CONTENT_LENGTH, HOST, USER_AGENT};
+use http::header::{ACCEPT, HOST, USER_AGENT};
 use http::{Method, Request};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::time::Duration;
@@ -122,26 +122,5 @@ async fn get_inner(
         };
         return Err(format!("the server answered {status}{note}"));
     }
-    let too_large = || format!("the answer is larger than the {max}-byte bound");
-    if let Some(len) = response
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        && len > max as u64
-    {
-        return Err(too_large());
-    }
-    let mut body = response.into_body();
-    let mut out = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| format!("the answer broke off: {e}"))?;
-        if let Some(data) = frame.data_ref() {
-            if out.len() + data.len() > max {
-                return Err(too_large());
-            }
-            out.extend_from_slice(data);
-        }
-    }
-    Ok(out)
+    crate::connection::body::read_bounded(response, max).await
 }

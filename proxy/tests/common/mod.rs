@@ -842,3 +842,30 @@ pub async fn text(response: Response<Incoming>) -> (u16, String) {
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
 }
+
+/// The repository's root.
+pub fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The Python that has the official MCP SDK: `FENZI_E2E_PYTHON`, else the repository's `.venv`
+/// (`scripts/e2e/setup.sh` makes it). Without it, `test` says SKIPPED and gets `None`, unless
+/// `FENZI_REQUIRE_SDK` is set, which makes it a failure.
+pub fn sdk_python(test: &str) -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("FENZI_E2E_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/python"));
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("FENZI_REQUIRE_SDK").is_none(),
+        "{} is missing: run scripts/e2e/setup.sh",
+        python.display()
+    );
+    eprintln!(
+        "*** SKIPPED {test}: {} is missing (scripts/e2e/setup.sh makes it)",
+        python.display()
+    );
+    None
+}

@@ -226,13 +226,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "; the server gave no refresh token: sign in again when it ends"
         }
     );
-    if !store.persistent() {
-        eprintln!(
-            "warning: the {} keeps values only while this command runs: nothing was saved \
-             (FENZI_CREDSTORE=memory is for tests)",
-            store.backend()
-        );
-    }
+    super::token::warn_if_not_kept(store.as_ref());
     Ok(ExitCode::SUCCESS)
 }
 

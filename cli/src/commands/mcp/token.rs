@@ -208,6 +208,17 @@ fn bound_hosts(config: &Config, policy: &Policy, files: &Files, secret: &str) ->
 }
 
 /// `api.github.com, *.example.com`, or `no host`.
+/// Says so when the store keeps nothing after this command (the memory store, for tests).
+pub(super) fn warn_if_not_kept(store: &dyn CredentialStore) {
+    if !store.persistent() {
+        eprintln!(
+            "warning: the {} keeps values only while this command runs: nothing was saved \
+             (FENZI_CREDSTORE=memory is for tests)",
+            store.backend()
+        );
+    }
+}
+
 fn host_list(hosts: &[String]) -> String {
     if hosts.is_empty() {
         "no host".to_string()
@@ -355,12 +366,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         store.backend(),
         host_list(&hosts)
     );
-    if !store.persistent() {
-        eprintln!(
-            "warning: the {} keeps values only while this command runs: nothing was saved \
-             (FENZI_CREDSTORE=memory is for tests)",
-            store.backend()
-        );
-    }
+    warn_if_not_kept(store.as_ref());
     Ok(ExitCode::SUCCESS)
 }
