@@ -110,20 +110,8 @@ impl Dir {
     }
 }
 
-fn stop(mut child: Child) -> String {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    child.wait().unwrap();
-    stderr
+fn stop(child: Child) -> String {
+    mcp_support::terminate(child)
 }
 
 #[test]

@@ -487,21 +487,8 @@ fn call(world: &World, proxy: &str, host: &str, bearer: &str) -> (String, String
     (status.to_string(), body.to_string())
 }
 
-fn stop(mut child: Child) -> String {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let mut stderr = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    child.wait().unwrap();
-    stderr
+fn stop(child: Child) -> String {
+    mcp_support::terminate(child)
 }
 
 #[test]

@@ -8,9 +8,7 @@ mod mcp_support;
 
 use fenzi_proxy::credstore::{CredentialStore, KernelKeyring};
 use mcp_support::{command, fenzi, kernel_keyring_or_skip, random_hex, text};
-use std::io::Read;
 use std::path::Path;
-use std::process::Command;
 
 /// Deletes the test's key however the test ends.
 struct Cleanup<'a>(&'a KernelKeyring, String);
@@ -52,20 +50,7 @@ fn proxy_session(dir: &Path) -> (String, String) {
         .unwrap();
     mcp_support::listening_addr(&mut child);
     let placeholders = std::fs::read_to_string(ca_dir.join("placeholders.env")).unwrap();
-    // SIGTERM: a clean shutdown, after which stderr is complete.
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    child.wait().unwrap();
-    (stderr, placeholders)
+    (mcp_support::terminate(child), placeholders)
 }
 
 #[test]

@@ -485,3 +485,22 @@ fn answer_ok(mut stream: std::net::TcpStream) {
         reply.len()
     );
 }
+
+/// Stops a `fenzi proxy` (or `run`) child with SIGTERM, a clean shutdown, and returns its whole
+/// stderr, complete once it has exited.
+pub fn terminate(mut child: std::process::Child) -> String {
+    use std::io::Read;
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    child.wait().unwrap();
+    stderr
+}
