@@ -6,6 +6,7 @@
 //! and which secrets are bound where.
 
 use crate::cidr::Cidr;
+use crate::programs::ProgramRules;
 use crate::config::{
     AccountProvider, Annotation, Config, ListMode, McpServerConfig, Origin, ServerKind, ToolLimit,
     ToolRules,
@@ -41,6 +42,8 @@ pub struct McpServer {
     pub limits: Vec<ToolLimit>,
     /// `tools.confirm` and `confirm_timeout`: the allowed calls the proxy holds for a person.
     pub confirm: crate::config::Confirm,
+    /// `programs:` (DESIGN §17): `[agent]` by default under an agent.
+    pub programs: ProgramRules,
 }
 
 impl McpServer {
@@ -99,6 +102,8 @@ pub struct SecretBinding {
     /// For a `token: true` server's token: that entry's name. Its host may carry other entries
     /// (at other paths); the token goes only to requests [`by_path`] gives to this one.
     pub entry: Option<String>,
+    /// A top-level secret's `programs:`: the programs whose requests may carry it.
+    pub programs: ProgramRules,
 }
 
 impl SecretBinding {
@@ -201,6 +206,8 @@ pub struct Policy {
     secrets: Vec<SecretBinding>,
     limits: JsonLimits,
     private: Vec<PrivateRule>,
+    /// `programs:` of `hosts` mappings, each applying to every destination its pattern matches.
+    host_programs: Vec<(HostPattern, ProgramRules)>,
 }
 
 impl Policy {
@@ -262,6 +269,7 @@ impl Policy {
                         token_secret,
                         limits: entry.surface.limits.clone(),
                         confirm: tools.confirm.clone(),
+                        programs: ProgramRules::new(&entry.programs, entry.origin, true),
                     });
                 }
                 ServerKind::Account { provider, tools } => {
@@ -280,6 +288,7 @@ impl Policy {
                         token_secret: None,
                         limits: entry.surface.limits.clone(),
                         confirm: tools.confirm.clone(),
+                        programs: ProgramRules::new(&entry.programs, entry.origin, true),
                     });
                 }
                 ServerKind::Local {
@@ -331,7 +340,22 @@ impl Policy {
                 false,
                 positions,
             );
+            if let Some(binding) = secrets.iter_mut().find(|b| b.name == s.name) {
+                binding
+                    .programs
+                    .and(&ProgramRules::new(&s.programs, Origin::Team, false));
+            }
         }
+        let host_programs = config
+            .host_programs
+            .iter()
+            .map(|h| {
+                (
+                    h.pattern.clone(),
+                    ProgramRules::new(std::slice::from_ref(&h.list), h.list.origin, false),
+                )
+            })
+            .collect();
         let private = config
             .private
             .iter()
@@ -347,7 +371,32 @@ impl Policy {
             secrets,
             limits,
             private,
+            host_programs,
         }
+    }
+
+    /// The programs that may be admitted to `host:port` by `route` (DESIGN §17): an MCP server's
+    /// `programs` (with its default), and the lists of every `hosts` mapping matching it, all of
+    /// which must admit a connection's holders.
+    pub fn program_rules(&self, route: &Route<'_>, host: &Host, port: u16) -> ProgramRules {
+        let mut rules = match route {
+            Route::Mcp(server) => server.programs.clone(),
+            Route::Plain { .. } => ProgramRules::default(),
+        };
+        for (pattern, more) in &self.host_programs {
+            if pattern.matches(host, port) {
+                rules.and(more);
+            }
+        }
+        rules
+    }
+
+    /// Whether any entry names programs (so a session must attribute connections even without
+    /// an agent's default).
+    pub fn names_programs(&self) -> bool {
+        !self.host_programs.is_empty()
+            || self.servers.iter().any(|s| s.programs.lists().next().is_some())
+            || self.secrets.iter().any(|s| s.programs.lists().next().is_some())
     }
 
     pub fn servers(&self) -> &[McpServer] {
@@ -649,5 +698,6 @@ fn add_secret(
         default_bearer,
         positions,
         entry,
+        programs: ProgramRules::default(),
     });
 }

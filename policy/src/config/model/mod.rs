@@ -66,6 +66,9 @@ pub struct Config {
     /// The names that may resolve to internal addresses (`private:` on a `hosts` entry or a
     /// `url` server), each with its ranges.
     pub private: Vec<PrivateName>,
+    /// The `programs:` of top-level `hosts` entries written as mappings: every one matching a
+    /// destination applies to it (see [`crate::programs`]).
+    pub host_programs: Vec<crate::programs::HostPrograms>,
     /// The machine file's `team: {url, key}`: where the team policy comes from (only the machine
     /// file may name one).
     pub team: Option<TeamSource>,
@@ -92,6 +95,9 @@ pub struct McpServerConfig {
     /// What of a `url` or `account` server the agent may see and use beyond its tools (the default
     /// for a local server, which is not inspected).
     pub surface: ServerSurface,
+    /// `programs:` of a `url` or `account` server, one list per layer that wrote one (all apply;
+    /// see [`crate::programs`]).
+    pub programs: Vec<crate::programs::ProgramList>,
     pub at: Location,
 }
 
@@ -253,5 +259,7 @@ pub struct SecretConfig {
     /// `in:`: the only places the placeholder is swapped; `None` when not written (any header
     /// value and the query, the body when `body`).
     pub positions: Option<Vec<Located<SecretPosition>>>,
+    /// `programs:`: the programs whose requests may carry it, one list per layer that wrote one.
+    pub programs: Vec<crate::programs::ProgramList>,
     pub at: Location,
 }
