@@ -6,11 +6,13 @@
 //! destination that is not admitted is a [`Refusal`]: `host_not_allowed` or `private_address`, or a
 //! `failed` record when the name cannot be resolved.
 
+use crate::attribution::Attributed;
 use crate::audit::sink::Subject;
 use crate::error::ProxyError;
 use crate::request::refusal::Refusal;
 use crate::session::context::SessionContext;
-use fenzi_policy::Decision;
+use fenzi_policy::programs::ProgramFacts;
+use fenzi_policy::{Decision, Reason};
 use fenzi_policy::engine::{McpServer, Route};
 use fenzi_policy::host::Host;
 use std::net::SocketAddr;
@@ -49,6 +51,8 @@ pub(crate) struct Destination {
     pub policy: Arc<str>,
     /// The peer address of the client connection it was admitted for.
     pub client: SocketAddr,
+    /// The program of that connection: every record about the destination names it.
+    pub program: Attributed,
 }
 
 impl Destination {
@@ -88,8 +92,8 @@ impl Destination {
     /// The same, naming `server`: on an MCP host with several entries, the one the request's path
     /// belongs to ([`fenzi_policy::engine::by_path`]).
     pub fn subject_of(&self, method: &str, path: Option<&str>, server: Option<&str>) -> Subject {
-        let mut subject =
-            Subject::new(self.client, method, self.host_text.clone(), self.port, path);
+        let mut subject = Subject::new(self.client, method, self.host_text.clone(), self.port, path)
+            .by(&self.program);
         subject.server = server.map(str::to_string);
         subject.under(&self.policy)
     }
@@ -108,6 +112,7 @@ pub(crate) async fn admit(
         .policy
         .route(host, port)
         .map_err(|denied| Refusal::denied(subject, &denied))?;
+    check_programs(session, &live.policy, &route, host, port, subject)?;
     let inspect = route.needs_inspection();
     let mut decision = Decision::allow(
         live.policy.admission_rule(&route),
@@ -153,7 +158,66 @@ pub(crate) async fn admit(
             .collect(),
         policy: live.hash.clone(),
         client: subject.client,
+        program: subject.program.clone(),
     })
+}
+
+/// DESIGN §17: may the programs holding the connection reach `host:port`, admitted by `route`?
+/// Only when the session attributes connections; a failed attribution is refused wherever the
+/// policy restricts programs (the agent's default on MCP servers included).
+fn check_programs(
+    session: &SessionContext,
+    policy: &fenzi_policy::engine::Policy,
+    route: &Route<'_>,
+    host: &Host,
+    port: u16,
+    subject: &Subject,
+) -> Result<(), Refusal> {
+    let Some(attributor) = session.attribution.get() else {
+        return Ok(());
+    };
+    let rules = policy.program_rules(route, host, port);
+    let entry = match route {
+        Route::Mcp(server) => format!("mcp.{}", server.name),
+        Route::Plain { rule, .. } => rule.clone(),
+    };
+    let holders = match &subject.program {
+        Attributed::Found(program) => program.holders(),
+        Attributed::Unknown | Attributed::Failed(_) => Vec::new(),
+    };
+    let facts: Vec<ProgramFacts<'_>> = holders
+        .iter()
+        .map(|h| ProgramFacts {
+            exe: &h.exe,
+            sha256: &h.sha256,
+            agent: h.agent,
+        })
+        .collect();
+    let Err(refused) = rules.check(&entry, &facts, attributor.agent_mode) else {
+        return Ok(());
+    };
+    let message = match (refused.holder.and_then(|i| holders.get(i)), &subject.program) {
+        (Some(h), _) => format!(
+            "{} (pid {}{}) may not reach {}: {} does not list it",
+            h.exe,
+            h.pid,
+            if h.agent { ", the agent" } else { "" },
+            host.authority(port),
+            refused.rule
+        ),
+        (None, Attributed::Failed(why)) => format!(
+            "the program of this connection could not be told ({why}); {} admits only listed programs",
+            host.authority(port)
+        ),
+        (None, _) => format!(
+            "the program of this connection could not be told; {} admits only listed programs",
+            host.authority(port)
+        ),
+    };
+    Err(Refusal::denied(
+        subject,
+        &Decision::deny(Reason::ProgramNotAllowed, refused.rule, message),
+    ))
 }
 
 /// [`admit`] for a tunnel (a CONNECT, or a connection caught on the transparent path), with its

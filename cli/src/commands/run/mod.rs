@@ -287,6 +287,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ));
             }
         };
+        // DESIGN §17: every connection from now on is attributed to the programs holding it.
+        // Without it the session would enforce no `programs:` rule: it does not start.
+        let attributor = fenzi_proxy::attribution::command_of_init(child.id())
+            .and_then(|command| {
+                fenzi_proxy::attribution::Attributor::new(
+                    command,
+                    agent::identity(args.agent),
+                    args.agent.is_some(),
+                )
+            })
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot attribute the sandbox's connections to its programs: {e}\nfenzi run \
+                     does not run a command whose connections it cannot tell apart"
+                )
+            })?;
+        proxy.attribute(attributor);
         (listener, transparent, dns, Child::Sandboxed(child))
     };
 

@@ -1,0 +1,178 @@
+//! Which programs inside the sandbox hold a connection's socket (DESIGN §17), found once per
+//! connection before it is admitted, from the host, through the sandbox's own `/proc`:
+//!
+//! 1. The socket: the connection's 4-tuple (the client's address, the listener's) is looked up in
+//!    `/proc/<command>/net/tcp` or `tcp6`, the table of the sandbox's network namespace, for the
+//!    inode of the client's end. Not found, or inode 0 (closing), is a failure.
+//! 2. The holders: every process of the sandbox is listed from the `/proc` the sandbox mounted for
+//!    its own PID namespace (`/proc/<command>/root/proc`, so only the sandbox's processes, named
+//!    by their pids inside), and each one's `fd/` is read for `socket:[inode]`. None is a failure.
+//! 3. Each holder's program: its start time, its `exe` link, then `exe` opened and hashed
+//!    (SHA-256, cached by device, inode, change time, size and modification time of the opened
+//!    file, so a swapped or rewritten file is hashed again), then the link and the start time
+//!    read again: a process that exited, was replaced by another with its pid, or exec'd another
+//!    program meanwhile fails the attribution.
+//! 4. `agent`: the holder whose pid inside is the command's (the process `fenzi run` started;
+//!    its pid survives the exec of a `#!` interpreter), or, for an agent whose launcher runs the
+//!    real program as its child (Codex's npm launcher), that launcher's direct child whose
+//!    executable has the known name.
+//!
+//! Every failure refuses the connection (fail closed): the proxy records `program_not_allowed`
+//! with the reason wherever the policy restricts programs. This module only reads; the policy
+//! decides (`fenzi_policy::programs`).
+//!
+//! May use: nothing of this crate.
+
+mod proc;
+
+use fenzi_policy::audit::{Holder, ProgramRecord};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+pub use proc::command_of_init;
+
+/// What attribution said about one connection (DESIGN §17), kept for all of its records and
+/// decisions so that none of them needs a system call.
+#[derive(Debug, Clone, Default)]
+pub enum Attributed {
+    /// The session does not attribute (`fenzi proxy`, `--no-isolation`): any program.
+    #[default]
+    Unknown,
+    /// The processes holding the connection's socket.
+    Found(ProgramRecord),
+    /// The lookup failed (why, for the refusal's message): refused wherever programs matter.
+    Failed(Arc<str>),
+}
+
+impl Attributed {
+    /// The record's `program`.
+    pub fn record(&self) -> Option<ProgramRecord> {
+        match self {
+            Attributed::Found(p) => Some(p.clone()),
+            Attributed::Unknown | Attributed::Failed(_) => None,
+        }
+    }
+}
+
+/// How the agent is recognised among a connection's holders.
+#[derive(Debug, Clone, Default)]
+pub struct AgentIdentity {
+    /// The file name of the program the agent's launcher starts as its direct child, if it does
+    /// (`codex` for Codex's npm launcher).
+    pub launcher_child: Option<String>,
+}
+
+/// Why a connection's program could not be told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttributionError {
+    #[error("no socket {0} in the sandbox's connection table")]
+    NoSocket(String),
+    #[error("no process in the sandbox holds the connection's socket")]
+    NoHolder,
+    #[error("process {pid} changed while it was being looked at (it exited or ran another program)")]
+    Changed { pid: u32 },
+    #[error("cannot read {what}: {error}")]
+    Proc { what: String, error: String },
+}
+
+/// The key of a hashed executable: a rewrite or a replacement changes one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+    size: u64,
+}
+
+/// At most this many executables' hashes are kept; past it the cache starts over.
+const MAX_HASHES: usize = 4096;
+
+/// The attribution of one sandbox's connections.
+#[derive(Debug)]
+pub struct Attributor {
+    /// The command's pid on the host (its `/proc` shows the sandbox's network and mounts).
+    command_host: u32,
+    /// The command's pid inside the sandbox.
+    command_inside: u32,
+    identity: AgentIdentity,
+    /// True for `fenzi run --agent`: an MCP server's default `programs` is `[agent]`.
+    pub agent_mode: bool,
+    hashes: Mutex<HashMap<FileKey, Arc<str>>>,
+}
+
+impl Attributor {
+    /// The attribution of the sandbox whose command is `command_host` (a pid on the host).
+    pub fn new(
+        command_host: u32,
+        identity: AgentIdentity,
+        agent_mode: bool,
+    ) -> Result<Attributor, AttributionError> {
+        let command_inside = proc::pid_inside(command_host)?;
+        Ok(Attributor {
+            command_host,
+            command_inside,
+            identity,
+            agent_mode,
+            hashes: Mutex::default(),
+        })
+    }
+
+    /// The processes holding the client's end of the connection from `client` to `server` (the
+    /// listener's address inside the sandbox), first holder first (by pid).
+    pub fn attribute(
+        &self,
+        client: SocketAddr,
+        server: SocketAddr,
+    ) -> Result<ProgramRecord, AttributionError> {
+        let inode = proc::socket_inode(self.command_host, client, server)?;
+        let pids = proc::holders(self.command_host, inode)?;
+        if pids.is_empty() {
+            return Err(AttributionError::NoHolder);
+        }
+        let mut holders = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let seen = proc::program(self.command_host, pid, |file, meta| self.hash(file, meta))?;
+            let agent = pid == self.command_inside
+                || (seen.ppid == self.command_inside
+                    && self.identity.launcher_child.as_deref().is_some_and(|name| {
+                        seen.exe.rsplit('/').next() == Some(name)
+                    }));
+            holders.push(Holder {
+                exe: seen.exe,
+                sha256: seen.sha256.to_string(),
+                pid,
+                agent,
+            });
+        }
+        ProgramRecord::new(holders).ok_or(AttributionError::NoHolder)
+    }
+
+    /// The SHA-256 of the opened executable `file`, from the cache when its key is known.
+    fn hash(
+        &self,
+        file: &mut std::fs::File,
+        meta: &std::fs::Metadata,
+    ) -> std::io::Result<Arc<str>> {
+        use std::os::unix::fs::MetadataExt;
+        let key = FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            size: meta.size(),
+        };
+        if let Some(hash) = self.hashes.lock().ok().and_then(|h| h.get(&key).cloned()) {
+            return Ok(hash);
+        }
+        let hash: Arc<str> = Arc::from(proc::sha256_of(file)?);
+        if let Ok(mut cache) = self.hashes.lock() {
+            if cache.len() >= MAX_HASHES {
+                cache.clear();
+            }
+            cache.insert(key, hash.clone());
+        }
+        Ok(hash)
+    }
+}

@@ -1,0 +1,259 @@
+//! The `/proc` reads of an attribution: the connection table, the processes' descriptors, their
+//! executables, start times and parents. Every read names what failed.
+
+use super::AttributionError;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn failed(what: impl Into<String>, error: std::io::Error) -> AttributionError {
+    AttributionError::Proc {
+        what: what.into(),
+        error: error.to_string(),
+    }
+}
+
+/// The host pid of the command the sandbox's init (host pid `init`) started: its only child.
+pub fn command_of_init(init: u32) -> Result<u32, AttributionError> {
+    let children = format!("/proc/{init}/task/{init}/children");
+    if let Ok(text) = std::fs::read_to_string(&children)
+        && let Some(pid) = text.split_whitespace().next().and_then(|p| p.parse().ok())
+    {
+        return Ok(pid);
+    }
+    // Without CONFIG_PROC_CHILDREN (or access to the init): the host's processes, by parent.
+    let dir = std::fs::read_dir("/proc").map_err(|e| failed("/proc", e))?;
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            && field(&status, "PPid:").and_then(|p| p.parse::<u32>().ok()) == Some(init)
+        {
+            return Ok(pid);
+        }
+    }
+    Err(AttributionError::NoHolder)
+}
+
+fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
+}
+
+/// The pid inside its own PID namespace of host pid `pid` (the last of `NSpid`).
+pub fn pid_inside(pid: u32) -> Result<u32, AttributionError> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).map_err(|e| failed(&path, e))?;
+    field(&status, "NSpid:")
+        .and_then(|v| v.split_whitespace().last())
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| AttributionError::Proc {
+            what: path,
+            error: "no NSpid".into(),
+        })
+}
+
+/// `addr` as the kernel's connection table writes it: the address's bytes as 32-bit words in host
+/// order, each `%08X`, then `:` and the port `%04X`.
+fn table_address(addr: SocketAddr) -> String {
+    let mut out = String::with_capacity(38);
+    let words: Vec<[u8; 4]> = match addr.ip() {
+        IpAddr::V4(ip) => vec![ip.octets()],
+        IpAddr::V6(ip) => ip
+            .octets()
+            .chunks(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect(),
+    };
+    for w in words {
+        out.push_str(&format!("{:08X}", u32::from_ne_bytes(w)));
+    }
+    out.push_str(&format!(":{:04X}", addr.port()));
+    out
+}
+
+/// The inode of the socket whose local address is `client` and remote `server`, in the network
+/// namespace of host pid `pid`.
+pub fn socket_inode(pid: u32, client: SocketAddr, server: SocketAddr) -> Result<u64, AttributionError> {
+    // An IPv4 client of an IPv6 listener would show as a mapped address; the sandbox's listeners
+    // are IPv4 or IPv6 alike on both ends, so the table follows the client.
+    let (client, server) = (canonical(client), canonical(server));
+    let table = match client.ip() {
+        IpAddr::V4(_) => "tcp",
+        IpAddr::V6(_) => "tcp6",
+    };
+    let path = format!("/proc/{pid}/net/{table}");
+    let text = std::fs::read_to_string(&path).map_err(|e| failed(&path, e))?;
+    let (local, remote) = (table_address(client), table_address(server));
+    for line in text.lines().skip(1) {
+        let mut cols = line.split_whitespace();
+        let (Some(_), Some(l), Some(r)) = (cols.next(), cols.next(), cols.next()) else {
+            continue;
+        };
+        if l != local || r != remote {
+            continue;
+        }
+        // st, tx:rx, tr:when, retrnsmt, uid, timeout, inode
+        let inode = cols.nth(6).and_then(|i| i.parse::<u64>().ok()).unwrap_or(0);
+        if inode == 0 {
+            break;
+        }
+        return Ok(inode);
+    }
+    Err(AttributionError::NoSocket(format!("{client} -> {server}")))
+}
+
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
+            None => addr,
+        },
+        IpAddr::V4(_) => addr,
+    }
+}
+
+/// The sandbox's `/proc` (its own PID namespace's), seen from the host through the command.
+fn sandbox_proc(command_host: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{command_host}/root/proc"))
+}
+
+/// The pids (inside) of the sandbox's processes with a descriptor on socket `inode`, ascending.
+pub fn holders(command_host: u32, inode: u64) -> Result<Vec<u32>, AttributionError> {
+    let root = sandbox_proc(command_host);
+    let target = format!("socket:[{inode}]");
+    let dir = std::fs::read_dir(&root).map_err(|e| failed(root.display().to_string(), e))?;
+    let mut out = Vec::new();
+    let mut link = PathBuf::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let fds = root.join(pid.to_string()).join("fd");
+        let list = match std::fs::read_dir(&fds) {
+            Ok(list) => list,
+            // Gone since the listing: it holds nothing now.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            // A process whose descriptors cannot be read might hold it: fail closed.
+            Err(e) => return Err(failed(fds.display().to_string(), e)),
+        };
+        for fd in list.flatten() {
+            link.clear();
+            link.push(fd.path());
+            if let Ok(to) = std::fs::read_link(&link)
+                && to.as_os_str().as_bytes() == target.as_bytes()
+            {
+                out.push(pid);
+                break;
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// What a holder runs.
+pub struct Seen {
+    pub exe: String,
+    pub sha256: Arc<str>,
+    pub ppid: u32,
+}
+
+/// The start time (field 22 of `stat`) and parent (field 4) of `dir`'s process.
+fn start_and_parent(dir: &Path) -> Result<(u64, u32), AttributionError> {
+    let path = dir.join("stat");
+    let text = std::fs::read_to_string(&path).map_err(|e| failed(path.display().to_string(), e))?;
+    // The command name, in parentheses, may hold anything: fields are counted after its end.
+    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After `)`: state is field 3, so field N is fields[N - 3].
+    let parent = fields.get(1).and_then(|p| p.parse().ok());
+    let start = fields.get(19).and_then(|s| s.parse().ok());
+    match (start, parent) {
+        (Some(s), Some(p)) => Ok((s, p)),
+        _ => Err(AttributionError::Proc {
+            what: path.display().to_string(),
+            error: "unexpected format".into(),
+        }),
+    }
+}
+
+/// The program process `pid` (inside) runs, hashed by `hash`, checked not to have changed (exit,
+/// pid reuse, exec) while it was looked at.
+pub fn program(
+    command_host: u32,
+    pid: u32,
+    hash: impl FnOnce(&mut File, &std::fs::Metadata) -> std::io::Result<Arc<str>>,
+) -> Result<Seen, AttributionError> {
+    let dir = sandbox_proc(command_host).join(pid.to_string());
+    let (start, ppid) = start_and_parent(&dir)?;
+    let exe_link = dir.join("exe");
+    let exe = std::fs::read_link(&exe_link).map_err(|e| failed(exe_link.display().to_string(), e))?;
+    let mut file = File::open(&exe_link).map_err(|e| failed(exe_link.display().to_string(), e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| failed(exe_link.display().to_string(), e))?;
+    let sha256 = hash(&mut file, &meta).map_err(|e| failed(exe_link.display().to_string(), e))?;
+    let again = std::fs::read_link(&exe_link).ok();
+    let (start_again, _) = start_and_parent(&dir)?;
+    if again.as_deref() != Some(exe.as_path()) || start_again != start {
+        return Err(AttributionError::Changed { pid });
+    }
+    Ok(Seen {
+        exe: text_of(exe.as_os_str()),
+        sha256,
+        ppid,
+    })
+}
+
+/// A path as records name it (not UTF-8: lossily; such a path cannot match a policy's).
+fn text_of(path: &OsStr) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// The SHA-256 (hex) of `file` from its start, checked unchanged by the end of the read.
+pub fn sha256_of(file: &mut File) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    let before = file.metadata()?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let after = file.metadata()?;
+    if (before.ctime(), before.ctime_nsec(), before.size())
+        != (after.ctime(), after.ctime_nsec(), after.size())
+    {
+        return Err(std::io::Error::other("the executable changed while it was hashed"));
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_written_as_the_kernel_writes_them() {
+        // On little-endian hosts (every one fenzi is built for): 127.0.0.1:8080.
+        if cfg!(target_endian = "little") {
+            assert_eq!(table_address("127.0.0.1:8080".parse().unwrap()), "0100007F:1F90");
+            assert_eq!(
+                table_address("[::1]:443".parse().unwrap()),
+                "00000000000000000000000001000000:01BB"
+            );
+        }
+    }
+}
