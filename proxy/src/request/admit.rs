@@ -11,7 +11,7 @@ use crate::audit::sink::Subject;
 use crate::error::ProxyError;
 use crate::request::refusal::Refusal;
 use crate::session::context::SessionContext;
-use fenzi_policy::programs::ProgramFacts;
+use fenzi_policy::programs::{ProgramFacts, ProgramRules};
 use fenzi_policy::{Decision, Reason};
 use fenzi_policy::engine::{McpServer, Route};
 use fenzi_policy::host::Host;
@@ -164,7 +164,8 @@ pub(crate) async fn admit(
 
 /// DESIGN §17: may the programs holding the connection reach `host:port`, admitted by `route`?
 /// Only when the session attributes connections; a failed attribution is refused wherever the
-/// policy restricts programs (the agent's default on MCP servers included).
+/// policy restricts programs (the agent's default on MCP servers included). Decided before the
+/// name is resolved: a refused program learns nothing of where the name points.
 fn check_programs(
     session: &SessionContext,
     policy: &fenzi_policy::engine::Policy,
@@ -173,15 +174,34 @@ fn check_programs(
     port: u16,
     subject: &Subject,
 ) -> Result<(), Refusal> {
-    let Some(attributor) = session.attribution.get() else {
-        return Ok(());
-    };
     let rules = policy.program_rules(route, host, port);
     let entry = match route {
         Route::Mcp(server) => format!("mcp.{}", server.name),
         Route::Plain { rule, .. } => rule.clone(),
     };
-    let holders = match &subject.program {
+    let what = format!("reach {}", host.authority(port));
+    match program_refusal(session, &rules, &entry, &what, &subject.program) {
+        Some(denied) => Err(Refusal::denied(subject, &denied)),
+        None => Ok(()),
+    }
+}
+
+/// The `program_not_allowed` denial of `program` by `rules` (of the policy entry named `entry` in
+/// records), for a refusal saying it may not `what`; `None` when allowed, or when the session does
+/// not attribute connections (`fenzi proxy`: any program). Pure: no system call, whatever the
+/// connection's age.
+pub(crate) fn program_refusal(
+    session: &SessionContext,
+    rules: &ProgramRules,
+    entry: &str,
+    what: &str,
+    program: &Attributed,
+) -> Option<Decision> {
+    let attributor = session.attribution.get()?;
+    if !rules.restricts(attributor.agent_mode) {
+        return None;
+    }
+    let holders = match program {
         Attributed::Found(program) => program.holders(),
         Attributed::Unknown | Attributed::Failed(_) => Vec::new(),
     };
@@ -193,31 +213,25 @@ fn check_programs(
             agent: h.agent,
         })
         .collect();
-    let Err(refused) = rules.check(&entry, &facts, attributor.agent_mode) else {
-        return Ok(());
-    };
-    let message = match (refused.holder.and_then(|i| holders.get(i)), &subject.program) {
+    let refused = rules.check(entry, &facts, attributor.agent_mode).err()?;
+    let message = match (refused.holder.and_then(|i| holders.get(i)), program) {
         (Some(h), _) => format!(
-            "{} (pid {}{}) may not reach {}: {} does not list it",
+            "{} (pid {}{}) may not {what}: {} does not list it",
             h.exe,
             h.pid,
             if h.agent { ", the agent" } else { "" },
-            host.authority(port),
             refused.rule
         ),
         (None, Attributed::Failed(why)) => format!(
-            "the program of this connection could not be told ({why}); {} admits only listed programs",
-            host.authority(port)
+            "the program of this connection could not be told ({why}), so it may not {what}: \
+             only listed programs may"
         ),
         (None, _) => format!(
-            "the program of this connection could not be told; {} admits only listed programs",
-            host.authority(port)
+            "the program of this connection could not be told, so it may not {what}: only \
+             listed programs may"
         ),
     };
-    Err(Refusal::denied(
-        subject,
-        &Decision::deny(Reason::ProgramNotAllowed, refused.rule, message),
-    ))
+    Some(Decision::deny(Reason::ProgramNotAllowed, refused.rule, message))
 }
 
 /// [`admit`] for a tunnel (a CONNECT, or a connection caught on the transparent path), with its

@@ -8,7 +8,7 @@
 
 mod agent;
 mod grok_config;
-mod protect;
+pub(crate) mod protect;
 mod summary;
 mod transparent;
 
@@ -229,6 +229,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         // The team key: a key the agent could replace would let a later session trust its copy.
         read_only.extend(team.as_ref().map(|t| t.key.clone()));
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
+        // `--allow-write` makes more of the disk the agent's: a `programs:` path there must be
+        // pinned as well (the rest was checked with the policy).
+        let unpinned = crate::config_files::unpinned_programs(&config, &writable);
+        if !unpinned.is_empty() {
+            return Err(fenzi_policy::config::ConfigErrors(unpinned).into());
+        }
         protect::refuse_changeable_links(&read_only, &writable)?;
         protected = protect::Protected::record(&read_only);
         let transparent = transparent::spec(&policy, session_dir)?;
