@@ -383,6 +383,13 @@ impl Policy {
             Route::Mcp(server) => server.programs.clone(),
             Route::Plain { .. } => ProgramRules::default(),
         };
+        rules.and(&self.host_program_rules(host, port));
+        rules
+    }
+
+    /// The `programs:` of every `hosts` mapping matching `host:port`, all applying.
+    pub fn host_program_rules(&self, host: &Host, port: u16) -> ProgramRules {
+        let mut rules = ProgramRules::default();
         for (pattern, more) in &self.host_programs {
             if pattern.matches(host, port) {
                 rules.and(more);
