@@ -1,4 +1,6 @@
-//! A record as one line for a person: `[date ]HH:MM:SS decision METHOD target [rpc [tool]]  [reason]`,
+//! A record as one line for a person: `[date ]HH:MM:SS decision METHOD target [rpc [tool]] [by
+//! PROGRAM]  [reason]` (the program under `fenzi run`: `agent`, or the executable's path, `+N` when
+//! N more processes held the connection),
 //! the decision coloured on a terminal, and every field taken from the record quoted and escaped
 //! when it is not plain ASCII, so a hostile host, path or tool name cannot forge or hide text. A
 //! tool call the tool rules denied gets a second, indented line: its [`hint`].
@@ -89,6 +91,18 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
     {
         line.push(' ');
         line.push_str(&field(named));
+    }
+    // DESIGN §17: who made the connection (`fenzi run` only).
+    if let Some(program) = &r.program {
+        line.push_str(" by ");
+        if program.0.agent {
+            line.push_str("agent");
+        } else {
+            line.push_str(&field(&program.0.exe));
+        }
+        if program.0.holders.len() > 1 {
+            line.push_str(&format!("+{}", program.0.holders.len() - 1));
+        }
     }
     if !r.secrets.is_empty() {
         let names: Vec<String> = r.secrets.iter().map(|s| field(s)).collect();
