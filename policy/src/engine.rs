@@ -387,6 +387,16 @@ impl Policy {
         rules
     }
 
+    /// Whether [`Policy::program_rules`] would restrict anything under `agent_mode`, without
+    /// building them (asked on every admission).
+    pub fn programs_restrict(&self, route: &Route<'_>, host: &Host, port: u16, agent_mode: bool) -> bool {
+        let server = match route {
+            Route::Mcp(server) if !self.is_shared_host(server) => server.programs.restricts(agent_mode),
+            Route::Mcp(_) | Route::Plain { .. } => false,
+        };
+        server || self.host_programs.iter().any(|(pattern, _)| pattern.matches(host, port))
+    }
+
     /// The `programs:` of every `hosts` mapping matching `host:port`, all applying.
     pub fn host_program_rules(&self, host: &Host, port: u16) -> ProgramRules {
         let mut rules = ProgramRules::default();

@@ -174,16 +174,30 @@ fn check_programs(
     port: u16,
     subject: &Subject,
 ) -> Result<(), Refusal> {
+    // Nothing is built unless something restricts (a plain-HTTP request is admitted each time).
+    let Some(attributor) = session.attribution.get() else {
+        return Ok(());
+    };
+    if !policy.programs_restrict(route, host, port, attributor.agent_mode) {
+        return Ok(());
+    }
     let rules = policy.program_rules(route, host, port);
-    let entry = match route {
+    let entry = || match route {
         Route::Mcp(server) => format!("mcp.{}", server.name),
         Route::Plain { rule, .. } => rule.clone(),
     };
-    let what = format!("reach {}", host.authority(port));
-    match program_refusal(session, &rules, &entry, &what, &subject.program) {
-        Some(denied) => Err(Refusal::denied(subject, &denied)),
-        None => Ok(()),
+    let what = || format!("reach {}", host.authority(port));
+    let Some(denied) = program_refusal(session, &rules, entry, what, &subject.program) else {
+        return Ok(());
+    };
+    // The refusal names the server it was about, as its other records would.
+    let mut subject = subject.clone();
+    if let Route::Mcp(server) = route
+        && !policy.is_shared_host(server)
+    {
+        subject.server = Some(server.name.clone());
     }
+    Err(Refusal::denied(&subject, &denied))
 }
 
 /// The `program_not_allowed` denial of `program` by `rules` (of the policy entry named `entry` in
@@ -193,14 +207,15 @@ fn check_programs(
 pub(crate) fn program_refusal(
     session: &SessionContext,
     rules: &ProgramRules,
-    entry: &str,
-    what: &str,
+    entry: impl FnOnce() -> String,
+    what: impl FnOnce() -> String,
     program: &Attributed,
 ) -> Option<Decision> {
     let attributor = session.attribution.get()?;
     if !rules.restricts(attributor.agent_mode) {
         return None;
     }
+    let (entry, what) = (entry(), what());
     let holders = match program {
         Attributed::Found(program) => program.holders(),
         Attributed::Unknown | Attributed::Failed(_) => Vec::new(),
@@ -213,7 +228,7 @@ pub(crate) fn program_refusal(
             agent: h.agent,
         })
         .collect();
-    let refused = rules.check(entry, &facts, attributor.agent_mode).err()?;
+    let refused = rules.check(&entry, &facts, attributor.agent_mode).err()?;
     let message = match (refused.holder.and_then(|i| holders.get(i)), program) {
         (Some(h), _) => format!(
             "{} (pid {}{}) may not {what}: {} does not list it",

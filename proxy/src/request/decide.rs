@@ -56,11 +56,9 @@ fn program_denial(
     if cx.dest().shared
         && let Some(server) = cx.server()
     {
-        let entry = format!("mcp.{}", server.name);
-        let what = format!("use MCP server {}", server.name);
-        if let Some(denied) =
-            program_refusal(session, &server.programs, &entry, &what, program)
-        {
+        let entry = || format!("mcp.{}", server.name);
+        let what = || format!("use MCP server {}", server.name);
+        if let Some(denied) = program_refusal(session, &server.programs, entry, what, program) {
             return Some(denied);
         }
     }
@@ -68,10 +66,9 @@ fn program_denial(
         let Some(binding) = cx.live.policy.secrets().iter().find(|b| &b.name == name) else {
             continue;
         };
-        let entry = format!("secrets.{name}");
-        let what = format!("send secret {name}");
-        if let Some(denied) = program_refusal(session, &binding.programs, &entry, &what, program)
-        {
+        let entry = || format!("secrets.{name}");
+        let what = || format!("send secret {name}");
+        if let Some(denied) = program_refusal(session, &binding.programs, entry, what, program) {
             return Some(denied);
         }
     }
