@@ -28,7 +28,7 @@ mod proc;
 use fenzi_policy::audit::{Holder, ProgramRecord};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use proc::command_of_init;
 
@@ -99,7 +99,9 @@ pub struct Attributor {
     identity: AgentIdentity,
     /// True for `fenzi run --agent`: an MCP server's default `programs` is `[agent]`.
     pub agent_mode: bool,
-    hashes: Mutex<HashMap<FileKey, Arc<str>>>,
+    /// Each executable's hash, by its key; computed once even when several connections of a new
+    /// program arrive together (the others wait for the first).
+    hashes: Mutex<HashMap<FileKey, Arc<OnceLock<Result<Arc<str>, String>>>>>,
 }
 
 impl Attributor {
@@ -163,16 +165,91 @@ impl Attributor {
             mtime: (meta.mtime(), meta.mtime_nsec()),
             size: meta.size(),
         };
-        if let Some(hash) = self.hashes.lock().ok().and_then(|h| h.get(&key).cloned()) {
-            return Ok(hash);
-        }
-        let hash: Arc<str> = Arc::from(proc::sha256_of(file)?);
-        if let Ok(mut cache) = self.hashes.lock() {
-            if cache.len() >= MAX_HASHES {
+        let cell = {
+            let mut cache = self
+                .hashes
+                .lock()
+                .map_err(|_| std::io::Error::other("the hash cache is poisoned"))?;
+            if cache.len() >= MAX_HASHES && !cache.contains_key(&key) {
                 cache.clear();
             }
-            cache.insert(key, hash.clone());
+            cache.entry(key).or_default().clone()
+        };
+        let got = cell
+            .get_or_init(|| proc::sha256_of(file).map(Arc::from).map_err(|e| e.to_string()))
+            .clone();
+        if got.is_err() {
+            // Not kept: the next connection tries again.
+            if let Ok(mut cache) = self.hashes.lock() {
+                cache.remove(&key);
+            }
         }
-        Ok(hash)
+        got.map_err(std::io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    /// Outside a sandbox the same lookups work on the host's own `/proc` (this process as the
+    /// "command"): every process's descriptors are read, which needs root.
+    fn as_root() -> bool {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .map(|u| u.split_whitespace().nth(1) == Some("0"))
+            })
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn a_connection_is_attributed_to_the_process_holding_it() {
+        if !as_root() {
+            eprintln!("skipped: reading every process's descriptors needs root");
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(server).unwrap();
+        let (_accepted, peer) = listener.accept().unwrap();
+        let me = std::process::id();
+        let attributor = Attributor::new(me, AgentIdentity::default(), true).unwrap();
+        let program = attributor.attribute(peer, server).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(program.0.exe, exe.to_string_lossy());
+        assert!(program.0.agent, "the process whose pid is the command's is the agent");
+        assert!(program.0.holders.is_empty(), "one holder");
+        let mut file = std::fs::File::open(&exe).unwrap();
+        assert_eq!(program.0.sha256, proc::sha256_of(&mut file).unwrap());
+        // The second lookup takes the hash from the cache, keyed by the file's identity.
+        let again = attributor.attribute(peer, server).unwrap();
+        assert_eq!(again, program);
+        assert_eq!(attributor.hashes.lock().unwrap().len(), 1);
+        // The server's end is held too, but by the 4-tuple the client's end is the one looked up:
+        // the other direction is another socket.
+        let reversed = attributor.attribute(server, peer).unwrap();
+        assert_eq!(reversed.0.pid, program.0.pid);
+    }
+
+    #[test]
+    fn a_connection_nobody_holds_is_not_attributed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = listener.local_addr().unwrap();
+        let client = TcpStream::connect(server).unwrap();
+        let (_accepted, peer) = listener.accept().unwrap();
+        drop(client);
+        let attributor = Attributor::new(std::process::id(), AgentIdentity::default(), true).unwrap();
+        let got = attributor.attribute(peer, server);
+        assert!(
+            matches!(got, Err(AttributionError::NoSocket(_) | AttributionError::NoHolder)),
+            "{got:?}"
+        );
+        // A 4-tuple that never existed.
+        let nowhere = attributor.attribute("127.0.0.1:1".parse().unwrap(), server);
+        assert!(matches!(nowhere, Err(AttributionError::NoSocket(_))), "{nowhere:?}");
     }
 }

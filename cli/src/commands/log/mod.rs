@@ -56,8 +56,8 @@ Output:
   Times are UTC; the date is shown when the records span days. Text that is not plain ASCII is
   quoted, with control and invisible characters escaped. Under a tool call the policy refused, an
   indented line says what to do: the `fenzi approve` line that allows it, or the deny rule.
-  Under `fenzi run`, `by` names the program inside the sandbox that made the connection: `agent`
-  for the agent's own process, else its executable (`+N`: N more processes held the socket).
+  Under `fenzi run`, `by` names the program inside the sandbox that made the connection when it
+  is not the agent (`+N`: N more processes held the socket); the agent's own lines have none.
 
 Logs live in $XDG_STATE_HOME/fenzi/audit/<session>.jsonl (default ~/.local/state/fenzi/audit).
 --verify exits 0 when every record's hash chain is intact and the head file (<log>.head) matches,

@@ -1,6 +1,6 @@
 //! A record as one line for a person: `[date ]HH:MM:SS decision METHOD target [rpc [tool]] [by
-//! PROGRAM]  [reason]` (the program under `fenzi run`: `agent`, or the executable's path, `+N` when
-//! N more processes held the connection),
+//! PROGRAM]  [reason]` (under `fenzi run`, the program when it is not the agent alone: the
+//! executable's path, `agent` when the agent shared the socket, `+N` when N more processes held it),
 //! the decision coloured on a terminal, and every field taken from the record quoted and escaped
 //! when it is not plain ASCII, so a hostile host, path or tool name cannot forge or hide text. A
 //! tool call the tool rules denied gets a second, indented line: its [`hint`].
@@ -92,8 +92,11 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
         line.push(' ');
         line.push_str(&field(named));
     }
-    // DESIGN §17: who made the connection (`fenzi run` only).
-    if let Some(program) = &r.program {
+    // DESIGN §17: who made the connection (`fenzi run` only), when it is not the agent alone:
+    // the agent's own traffic reads as it always did, anyone else's stands out.
+    if let Some(program) = &r.program
+        && (!program.0.agent || !program.0.holders.is_empty())
+    {
         line.push_str(" by ");
         if program.0.agent {
             line.push_str("agent");
