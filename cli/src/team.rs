@@ -99,17 +99,7 @@ pub fn load(
         layer.as_ref().map(|l| l.config.clone()),
         machine.as_ref().map(|m| (m.text.as_str(), m.name.as_str())),
         Some((project.text.as_str(), project.name.as_str())),
-    )
-    .and_then(|config| {
-        // DESIGN §17: a `programs:` path where the sandbox can write must be pinned.
-        let roots = crate::config_files::sandbox_writable_roots(&args.config, &[]);
-        let errors = crate::config_files::unpinned_programs(&config, &roots);
-        if errors.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigErrors(errors))
-        }
-    });
+    );
     Ok((LoadedPolicy { project, result }, layer))
 }
 

@@ -168,7 +168,10 @@ fn a_programs_host_entry_lets_git_reach_a_host_curl_cannot() {
         return;
     }
     if !std::path::Path::new(GIT_REMOTE_HTTP).exists() {
-        skip("a_programs_host_entry...", "no /usr/lib/git-core/git-remote-http here");
+        skip(
+            "a_programs_host_entry...",
+            "no /usr/lib/git-core/git-remote-http here",
+        );
         return;
     }
     let (port, hits) = http_server();
@@ -210,7 +213,10 @@ fn a_programs_host_entry_lets_git_reach_a_host_curl_cannot() {
         assert!(r["program"]["pid"].as_u64().unwrap() > 2, "{log}");
         assert_eq!(r["program"]["sha256"].as_str().unwrap().len(), 64, "{log}");
     }
-    assert!(curl.iter().any(|r| r["method"] == "CONNECT"), "the transparent path: {log}");
+    assert!(
+        curl.iter().any(|r| r["method"] == "CONNECT"),
+        "the transparent path: {log}"
+    );
     // Only git's requests reached the server.
     assert_eq!(hits.load(Ordering::SeqCst), git.len(), "{log}");
     // `fenzi log --program` picks them out.
@@ -222,7 +228,12 @@ fn a_programs_host_entry_lets_git_reach_a_host_curl_cannot() {
         .unwrap();
     let shown = text(&shown.stdout);
     assert_eq!(shown.lines().count(), 2, "{shown}");
-    assert!(shown.lines().all(|l| l.contains("by /usr/bin/curl") && l.contains("program_not_allowed")), "{shown}");
+    assert!(
+        shown
+            .lines()
+            .all(|l| l.contains("by /usr/bin/curl") && l.contains("program_not_allowed")),
+        "{shown}"
+    );
 }
 
 /// `programs: [agent]` on an MCP server: the process `fenzi run` started (python, through its
@@ -292,7 +303,13 @@ os.waitpid(pid, 0)
     assert_eq!(posts[0]["decision"], "allowed", "{log}");
     assert_eq!(posts[0]["program"]["agent"], true, "{log}");
     assert_eq!(posts[0]["program"]["pid"], 2, "{log}");
-    assert!(posts[0]["program"]["exe"].as_str().unwrap().contains("python"), "{log}");
+    assert!(
+        posts[0]["program"]["exe"]
+            .as_str()
+            .unwrap()
+            .contains("python"),
+        "{log}"
+    );
     // Its child curl: refused at the same server, by the rule.
     assert_eq!(posts[1]["reason"], "program_not_allowed", "{log}");
     assert_eq!(posts[1]["rule"], "mcp.notes.programs", "{log}");
@@ -307,4 +324,64 @@ os.waitpid(pid, 0)
     assert!(holders.iter().any(|h| h["agent"] == false), "{log}");
     // Only the agent's request reached the server.
     assert_eq!(hits.load(Ordering::SeqCst), 1, "{log}");
+}
+
+/// `fenzi check`: a `programs:` path where the sandbox can write (here the project's own
+/// directory and /tmp) is refused without `sha256`, with its place; pinned, it passes, and a
+/// cases file can name the program that sends each case.
+#[test]
+fn check_refuses_an_unpinned_writable_program_and_runs_program_cases() {
+    let sha = "c".repeat(64);
+    let env = Env::new("check", "version: 1\n");
+    let project_tool = env.dir.join("bin/tool");
+    std::fs::write(
+        env.dir.join("fenzi.yaml"),
+        format!(
+            "version: 1\nhosts:\n  - {{host: a.example, programs: [/tmp/tool, {}]}}\n",
+            project_tool.display()
+        ),
+    )
+    .unwrap();
+    let check = |extra: &[&str]| {
+        Command::new(&env.fenzi)
+            .args(["check", "--no-machine"])
+            .args(extra)
+            .current_dir(&env.dir)
+            .env("XDG_CONFIG_HOME", env.dir.join("xdg"))
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    let out = check(&[]);
+    let stdout = text(&out.stdout) + &text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("fenzi.yaml:3:") && stdout.contains("hosts[0].programs[0]"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("hosts[0].programs[1]"), "{stdout}");
+    assert!(
+        stdout.contains("is where the sandbox can write"),
+        "{stdout}"
+    );
+    std::fs::write(
+        env.dir.join("fenzi.yaml"),
+        format!(
+            "version: 1\nhosts:\n  - {{host: a.example, programs: [{{path: /tmp/tool, sha256: \"{sha}\"}}, /usr/bin/git]}}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        env.dir.join("cases.yaml"),
+        format!(
+            "cases:\n  - {{host: a.example, program: /usr/bin/git, expect: allowed}}\n  \
+             - {{host: a.example, program: /tmp/tool, sha256: \"{sha}\", expect: allowed}}\n  \
+             - {{host: a.example, program: /tmp/tool, expect: denied, reason: program_not_allowed}}\n  \
+             - {{host: a.example, program: agent, expect: denied, reason: program_not_allowed, rule: \"hosts[0].programs\"}}\n"
+        ),
+    )
+    .unwrap();
+    let out = check(&["--cases", "cases.yaml"]);
+    let stdout = text(&out.stdout) + &text(&out.stderr);
+    assert!(out.status.success(), "{stdout}");
 }

@@ -149,7 +149,11 @@ impl ProgramRecord {
             sha256: first.sha256,
             pid: first.pid,
             agent: first.agent,
-            holders: if holders.len() > 1 { holders } else { Vec::new() },
+            holders: if holders.len() > 1 {
+                holders
+            } else {
+                Vec::new()
+            },
         })))
     }
 

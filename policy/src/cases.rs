@@ -421,11 +421,18 @@ fn check_program(
         agent: program.agent,
     };
     let refused = rules.check(entry, &[facts], true).err()?;
-    let who = if program.agent { "the agent" } else { program.exe.as_str() };
+    let who = if program.agent {
+        "the agent"
+    } else {
+        program.exe.as_str()
+    };
     Some(Decision::deny(
         Reason::ProgramNotAllowed,
         refused.rule.clone(),
-        format!("{who} may not use {entry}: {} does not list it", refused.rule),
+        format!(
+            "{who} may not use {entry}: {} does not list it",
+            refused.rule
+        ),
     ))
 }
 

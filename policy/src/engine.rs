@@ -6,7 +6,6 @@
 //! and which secrets are bound where.
 
 use crate::cidr::Cidr;
-use crate::programs::ProgramRules;
 use crate::config::{
     AccountProvider, Annotation, Config, ListMode, McpServerConfig, Origin, ServerKind, ToolLimit,
     ToolRules,
@@ -16,6 +15,7 @@ use crate::host::{Host, HostPattern};
 use crate::ip::{InternalRange, internal_range};
 use crate::mcp::inventory::Inventory;
 use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, ServerRule};
+use crate::programs::ProgramRules;
 use crate::secret_name::server_token_name;
 use crate::secret_position::SecretPosition;
 use std::net::IpAddr;
@@ -389,12 +389,24 @@ impl Policy {
 
     /// Whether [`Policy::program_rules`] would restrict anything under `agent_mode`, without
     /// building them (asked on every admission).
-    pub fn programs_restrict(&self, route: &Route<'_>, host: &Host, port: u16, agent_mode: bool) -> bool {
+    pub fn programs_restrict(
+        &self,
+        route: &Route<'_>,
+        host: &Host,
+        port: u16,
+        agent_mode: bool,
+    ) -> bool {
         let server = match route {
-            Route::Mcp(server) if !self.is_shared_host(server) => server.programs.restricts(agent_mode),
+            Route::Mcp(server) if !self.is_shared_host(server) => {
+                server.programs.restricts(agent_mode)
+            }
             Route::Mcp(_) | Route::Plain { .. } => false,
         };
-        server || self.host_programs.iter().any(|(pattern, _)| pattern.matches(host, port))
+        server
+            || self
+                .host_programs
+                .iter()
+                .any(|(pattern, _)| pattern.matches(host, port))
     }
 
     /// The `programs:` of every `hosts` mapping matching `host:port`, all applying.
@@ -412,8 +424,14 @@ impl Policy {
     /// an agent's default).
     pub fn names_programs(&self) -> bool {
         !self.host_programs.is_empty()
-            || self.servers.iter().any(|s| s.programs.lists().next().is_some())
-            || self.secrets.iter().any(|s| s.programs.lists().next().is_some())
+            || self
+                .servers
+                .iter()
+                .any(|s| s.programs.lists().next().is_some())
+            || self
+                .secrets
+                .iter()
+                .any(|s| s.programs.lists().next().is_some())
     }
 
     pub fn servers(&self) -> &[McpServer] {

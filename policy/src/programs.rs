@@ -13,60 +13,24 @@
 //!
 //! No I/O: the proxy finds the holders and hashes their executables; this decides.
 
-use crate::config::model::{Located, Location, Origin};
-use std::fmt;
+pub use crate::config::model::programs::{HostPrograms, ProgramList, ProgramRef};
+use crate::config::model::{Located, Origin};
 use std::path::Path;
 
-/// One item of a `programs:` list.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ProgramRef {
-    /// `agent`: the agent's own process.
-    Agent,
-    /// An absolute path: that executable, whatever its content.
-    Path(String),
-    /// `{path, sha256}`: that executable with exactly that content (lower-case hex).
-    Pinned { path: String, sha256: String },
+/// What an item of a list admits.
+pub trait Admits {
+    /// Whether `program` is this item.
+    fn matches(&self, program: &ProgramFacts<'_>) -> bool;
 }
 
-impl ProgramRef {
-    /// Whether `program` is this item.
-    pub fn matches(&self, program: &ProgramFacts<'_>) -> bool {
+impl Admits for ProgramRef {
+    fn matches(&self, program: &ProgramFacts<'_>) -> bool {
         match self {
             ProgramRef::Agent => program.agent,
             ProgramRef::Path(path) => program.exe == path,
             ProgramRef::Pinned { path, sha256 } => program.exe == path && program.sha256 == sha256,
         }
     }
-
-    /// The path it names, if any.
-    pub fn path(&self) -> Option<&str> {
-        match self {
-            ProgramRef::Agent => None,
-            ProgramRef::Path(p) | ProgramRef::Pinned { path: p, .. } => Some(p),
-        }
-    }
-}
-
-impl fmt::Display for ProgramRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProgramRef::Agent => f.write_str("agent"),
-            ProgramRef::Path(p) => f.write_str(p),
-            ProgramRef::Pinned { path, sha256 } => {
-                write!(f, "{path} (sha256 {})", &sha256[..sha256.len().min(12)])
-            }
-        }
-    }
-}
-
-/// A `programs:` list as one file wrote it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgramList {
-    pub items: Vec<Located<ProgramRef>>,
-    /// The file it came from (the entry's own origin: its default is replaced, not narrowed).
-    pub origin: Origin,
-    /// The `programs` key; its path names the list in decisions (`mcp.linear.programs`).
-    pub at: Location,
 }
 
 /// One process holding a connection's socket, as attribution found it: its executable as seen
@@ -176,13 +140,6 @@ impl ProgramRules {
     }
 }
 
-/// A `hosts` entry's `programs:`: the programs that may reach the hosts it matches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostPrograms {
-    pub pattern: crate::host::HostPattern,
-    pub list: ProgramList,
-}
-
 /// Every path item of `lists` that lies beneath one of `writable` (where the sandbox can write)
 /// without a `sha256`: the program there is whatever the agent last wrote, so the path alone
 /// says nothing. Each is an error naming the item.
@@ -194,7 +151,9 @@ pub fn unpinned_writable<'a>(
     for list in lists {
         for item in &list.items {
             if let ProgramRef::Path(path) = &item.value
-                && writable.iter().any(|root| Path::new(path).starts_with(root))
+                && writable
+                    .iter()
+                    .any(|root| Path::new(path).starts_with(root))
             {
                 out.push(item);
             }
@@ -210,6 +169,7 @@ pub const ALWAYS_WRITABLE: &[&str] = &["/tmp", "/var/tmp", "/dev/shm", "/dev"];
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::model::Location;
     use std::sync::Arc;
 
     fn at(key: &str) -> Location {
@@ -258,8 +218,16 @@ mod tests {
     /// Table: (lists, agent default, agent mode, holders, expected refusal rule or None).
     #[test]
     fn table() {
-        let git_only = [list("hosts[0].programs", Origin::Machine, &[path("/usr/bin/git")])];
-        let agent_only = [list("mcp.l.programs", Origin::Machine, &[ProgramRef::Agent])];
+        let git_only = [list(
+            "hosts[0].programs",
+            Origin::Machine,
+            &[path("/usr/bin/git")],
+        )];
+        let agent_only = [list(
+            "mcp.l.programs",
+            Origin::Machine,
+            &[ProgramRef::Agent],
+        )];
         let pinned = [list(
             "secrets.T.programs",
             Origin::Machine,
@@ -277,15 +245,39 @@ mod tests {
             }],
         )];
         let narrowed = [
-            list("mcp.l.programs", Origin::Machine, &[ProgramRef::Agent, path("/usr/bin/git")]),
-            list("mcp.l.programs", Origin::Project, &[path("/usr/bin/git"), path("/usr/bin/curl")]),
+            list(
+                "mcp.l.programs",
+                Origin::Machine,
+                &[ProgramRef::Agent, path("/usr/bin/git")],
+            ),
+            list(
+                "mcp.l.programs",
+                Origin::Project,
+                &[path("/usr/bin/git"), path("/usr/bin/curl")],
+            ),
         ];
-        let project_only = [list("mcp.l.programs", Origin::Project, &[path("/usr/bin/curl")])];
-        type Case<'a> = (&'a [ProgramList], bool, bool, &'a [ProgramFacts<'a>], Option<&'a str>);
+        let project_only = [list(
+            "mcp.l.programs",
+            Origin::Project,
+            &[path("/usr/bin/curl")],
+        )];
+        type Case<'a> = (
+            &'a [ProgramList],
+            bool,
+            bool,
+            &'a [ProgramFacts<'a>],
+            Option<&'a str>,
+        );
         let cases: &[Case] = &[
             // Nothing written: an MCP server under an agent is [agent]; without one, anyone.
             (&[], true, true, &[AGENT], None),
-            (&[], true, true, &[CURL], Some("mcp.l default programs [agent]")),
+            (
+                &[],
+                true,
+                true,
+                &[CURL],
+                Some("mcp.l default programs [agent]"),
+            ),
             (&[], true, false, &[CURL], None),
             (&[], false, true, &[CURL], None),
             // A list replaces the entry's own default.
@@ -294,7 +286,13 @@ mod tests {
             (&agent_only, true, true, &[AGENT], None),
             (&agent_only, true, false, &[CURL], Some("mcp.l.programs")),
             // Several holders: all of them.
-            (&agent_only, true, true, &[AGENT, CURL], Some("mcp.l.programs")),
+            (
+                &agent_only,
+                true,
+                true,
+                &[AGENT, CURL],
+                Some("mcp.l.programs"),
+            ),
             (&git_only, false, true, &[GIT, GIT], None),
             // Pinned content.
             (&pinned, false, true, &[GIT], None),
@@ -304,7 +302,13 @@ mod tests {
             (&narrowed, true, true, &[CURL], Some("mcp.l.programs")),
             (&narrowed, true, true, &[AGENT], Some("mcp.l.programs")),
             // A project list on a machine server that wrote none: the machine's default stays.
-            (&project_only, true, true, &[CURL], Some("mcp.l default programs [agent]")),
+            (
+                &project_only,
+                true,
+                true,
+                &[CURL],
+                Some("mcp.l default programs [agent]"),
+            ),
             // Unknown holders: refused wherever anything restricts.
             (&git_only, false, false, &[], Some("attribution")),
             (&[], true, true, &[], Some("attribution")),
@@ -312,7 +316,10 @@ mod tests {
         ];
         for (i, (lists, default, agent_mode, holders, want)) in cases.iter().enumerate() {
             let rules = ProgramRules::new(lists, Origin::Machine, *default);
-            let got = rules.check("mcp.l", holders, *agent_mode).err().map(|r| r.rule);
+            let got = rules
+                .check("mcp.l", holders, *agent_mode)
+                .err()
+                .map(|r| r.rule);
             assert_eq!(got.as_deref(), *want, "case {i}");
         }
     }

@@ -17,7 +17,11 @@ fn the_programs_table_gets_every_expected_decision() {
     let text = testdata("policies/programs.yaml");
     let cfg = config::load(None, Some((&text, "programs.yaml"))).expect("valid policy");
     let policy = Policy::from_config(&cfg);
-    let all = cases::parse(&testdata("cases/programs.cases.yaml"), "programs.cases.yaml").unwrap();
+    let all = cases::parse(
+        &testdata("cases/programs.cases.yaml"),
+        "programs.cases.yaml",
+    )
+    .unwrap();
     assert!(all.len() >= 18, "the table shrank to {} cases", all.len());
     let failed: Vec<_> = all
         .iter()
@@ -32,9 +36,18 @@ fn the_programs_table_gets_every_expected_decision() {
 #[test]
 fn a_case_names_a_program_or_agent_only() {
     for (text, why) in [
-        ("cases:\n  - {host: a.example, program: curl, expect: allowed}\n", "absolute path"),
-        ("cases:\n  - {host: a.example, sha256: ab, expect: allowed}\n", "goes with `program`"),
-        ("cases:\n  - {host: a.example, program: agent, sha256: ab, expect: allowed}\n", "not `agent`"),
+        (
+            "cases:\n  - {host: a.example, program: curl, expect: allowed}\n",
+            "absolute path",
+        ),
+        (
+            "cases:\n  - {host: a.example, sha256: ab, expect: allowed}\n",
+            "goes with `program`",
+        ),
+        (
+            "cases:\n  - {host: a.example, program: agent, sha256: ab, expect: allowed}\n",
+            "not `agent`",
+        ),
     ] {
         let e = cases::parse(text, "t.yaml").unwrap_err();
         assert!(e.message.contains(why), "{text}: {e}");
@@ -56,7 +69,11 @@ fn a_project_narrows_and_never_widens() {
                    tools: {allow: [x]}\n    programs: [/usr/bin/curl]\n";
     let cfg = config::load(Some((machine, "mcp.yaml")), Some((project, "fenzi.yaml"))).unwrap();
     let policy = Policy::from_config(&cfg);
-    let fact = |exe: &'static str, agent: bool| ProgramFacts { exe, sha256: "", agent };
+    let fact = |exe: &'static str, agent: bool| ProgramFacts {
+        exe,
+        sha256: "",
+        agent,
+    };
     let server = |name: &str| {
         policy
             .servers()
@@ -68,19 +85,43 @@ fn a_project_narrows_and_never_widens() {
     };
     let notes = server("notes");
     assert!(notes.check("mcp.notes", &[fact("", true)], true).is_ok());
-    assert!(notes.check("mcp.notes", &[fact("/usr/bin/curl", false)], true).is_err());
-    assert!(notes.check("mcp.notes", &[fact("/usr/bin/python3", false)], true).is_err());
+    assert!(
+        notes
+            .check("mcp.notes", &[fact("/usr/bin/curl", false)], true)
+            .is_err()
+    );
+    assert!(
+        notes
+            .check("mcp.notes", &[fact("/usr/bin/python3", false)], true)
+            .is_err()
+    );
     // The machine wrote nothing on `plain`: its default [agent] stays beside the project's list,
     // so under an agent nothing passes both; without one, the project's list is what applies.
     let plain = server("plain");
-    assert!(plain.check("mcp.plain", &[fact("/usr/bin/curl", false)], true).is_err());
+    assert!(
+        plain
+            .check("mcp.plain", &[fact("/usr/bin/curl", false)], true)
+            .is_err()
+    );
     assert!(plain.check("mcp.plain", &[fact("", true)], true).is_err());
-    assert!(plain.check("mcp.plain", &[fact("/usr/bin/curl", false)], false).is_ok());
+    assert!(
+        plain
+            .check("mcp.plain", &[fact("/usr/bin/curl", false)], false)
+            .is_ok()
+    );
     // The project's plain entry for git.example.com does not lift the machine's list.
     let host = Host::Name("git.example.com".into());
     let route = policy.route(&host, 443).unwrap();
     assert!(matches!(route, Route::Plain { .. }));
     let rules = policy.program_rules(&route, &host, 443);
-    assert!(rules.check("h", &[fact("/usr/bin/curl", false)], true).is_err());
-    assert!(rules.check("h", &[fact("/usr/bin/git", false)], true).is_ok());
+    assert!(
+        rules
+            .check("h", &[fact("/usr/bin/curl", false)], true)
+            .is_err()
+    );
+    assert!(
+        rules
+            .check("h", &[fact("/usr/bin/git", false)], true)
+            .is_ok()
+    );
 }

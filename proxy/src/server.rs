@@ -7,6 +7,7 @@
 //!
 //! May use: any module.
 
+use crate::attribution::Attributed;
 use crate::audit::sink::AuditSink;
 use crate::confirm::{Confirmations, ControlSocket};
 use crate::connection::capacity::Capacity;
@@ -17,7 +18,6 @@ use crate::metrics::Metrics;
 use crate::options::ProxyOptions;
 use crate::request::client::serve_client;
 use crate::secrets::{SecretSet, SessionSecrets};
-use crate::attribution::Attributed;
 use crate::session::context::{ConnGuard, SessionContext};
 use crate::session::inventories::{Inventories, LockFiles};
 use crate::session::live::LivePolicy;
@@ -249,10 +249,7 @@ impl Proxy {
     /// the sandbox `attributor` looks into (DESIGN §17); `programs:` rules then apply. Set once:
     /// `false` when an attribution was already set.
     pub fn attribute(&self, attributor: crate::attribution::Attributor) -> bool {
-        self.session
-            .attribution
-            .set(Arc::new(attributor))
-            .is_ok()
+        self.session.attribution.set(Arc::new(attributor)).is_ok()
     }
 
     /// Flushes the audit sink (fsync and head), as at the end of a session.

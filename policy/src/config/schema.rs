@@ -108,7 +108,7 @@ struct Reader {
     /// The file's `private:` lists, gathered where they are read.
     private: Vec<PrivateName>,
     /// The file's `programs:` on `hosts` mappings, gathered where they are read.
-    host_programs: Vec<crate::programs::HostPrograms>,
+    host_programs: Vec<crate::config::model::programs::HostPrograms>,
     /// A team policy's `serial`.
     serial: Option<u64>,
 }
@@ -506,7 +506,11 @@ impl Reader {
         name_node: &Node,
         node: &Node,
         path: &str,
-    ) -> Option<(ServerKind, ServerSurface, Option<crate::programs::ProgramList>)> {
+    ) -> Option<(
+        ServerKind,
+        ServerSurface,
+        Option<crate::config::model::programs::ProgramList>,
+    )> {
         let f = self.fields(
             node,
             path,

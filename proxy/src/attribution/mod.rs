@@ -70,7 +70,9 @@ pub enum AttributionError {
     NoSocket(String),
     #[error("no process in the sandbox holds the connection's socket")]
     NoHolder,
-    #[error("process {pid} changed while it was being looked at (it exited or ran another program)")]
+    #[error(
+        "process {pid} changed while it was being looked at (it exited or ran another program)"
+    )]
     Changed { pid: u32 },
     #[error("cannot read {what}: {error}")]
     Proc { what: String, error: String },
@@ -138,9 +140,11 @@ impl Attributor {
             let seen = proc::program(self.command_host, pid, |file, meta| self.hash(file, meta))?;
             let agent = pid == self.command_inside
                 || (seen.ppid == self.command_inside
-                    && self.identity.launcher_child.as_deref().is_some_and(|name| {
-                        seen.exe.rsplit('/').next() == Some(name)
-                    }));
+                    && self
+                        .identity
+                        .launcher_child
+                        .as_deref()
+                        .is_some_and(|name| seen.exe.rsplit('/').next() == Some(name)));
             holders.push(Holder {
                 exe: seen.exe,
                 sha256: seen.sha256.to_string(),
@@ -176,7 +180,11 @@ impl Attributor {
             cache.entry(key).or_default().clone()
         };
         let got = cell
-            .get_or_init(|| proc::sha256_of(file).map(Arc::from).map_err(|e| e.to_string()))
+            .get_or_init(|| {
+                proc::sha256_of(file)
+                    .map(Arc::from)
+                    .map_err(|e| e.to_string())
+            })
             .clone();
         if got.is_err() {
             // Not kept: the next connection tries again.
@@ -221,7 +229,10 @@ mod tests {
         let program = attributor.attribute(peer, server).unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert_eq!(program.0.exe, exe.to_string_lossy());
-        assert!(program.0.agent, "the process whose pid is the command's is the agent");
+        assert!(
+            program.0.agent,
+            "the process whose pid is the command's is the agent"
+        );
         assert!(program.0.holders.is_empty(), "one holder");
         let mut file = std::fs::File::open(&exe).unwrap();
         assert_eq!(program.0.sha256, proc::sha256_of(&mut file).unwrap());
@@ -242,14 +253,21 @@ mod tests {
         let client = TcpStream::connect(server).unwrap();
         let (_accepted, peer) = listener.accept().unwrap();
         drop(client);
-        let attributor = Attributor::new(std::process::id(), AgentIdentity::default(), true).unwrap();
+        let attributor =
+            Attributor::new(std::process::id(), AgentIdentity::default(), true).unwrap();
         let got = attributor.attribute(peer, server);
         assert!(
-            matches!(got, Err(AttributionError::NoSocket(_) | AttributionError::NoHolder)),
+            matches!(
+                got,
+                Err(AttributionError::NoSocket(_) | AttributionError::NoHolder)
+            ),
             "{got:?}"
         );
         // A 4-tuple that never existed.
         let nowhere = attributor.attribute("127.0.0.1:1".parse().unwrap(), server);
-        assert!(matches!(nowhere, Err(AttributionError::NoSocket(_))), "{nowhere:?}");
+        assert!(
+            matches!(nowhere, Err(AttributionError::NoSocket(_))),
+            "{nowhere:?}"
+        );
     }
 }

@@ -28,7 +28,11 @@ pub fn command_of_init(init: u32) -> Result<u32, AttributionError> {
     // Without CONFIG_PROC_CHILDREN (or access to the init): the host's processes, by parent.
     let dir = std::fs::read_dir("/proc").map_err(|e| failed("/proc", e))?;
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -81,7 +85,11 @@ fn table_address(addr: SocketAddr) -> String {
 
 /// The inode of the socket whose local address is `client` and remote `server`, in the network
 /// namespace of host pid `pid`.
-pub fn socket_inode(pid: u32, client: SocketAddr, server: SocketAddr) -> Result<u64, AttributionError> {
+pub fn socket_inode(
+    pid: u32,
+    client: SocketAddr,
+    server: SocketAddr,
+) -> Result<u64, AttributionError> {
     // An IPv4 client of an IPv6 listener would show as a mapped address; the sandbox's listeners
     // are IPv4 or IPv6 alike on both ends, so the table follows the client.
     let (client, server) = (canonical(client), canonical(server));
@@ -133,7 +141,11 @@ pub fn holders(command_host: u32, inode: u64) -> Result<Vec<u32>, AttributionErr
     let mut out = Vec::new();
     let mut link = PathBuf::new();
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let fds = root.join(pid.to_string()).join("fd");
@@ -195,7 +207,8 @@ pub fn program(
     let dir = sandbox_proc(command_host).join(pid.to_string());
     let (start, ppid) = start_and_parent(&dir)?;
     let exe_link = dir.join("exe");
-    let exe = std::fs::read_link(&exe_link).map_err(|e| failed(exe_link.display().to_string(), e))?;
+    let exe =
+        std::fs::read_link(&exe_link).map_err(|e| failed(exe_link.display().to_string(), e))?;
     let mut file = File::open(&exe_link).map_err(|e| failed(exe_link.display().to_string(), e))?;
     let meta = file
         .metadata()
@@ -236,7 +249,9 @@ pub fn sha256_of(file: &mut File) -> std::io::Result<String> {
     if (before.ctime(), before.ctime_nsec(), before.size())
         != (after.ctime(), after.ctime_nsec(), after.size())
     {
-        return Err(std::io::Error::other("the executable changed while it was hashed"));
+        return Err(std::io::Error::other(
+            "the executable changed while it was hashed",
+        ));
     }
     Ok(hex::encode(hasher.finalize()))
 }
@@ -249,7 +264,10 @@ mod tests {
     fn addresses_are_written_as_the_kernel_writes_them() {
         // On little-endian hosts (every one fenzi is built for): 127.0.0.1:8080.
         if cfg!(target_endian = "little") {
-            assert_eq!(table_address("127.0.0.1:8080".parse().unwrap()), "0100007F:1F90");
+            assert_eq!(
+                table_address("127.0.0.1:8080".parse().unwrap()),
+                "0100007F:1F90"
+            );
             assert_eq!(
                 table_address("[::1]:443".parse().unwrap()),
                 "00000000000000000000000001000000:01BB"

@@ -11,10 +11,10 @@ use crate::audit::sink::Subject;
 use crate::error::ProxyError;
 use crate::request::refusal::Refusal;
 use crate::session::context::SessionContext;
-use fenzi_policy::programs::{ProgramFacts, ProgramRules};
-use fenzi_policy::{Decision, Reason};
 use fenzi_policy::engine::{McpServer, Route};
 use fenzi_policy::host::Host;
+use fenzi_policy::programs::{ProgramFacts, ProgramRules};
+use fenzi_policy::{Decision, Reason};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -92,8 +92,9 @@ impl Destination {
     /// The same, naming `server`: on an MCP host with several entries, the one the request's path
     /// belongs to ([`fenzi_policy::engine::by_path`]).
     pub fn subject_of(&self, method: &str, path: Option<&str>, server: Option<&str>) -> Subject {
-        let mut subject = Subject::new(self.client, method, self.host_text.clone(), self.port, path)
-            .by(&self.program);
+        let mut subject =
+            Subject::new(self.client, method, self.host_text.clone(), self.port, path)
+                .by(&self.program);
         subject.server = server.map(str::to_string);
         subject.under(&self.policy)
     }
@@ -246,7 +247,11 @@ pub(crate) fn program_refusal(
              listed programs may"
         ),
     };
-    Some(Decision::deny(Reason::ProgramNotAllowed, refused.rule, message))
+    Some(Decision::deny(
+        Reason::ProgramNotAllowed,
+        refused.rule,
+        message,
+    ))
 }
 
 /// [`admit`] for a tunnel (a CONNECT, or a connection caught on the transparent path), with its

@@ -78,8 +78,7 @@ async fn check_target<B>(
     let target = req.uri().authority().map_or("", |a| a.as_str());
     // Until the target parses, the record names only what may be logged (no userinfo, no raw text).
     let (logged_host, logged_port) = logged_authority(target, DEFAULT_CONNECT_PORT);
-    let mut subject =
-        Subject::new(client, "CONNECT", logged_host, logged_port, None).by(program);
+    let mut subject = Subject::new(client, "CONNECT", logged_host, logged_port, None).by(program);
     // Before anything else: a placeholder in the target is never resolved, parsed or dialled.
     check_no_placeholder(session, target, "the CONNECT target", &subject)?;
     if target.contains('@') {

@@ -207,6 +207,33 @@ mod tests {
     }
 
     #[test]
+    fn program_filters_by_any_holder() {
+        use crate::commands::log::test_records::by;
+        let agent = by(
+            rec(Outcome::Allowed, "CONNECT", "a", 443),
+            &[("/usr/bin/node", 2, true)],
+        );
+        let curl = by(
+            rec(Outcome::Denied, "CONNECT", "a", 443),
+            &[("/usr/bin/curl", 5, false)],
+        );
+        let shared = by(
+            rec(Outcome::Denied, "CONNECT", "a", 443),
+            &[("/usr/bin/node", 2, true), ("/usr/bin/curl", 6, false)],
+        );
+        let none = rec(Outcome::Allowed, "CONNECT", "a", 443);
+        let f = |p: &str| Filter {
+            program: Some(parse_program(p).unwrap()),
+            ..Filter::default()
+        };
+        let shown = |f: &Filter| [&agent, &curl, &shared, &none].map(|r| f.matches(r));
+        assert_eq!(shown(&f("agent")), [true, false, true, false]);
+        assert_eq!(shown(&f("/usr/bin/curl")), [false, true, true, false]);
+        assert_eq!(shown(&f("/usr/bin/git")), [false; 4]);
+        assert!(parse_program("curl").unwrap_err().contains("absolute path"));
+    }
+
+    #[test]
     fn filters_combine() {
         let now = audit::parse_timestamp("2026-11-29T14:00:00.000Z").unwrap();
         let args = |denied, server: Option<&str>, tool: Option<&str>, since: Option<&str>| Args {

@@ -129,12 +129,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return export_status::run(file, session, args.json);
     }
     // Filters without a log named read every session's log they may match, oldest first.
-    let filtered =
-        args.denied
-            || args.server.is_some()
-            || args.tool.is_some()
-            || args.since.is_some()
-            || args.program.is_some();
+    let filtered = args.denied
+        || args.server.is_some()
+        || args.tool.is_some()
+        || args.since.is_some()
+        || args.program.is_some();
     if filtered && args.file.is_none() && args.session.is_none() && !args.follow {
         let filter = Filter::new(&args, now_ms());
         let colour =

@@ -664,6 +664,42 @@ mod tests {
         );
     }
 
+    /// DESIGN §17: the record's program is `actor.process`, on API Activity beside the session and
+    /// on HTTP Activity with the `host` profile.
+    #[test]
+    fn the_program_is_the_actors_process() {
+        use crate::commands::log::test_records::by;
+        let call = by(
+            mcp(Outcome::Denied, "echo", Some("program_not_allowed")),
+            &[("/usr/bin/curl", 7, false)],
+        );
+        let e = event(&call, "").unwrap();
+        let process = &e["actor"]["process"];
+        assert_eq!(process["pid"], 7);
+        assert_eq!(process["name"], "curl");
+        assert_eq!(process["file"]["path"], "/usr/bin/curl");
+        assert_eq!(process["file"]["hashes"][0]["algorithm_id"], 3);
+        assert_eq!(process["file"]["hashes"][0]["value"], "ab".repeat(32));
+        assert_eq!(e["actor"]["session"]["uid"], "a1b2c3");
+        let connect = by(
+            rec(Outcome::Allowed, "CONNECT", "h.example", 443),
+            &[("/usr/bin/node", 2, true), ("/usr/bin/node", 9, false)],
+        );
+        let e = event(&connect, "").unwrap();
+        assert_eq!(e["actor"]["process"]["name"], "agent");
+        assert_eq!(e["actor"]["process"]["xattributes"]["holders"], 2);
+        assert_eq!(
+            e["metadata"]["profiles"],
+            json!(["security_control", "host"])
+        );
+        assert!(
+            event(&rec(Outcome::Allowed, "CONNECT", "h", 443), "")
+                .unwrap()
+                .get("actor")
+                .is_none()
+        );
+    }
+
     #[test]
     fn ids_follow_the_record() {
         let e = |r: &AuditRecord| event(r, "").unwrap();

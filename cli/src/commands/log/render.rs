@@ -220,7 +220,36 @@ fn target(r: &AuditRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::log::test_records::{mcp, rec};
+    use crate::commands::log::test_records::{by, mcp, rec};
+
+    /// The program shows where the agent did not make the connection alone.
+    #[test]
+    fn renders_the_program_unless_it_is_the_agent_alone() {
+        let agent = by(
+            mcp(Outcome::Allowed, "echo", None),
+            &[("/usr/bin/node", 2, true)],
+        );
+        assert!(!render(&agent, false, false).contains(" by "));
+        let curl = by(
+            mcp(Outcome::Denied, "echo", Some("program_not_allowed")),
+            &[("/usr/bin/curl", 7, false)],
+        );
+        assert_eq!(
+            render(&curl, false, false),
+            "13:33:50 denied  POST mcp.deepwiki.com/mcp tools/call echo by /usr/bin/curl  \
+             program_not_allowed"
+        );
+        let shared = by(
+            rec(Outcome::Denied, "CONNECT", "h.example", 443),
+            &[("/usr/bin/node", 2, true), ("/usr/bin/node", 9, false)],
+        );
+        assert!(render(&shared, false, false).contains(" by agent+1 "));
+        let odd = by(
+            rec(Outcome::Allowed, "CONNECT", "h.example", 443),
+            &[("/tmp/a b", 3, false)],
+        );
+        assert!(render(&odd, false, false).contains(r#" by "/tmp/a b""#));
+    }
 
     #[test]
     fn renders_policy_records() {

@@ -229,9 +229,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         // The team key: a key the agent could replace would let a later session trust its copy.
         read_only.extend(team.as_ref().map(|t| t.key.clone()));
         let writable = protect::writable_paths(&cwd, args.agent, &args.allow_write)?;
-        // `--allow-write` makes more of the disk the agent's: a `programs:` path there must be
-        // pinned as well (the rest was checked with the policy).
-        let unpinned = crate::config_files::unpinned_programs(&config, &writable);
+        // DESIGN §17: a `programs:` path the agent can write must be pinned by its content
+        // (`--allow-write` makes more of the disk the agent's).
+        let roots = protect::sandbox_writable_roots(&args.policy.config, &writable);
+        let unpinned = protect::unpinned_programs(&config, &roots);
         if !unpinned.is_empty() {
             return Err(fenzi_policy::config::ConfigErrors(unpinned).into());
         }

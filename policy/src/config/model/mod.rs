@@ -3,12 +3,13 @@
 //!
 //! The types only, with what they say about themselves; reading them from a file is `schema`'s,
 //! joining files `merge`'s. The parts with more to them have a module each: [`confirm`],
-//! [`limits`], [`private`]. Of `config`, uses only `units` (the values limits are written in) and
+//! [`limits`], [`private`], [`programs`]. Of `config`, uses only `units` (the values limits are written in) and
 //! `yaml`'s key paths.
 
 pub mod confirm;
 pub mod limits;
 pub mod private;
+pub mod programs;
 
 pub use confirm::Confirm;
 pub use limits::ToolLimit;
@@ -67,8 +68,8 @@ pub struct Config {
     /// `url` server), each with its ranges.
     pub private: Vec<PrivateName>,
     /// The `programs:` of top-level `hosts` entries written as mappings: every one matching a
-    /// destination applies to it (see [`crate::programs`]).
-    pub host_programs: Vec<crate::programs::HostPrograms>,
+    /// destination applies to it (see the crate's `programs`).
+    pub host_programs: Vec<programs::HostPrograms>,
     /// The machine file's `team: {url, key}`: where the team policy comes from (only the machine
     /// file may name one).
     pub team: Option<TeamSource>,
@@ -96,8 +97,8 @@ pub struct McpServerConfig {
     /// for a local server, which is not inspected).
     pub surface: ServerSurface,
     /// `programs:` of a `url` or `account` server, one list per layer that wrote one (all apply;
-    /// see [`crate::programs`]).
-    pub programs: Vec<crate::programs::ProgramList>,
+    /// see the crate's `programs`).
+    pub programs: Vec<programs::ProgramList>,
     pub at: Location,
 }
 
@@ -260,6 +261,6 @@ pub struct SecretConfig {
     /// value and the query, the body when `body`).
     pub positions: Option<Vec<Located<SecretPosition>>>,
     /// `programs:`: the programs whose requests may carry it, one list per layer that wrote one.
-    pub programs: Vec<crate::programs::ProgramList>,
+    pub programs: Vec<programs::ProgramList>,
     pub at: Location,
 }

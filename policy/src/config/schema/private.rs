@@ -74,10 +74,11 @@ impl Reader {
             && let Some(list) = self.programs(pk, pv, &child(key, "programs"))
             && let Some(pattern) = &pattern
         {
-            self.host_programs.push(crate::programs::HostPrograms {
-                pattern: pattern.clone(),
-                list,
-            });
+            self.host_programs
+                .push(crate::config::model::programs::HostPrograms {
+                    pattern: pattern.clone(),
+                    list,
+                });
         }
         Some(Located {
             value: pattern?,

@@ -2,12 +2,12 @@
 //! entry written as a mapping, and on a secret. An item is `agent`, an absolute path, or
 //! `{path: PATH, sha256: HEX}`; each item once; the list not empty. Whether a path lies where the
 //! sandbox can write (and so needs `sha256`) depends on the session's allowlist, and is checked
-//! by the caller with [`crate::programs::unpinned_writable`].
+//! by the caller with `programs::unpinned_writable` (the crate's).
 
 use super::{Reader, child, index};
 use crate::config::model::Located;
+use crate::config::model::programs::{ProgramList, ProgramRef};
 use crate::config::yaml::{Node, Value};
-use crate::programs::{ProgramList, ProgramRef};
 
 const ITEM_KEYS: &[&str] = &["path", "sha256"];
 const PROGRAMS_HINT: &str = "list the programs that may use it: `agent` (the agent's own process), \
@@ -17,7 +17,12 @@ const SHA_HINT: &str = "the SHA-256 of the executable, 64 hex digits (`sha256sum
 
 impl Reader {
     /// A `programs:` list at `key` (`key_node` is its key, for the list's place).
-    pub(super) fn programs(&mut self, key_node: &Node, node: &Node, key: &str) -> Option<ProgramList> {
+    pub(super) fn programs(
+        &mut self,
+        key_node: &Node,
+        node: &Node,
+        key: &str,
+    ) -> Option<ProgramList> {
         let Value::Seq(items) = &node.value else {
             self.wrong_type(node, key, "a list of programs", PROGRAMS_HINT);
             return None;
