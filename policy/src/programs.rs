@@ -111,13 +111,14 @@ impl ProgramRules {
                 holder: None,
             });
         }
-        if agent_mode && self.agent_by_default {
-            if let Some(i) = holders.iter().position(|h| !h.agent) {
-                return Err(ProgramRefusal {
-                    rule: format!("{entry} default programs [agent]"),
-                    holder: Some(i),
-                });
-            }
+        if agent_mode
+            && self.agent_by_default
+            && let Some(i) = holders.iter().position(|h| !h.agent)
+        {
+            return Err(ProgramRefusal {
+                rule: format!("{entry} default programs [agent]"),
+                holder: Some(i),
+            });
         }
         for (key, items) in &self.lists {
             if let Some(i) = holders

@@ -103,8 +103,11 @@ pub struct Attributor {
     pub agent_mode: bool,
     /// Each executable's hash, by its key; computed once even when several connections of a new
     /// program arrive together (the others wait for the first).
-    hashes: Mutex<HashMap<FileKey, Arc<OnceLock<Result<Arc<str>, String>>>>>,
+    hashes: Mutex<HashMap<FileKey, Arc<HashCell>>>,
 }
+
+/// One executable's hash, computed by the first connection that needs it (or why it could not be).
+type HashCell = OnceLock<Result<Arc<str>, String>>;
 
 impl Attributor {
     /// The attribution of the sandbox whose command is `command_host` (a pid on the host).
