@@ -434,6 +434,13 @@ async fn attribute(
         Ok(local) => local,
         Err(e) => return Attributed::Failed(Arc::from(format!("no local address: {e}"))),
     };
+    // On this thread when every holder's executable is hashed already (the usual case: a few
+    // reads of `/proc`); else off it, where hashing a new executable may take a while.
+    match attributor.attribute_cached(peer, local) {
+        Ok(program) => return Attributed::Found(program),
+        Err(crate::attribution::AttributionError::NotHashed) => {}
+        Err(e) => return Attributed::Failed(Arc::from(e.to_string())),
+    }
     let attributor = attributor.clone();
     match tokio::task::spawn_blocking(move || attributor.attribute(peer, local)).await {
         Ok(Ok(program)) => Attributed::Found(program),

@@ -1,9 +1,11 @@
 //! Which programs inside the sandbox hold a connection's socket (DESIGN §17), found once per
 //! connection before it is admitted, from the host, through the sandbox's own `/proc`:
 //!
-//! 1. The socket: the connection's 4-tuple (the client's address, the listener's) is looked up in
-//!    `/proc/<command>/net/tcp` or `tcp6`, the table of the sandbox's network namespace, for the
-//!    inode of the client's end. Not found, or inode 0 (closing), is a failure.
+//! 1. The socket: the connection's 4-tuple (the client's address, the listener's) is looked up,
+//!    exactly, through a `NETLINK_SOCK_DIAG` socket the sandbox's init opened inside its network
+//!    namespace and handed over ([`crate::sandbox::SockDiag`]), for the inode of the client's end.
+//!    Not found, or inode 0, is a failure. (`/proc/<pid>/net/tcp` gives the same answer, but it
+//!    walks a hash table every namespace shares: milliseconds on a busy host.)
 //! 2. The holders: every process of the sandbox is listed from the `/proc` the sandbox mounted for
 //!    its own PID namespace (`/proc/<command>/root/proc`, so only the sandbox's processes, named
 //!    by their pids inside), and each one's `fd/` is read for `socket:[inode]`. None is a failure.
@@ -21,7 +23,7 @@
 //! with the reason wherever the policy restricts programs. This module only reads; the policy
 //! decides (`fenzi_policy::programs`).
 //!
-//! May use: nothing of this crate.
+//! May use: `sandbox`.
 
 mod proc;
 
@@ -76,6 +78,21 @@ pub enum AttributionError {
     Changed { pid: u32 },
     #[error("cannot read {what}: {error}")]
     Proc { what: String, error: String },
+    /// [`Attributor::attribute_cached`] met an executable it has not hashed yet.
+    #[error("an executable not hashed yet")]
+    NotHashed,
+}
+
+/// An IPv4 address mapped into IPv6 as the IPv4 address it is (an IPv4 client of a dual-stack
+/// listener is an IPv4 socket in the kernel's tables).
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        std::net::IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(std::net::IpAddr::V4(v4), addr.port()),
+            None => addr,
+        },
+        std::net::IpAddr::V4(_) => addr,
+    }
 }
 
 /// The key of a hashed executable: a rewrite or a replacement changes one of these.
@@ -101,6 +118,8 @@ pub struct Attributor {
     identity: AgentIdentity,
     /// True for `fenzi run --agent`: an MCP server's default `programs` is `[agent]`.
     pub agent_mode: bool,
+    /// The sandbox network namespace's socket diagnostics.
+    sock_diag: Arc<crate::sandbox::SockDiag>,
     /// Each executable's hash, by its key; computed once even when several connections of a new
     /// program arrive together (the others wait for the first).
     hashes: Mutex<HashMap<FileKey, Arc<HashCell>>>,
@@ -113,6 +132,7 @@ impl Attributor {
     /// The attribution of the sandbox whose command is `command_host` (a pid on the host).
     pub fn new(
         command_host: u32,
+        sock_diag: Arc<crate::sandbox::SockDiag>,
         identity: AgentIdentity,
         agent_mode: bool,
     ) -> Result<Attributor, AttributionError> {
@@ -122,6 +142,7 @@ impl Attributor {
             command_inside,
             identity,
             agent_mode,
+            sock_diag,
             hashes: Mutex::default(),
         })
     }
@@ -133,14 +154,45 @@ impl Attributor {
         client: SocketAddr,
         server: SocketAddr,
     ) -> Result<ProgramRecord, AttributionError> {
-        let inode = proc::socket_inode(self.command_host, client, server)?;
+        self.lookup(client, server, true)
+    }
+
+    /// [`Attributor::attribute`] where every holder's executable is already hashed: a few reads
+    /// of `/proc` and one netlink exchange, quick enough for the connection's own thread.
+    /// [`AttributionError::NotHashed`] when one is not (hashing may take a while: do that off the
+    /// connection's thread, with [`Attributor::attribute`]).
+    pub fn attribute_cached(
+        &self,
+        client: SocketAddr,
+        server: SocketAddr,
+    ) -> Result<ProgramRecord, AttributionError> {
+        self.lookup(client, server, false)
+    }
+
+    fn lookup(
+        &self,
+        client: SocketAddr,
+        server: SocketAddr,
+        may_hash: bool,
+    ) -> Result<ProgramRecord, AttributionError> {
+        let (client, server) = (canonical(client), canonical(server));
+        let inode = self
+            .sock_diag
+            .inode(client, server)
+            .map_err(|e| AttributionError::Proc {
+                what: "the sandbox's socket diagnostics".into(),
+                error: e.to_string(),
+            })?
+            .ok_or_else(|| AttributionError::NoSocket(format!("{client} -> {server}")))?;
         let pids = proc::holders(self.command_host, inode)?;
         if pids.is_empty() {
             return Err(AttributionError::NoHolder);
         }
         let mut holders = Vec::with_capacity(pids.len());
         for pid in pids {
-            let seen = proc::program(self.command_host, pid, |file, meta| self.hash(file, meta))?;
+            let seen = proc::program(self.command_host, pid, |file, meta| {
+                self.hash(file, meta, may_hash)
+            })?;
             let agent = pid == self.command_inside
                 || (seen.ppid == self.command_inside
                     && self
@@ -163,6 +215,7 @@ impl Attributor {
         &self,
         file: &mut std::fs::File,
         meta: &std::fs::Metadata,
+        may_hash: bool,
     ) -> std::io::Result<Arc<str>> {
         use std::os::unix::fs::MetadataExt;
         let key = FileKey {
@@ -179,6 +232,13 @@ impl Attributor {
                 .map_err(|_| std::io::Error::other("the hash cache is poisoned"))?;
             if cache.len() >= MAX_HASHES && !cache.contains_key(&key) {
                 cache.clear();
+            }
+            if !may_hash {
+                // Only a hash already made: `WouldBlock` says to come back off this thread.
+                return match cache.get(&key).and_then(|cell| cell.get()) {
+                    Some(Ok(hash)) => Ok(hash.clone()),
+                    _ => Err(std::io::ErrorKind::WouldBlock.into()),
+                };
             }
             cache.entry(key).or_default().clone()
         };
@@ -206,6 +266,10 @@ mod tests {
 
     /// Outside a sandbox the same lookups work on the host's own `/proc` (this process as the
     /// "command"): every process's descriptors are read, which needs root.
+    fn diag() -> Arc<crate::sandbox::SockDiag> {
+        Arc::new(crate::sandbox::SockDiag::here().unwrap())
+    }
+
     fn as_root() -> bool {
         std::fs::read_to_string("/proc/self/status")
             .ok()
@@ -228,7 +292,7 @@ mod tests {
         let _client = TcpStream::connect(server).unwrap();
         let (_accepted, peer) = listener.accept().unwrap();
         let me = std::process::id();
-        let attributor = Attributor::new(me, AgentIdentity::default(), true).unwrap();
+        let attributor = Attributor::new(me, diag(), AgentIdentity::default(), true).unwrap();
         let program = attributor.attribute(peer, server).unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert_eq!(program.0.exe, exe.to_string_lossy());
@@ -241,6 +305,8 @@ mod tests {
         assert_eq!(program.0.sha256, proc::sha256_of(&mut file).unwrap());
         // The second lookup takes the hash from the cache, keyed by the file's identity.
         let again = attributor.attribute(peer, server).unwrap();
+        // Cached, the lookup runs without hashing, as the proxy does it on a connection's thread.
+        assert_eq!(attributor.attribute_cached(peer, server).unwrap(), program);
         assert_eq!(again, program);
         assert_eq!(attributor.hashes.lock().unwrap().len(), 1);
         // The server's end is held too, but by the 4-tuple the client's end is the one looked up:
@@ -257,7 +323,7 @@ mod tests {
         let (_accepted, peer) = listener.accept().unwrap();
         drop(client);
         let attributor =
-            Attributor::new(std::process::id(), AgentIdentity::default(), true).unwrap();
+            Attributor::new(std::process::id(), diag(), AgentIdentity::default(), true).unwrap();
         let got = attributor.attribute(peer, server);
         assert!(
             matches!(

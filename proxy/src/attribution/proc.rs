@@ -5,7 +5,6 @@ use super::AttributionError;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Read;
-use std::net::{IpAddr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,70 +61,6 @@ pub fn pid_inside(pid: u32) -> Result<u32, AttributionError> {
             what: path,
             error: "no NSpid".into(),
         })
-}
-
-/// `addr` as the kernel's connection table writes it: the address's bytes as 32-bit words in host
-/// order, each `%08X`, then `:` and the port `%04X`.
-fn table_address(addr: SocketAddr) -> String {
-    let mut out = String::with_capacity(38);
-    let words: Vec<[u8; 4]> = match addr.ip() {
-        IpAddr::V4(ip) => vec![ip.octets()],
-        IpAddr::V6(ip) => ip
-            .octets()
-            .chunks(4)
-            .map(|c| [c[0], c[1], c[2], c[3]])
-            .collect(),
-    };
-    for w in words {
-        out.push_str(&format!("{:08X}", u32::from_ne_bytes(w)));
-    }
-    out.push_str(&format!(":{:04X}", addr.port()));
-    out
-}
-
-/// The inode of the socket whose local address is `client` and remote `server`, in the network
-/// namespace of host pid `pid`.
-pub fn socket_inode(
-    pid: u32,
-    client: SocketAddr,
-    server: SocketAddr,
-) -> Result<u64, AttributionError> {
-    // An IPv4 client of an IPv6 listener would show as a mapped address; the sandbox's listeners
-    // are IPv4 or IPv6 alike on both ends, so the table follows the client.
-    let (client, server) = (canonical(client), canonical(server));
-    let table = match client.ip() {
-        IpAddr::V4(_) => "tcp",
-        IpAddr::V6(_) => "tcp6",
-    };
-    let path = format!("/proc/{pid}/net/{table}");
-    let text = std::fs::read_to_string(&path).map_err(|e| failed(&path, e))?;
-    let (local, remote) = (table_address(client), table_address(server));
-    for line in text.lines().skip(1) {
-        let mut cols = line.split_whitespace();
-        let (Some(_), Some(l), Some(r)) = (cols.next(), cols.next(), cols.next()) else {
-            continue;
-        };
-        if l != local || r != remote {
-            continue;
-        }
-        // st, tx:rx, tr:when, retrnsmt, uid, timeout, inode
-        let inode = cols.nth(6).and_then(|i| i.parse::<u64>().ok()).unwrap_or(0);
-        if inode == 0 {
-            break;
-        }
-        return Ok(inode);
-    }
-    Err(AttributionError::NoSocket(format!("{client} -> {server}")))
-}
-
-fn canonical(addr: SocketAddr) -> SocketAddr {
-    match addr.ip() {
-        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
-            None => addr,
-        },
-        IpAddr::V4(_) => addr,
-    }
 }
 
 /// The sandbox's `/proc` (its own PID namespace's), seen from the host through the command.
@@ -213,7 +148,10 @@ pub fn program(
     let meta = file
         .metadata()
         .map_err(|e| failed(exe_link.display().to_string(), e))?;
-    let sha256 = hash(&mut file, &meta).map_err(|e| failed(exe_link.display().to_string(), e))?;
+    let sha256 = hash(&mut file, &meta).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => AttributionError::NotHashed,
+        _ => failed(exe_link.display().to_string(), e),
+    })?;
     let again = std::fs::read_link(&exe_link).ok();
     let (start_again, _) = start_and_parent(&dir)?;
     if again.as_deref() != Some(exe.as_path()) || start_again != start {
@@ -254,24 +192,4 @@ pub fn sha256_of(file: &mut File) -> std::io::Result<String> {
         ));
     }
     Ok(hex::encode(hasher.finalize()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_are_written_as_the_kernel_writes_them() {
-        // On little-endian hosts (every one fenzi is built for): 127.0.0.1:8080.
-        if cfg!(target_endian = "little") {
-            assert_eq!(
-                table_address("127.0.0.1:8080".parse().unwrap()),
-                "0100007F:1F90"
-            );
-            assert_eq!(
-                table_address("[::1]:443".parse().unwrap()),
-                "00000000000000000000000001000000:01BB"
-            );
-        }
-    }
 }

@@ -65,7 +65,7 @@ mod spec;
 mod sys;
 
 pub use error::{SandboxError, SetupStep};
-pub use session::{SandboxChild, SandboxHandle, Session, exit_code};
+pub use session::{SandboxChild, SandboxHandle, Session, SockDiag, exit_code};
 pub use spec::{DEFAULT_PROXY_PORT, DEFAULT_SANDBOX_ID, SandboxSpec, TransparentSpec};
 
 /// Makes the calling process non-dumpable: other processes of the same user can then no longer

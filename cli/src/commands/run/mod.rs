@@ -279,6 +279,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             listener,
             transparent,
             dns,
+            sock_diag,
             child,
         } = match Session::start(spec) {
             Ok(session) => session,
@@ -300,6 +301,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .and_then(|command| {
                 fenzi_proxy::attribution::Attributor::new(
                     command,
+                    std::sync::Arc::new(sock_diag),
                     agent::identity(args.agent),
                     args.agent.is_some(),
                 )
