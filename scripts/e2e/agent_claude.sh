@@ -106,14 +106,15 @@ TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))
 # directory), RC (the exit status), MCP_PORT, MODEL_PORT, AUDIT, and writes D/log.txt (`fenzi log`).
 # LIST is the server's `list:` (filter, the default, or all).
 session() {
-    local name=$1 prompt=$2 turns=$3 list=${4:-filter}
+    local name=$1 prompt=$2 turns=$3 list=${4:-filter} allowed=${5:-mcp__e2e}
     D="$WORK/$name"
     mkdir -p "$D/project" "$D/home/.claude" "$D/config" "$D/state" "$D/cache" "$D/data" "$D/tmp"
     start "$name-mcp" env E2E_REQUIRED_TOKEN="$TOKEN" "$PY" "$E2E/mcp_server.py" \
         --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$D/tool-calls" \
         --require-bearer-env E2E_REQUIRED_TOKEN || { fail "[$name] MCP server start"; exit 1; }
     MCP_PORT=$PORT
-    printf '%s\n' "$turns" >"$D/turns.json"
+    # `@MCP_PORT@` in the turns is the server's port (known only now).
+    printf '%s\n' "${turns//@MCP_PORT@/$MCP_PORT}" >"$D/turns.json"
     start "$name-model" python3 "$ROOT/testdata/agents/fake_model.py" --script "$D/turns.json" \
         --log "$D/model.jsonl" --port 0 || { fail "[$name] fake model start"; exit 1; }
     MODEL_PORT=$PORT
@@ -162,7 +163,7 @@ EOF
     # permission checks: Claude Code refuses it as root.)
     (cd "$D/project" && timeout 300 env -i "${env[@]}" "$FENZI" run --agent claude --no-machine \
         --audit "$AUDIT" --upstream-ca "$CERTS/test-ca.pem" -- \
-        -p "$prompt" --output-format json --allowedTools mcp__e2e \
+        -p "$prompt" --output-format json --allowedTools "$allowed" \
         </dev/null >"$D/claude.out" 2>"$D/claude.err")
     RC=$?
     "$FENZI" log --file "$AUDIT" >"$D/log.txt" 2>"$D/log.err" \
@@ -392,6 +393,18 @@ else
     dump_session token
 fi
 common_checks token
+
+# ---------------------------------------------------------------------------------------------------
+# Session "children" (DESIGN §17): curl, python and node that Claude Code starts through its Bash
+# tool call the same server with the same placeholder; fenzi refuses them (the agent is the
+# `claude` binary fenzi starts, and under --agent the server is `programs: [agent]`).
+
+section "session children: programs Claude Code starts are refused at its server"
+CHILDREN_TURNS=$(MCP_PORT=@MCP_PORT@ children_turns Bash command /dev/stdout)
+session children "Call the MCP tool echo, then run the command you are given." "$CHILDREN_TURNS" \
+    filter "mcp__e2e Bash"
+check "[children] Claude Code exited 0" test "$RC" -eq 0
+check_children children "$AUDIT" "$D/tool-calls" 1 || dump_session children
 
 # ---------------------------------------------------------------------------------------------------
 

@@ -303,6 +303,18 @@ check "[list-all] Codex reported the call as failed" test -n "$(codex_item list-
 [ "$FAILS" -eq "$F0" ] || on_failure list-all
 
 # ---------------------------------------------------------------------------------------------------
+section "4 children: curl, python and node that Codex starts are refused at its server (DESIGN §17)"
+
+# Codex's shell tool is `exec_command`. The agent is the native `codex` its npm launcher starts.
+children_turns exec_command cmd "$WORK/turns-children.json"
+ECHOES=$(grep -cx echo "$WORK/calls")
+F0=$FAILS
+session children "$WORK/turns-children.json"
+check "[children] Codex exited 0" test "$RC" -eq 0
+check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
+[ "$FAILS" -eq "$F0" ] || on_failure children
+
+# ---------------------------------------------------------------------------------------------------
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"
