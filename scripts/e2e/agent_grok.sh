@@ -388,6 +388,27 @@ fi
 [ "$FAILS" -eq "$F0" ] || on_failure list-all
 
 # ---------------------------------------------------------------------------------------------------
+section "4 children: curl, python and node that Grok starts are refused at its server (DESIGN §17)"
+
+# Grok finds the server's tools with `search_tool`, calls them with `use_tool`, and runs commands
+# with `run_terminal_command`. The agent is the `grok` binary itself.
+"$PY" - "$(children_command)" "$WORK/turns-children.json" <<'PY'
+import json, sys
+json.dump([
+    {"tool_call": {"name": "search_tool", "arguments": {"query": "e2e", "limit": 10}}},
+    {"tool_call": {"name": "use_tool", "arguments": {"tool_name": "e2e__echo", "tool_input": {"text": "from the agent"}}}},
+    {"tool_call": {"name": "run_terminal_command", "arguments": {"command": sys.argv[1], "description": "Run three clients"}}},
+    {"text": "finished"},
+], open(sys.argv[2], "w"))
+PY
+ECHOES=$(grep -cx echo "$WORK/calls")
+F0=$FAILS
+session children "$WORK/turns-children.json"
+check "[children] Grok exited 0" test "$RC" -eq 0
+check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
+[ "$FAILS" -eq "$F0" ] || on_failure children
+
+# ---------------------------------------------------------------------------------------------------
 section "every session"
 
 check "the MCP server never ran delete_everything" bash -c "! grep -qx delete_everything '$WORK/calls'"

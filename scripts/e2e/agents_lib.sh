@@ -128,28 +128,26 @@ except Exception as e: print("python=", getattr(e, "code", e))'
 EOF
 }
 
-# children_turns TOOL ARG FILE [ECHO]: a turn script in FILE in which the model calls the e2e
-# server's echo (ECHO: the agent's name for it; the agent itself, allowed), then the agent's shell
-# tool TOOL with {ARG: children_command}.
+# children_turns TOOL ARG FILE [ECHO] [EXTRA]: a turn script in FILE in which the model calls the
+# e2e server's echo (ECHO: the agent's name for it; the agent itself, allowed), then the agent's
+# shell tool TOOL with {ARG: children_command} and the arguments of the JSON object EXTRA.
 children_turns() {
-    "$PY" - "$1" "$2" "$(children_command)" "$3" "${4:-mcp__e2e__echo}" <<'PY'
+    "$PY" - "$1" "$2" "$(children_command)" "$3" "${4:-mcp__e2e__echo}" "${5:-{\}}" <<'PY'
 import json, sys
-tool, arg, command, out, echo = sys.argv[1:6]
+tool, arg, command, out, echo, extra = sys.argv[1:7]
 json.dump([
     {"tool_call": {"name": echo, "arguments": {"text": "from the agent"}}},
-    {"tool_call": {"name": tool, "arguments": {arg: command}}},
+    {"tool_call": {"name": tool, "arguments": {arg: command, **json.loads(extra)}}},
     {"text": "finished"},
 ], open(out, "w"))
 PY
 }
 
-# check_children NAME AUDIT CALLS ECHOES: session NAME's audit log AUDIT shows the agent's own echo
-# allowed (as the agent) and curl, python and node refused at the same server (program_not_allowed,
-# by the default rule, each named by its executable); the server's CALLS file has run echo ECHOES
-# times in all (the agents').
-check_children() {
-    local name=$1 audit=$2 calls=$3 echoes=$4 agent who
-    agent=$("$PY" - "$audit" "$MCP_PORT" <<'PY'
+# agent_echo NAME AUDIT: passes when session NAME's audit log AUDIT has an allowed echo on the e2e
+# server ($MCP_PORT) made as the agent, naming the agent's executable and pid (DESIGN §17).
+agent_echo() {
+    local agent
+    agent=$("$PY" - "$2" "$MCP_PORT" <<'PY'
 import json, sys
 port = int(sys.argv[2])
 for line in open(sys.argv[1]):
@@ -161,10 +159,19 @@ for line in open(sys.argv[1]):
 PY
 )
     if [ -n "$agent" ]; then
-        pass "[$name] the agent's own echo was allowed (the agent: $agent)"
+        pass "[$1] the agent's own echo was allowed (the agent: $agent)"
     else
-        fail "[$name] no echo allowed as the agent"
+        fail "[$1] no echo allowed as the agent"
     fi
+}
+
+# check_children NAME AUDIT CALLS ECHOES: session NAME's audit log AUDIT shows the agent's own echo
+# allowed (as the agent) and curl, python and node refused at the same server (program_not_allowed,
+# by the default rule, each named by its executable); the server's CALLS file has run echo ECHOES
+# times in all (the agents').
+check_children() {
+    local name=$1 audit=$2 calls=$3 echoes=$4 who
+    agent_echo "$name" "$audit"
     for who in /usr/bin/curl /usr/bin/python3 /usr/bin/node; do
         check "[$name] $who, started by the agent, was refused at the same server (program_not_allowed)" \
             "$PY" -c '
