@@ -271,14 +271,16 @@ def post():
 print("agent", post(), flush=True)
 out = subprocess.run(["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{{http_code}}", "-H", "Content-Type: application/json", "--data-binary", "@body.json", url], capture_output=True, text=True)
 print("child", out.stdout, flush=True)
-# One socket, two holders: the agent forks a child that keeps the connection open.
+# One socket, two holders: the agent forks a child holding the socket, then connects it (fenzi
+# looks when it accepts the connection; a socket shared only after that is not seen, SECURITY.md).
 proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
-s = socket.create_connection((proxy.hostname, proxy.port))
+s = socket.socket()
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     os.read(r, 1)
     os._exit(0)
+s.connect((proxy.hostname, proxy.port))
 s.sendall(("POST " + url + " HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)).encode() + body)
 print("shared", s.recv(12).decode().split(" ")[1], flush=True)
 os.write(w, b"x")

@@ -9,11 +9,13 @@
 //! 2. The holders: every process of the sandbox is listed from the `/proc` the sandbox mounted for
 //!    its own PID namespace (`/proc/<command>/root/proc`, so only the sandbox's processes, named
 //!    by their pids inside), and each one's `fd/` is read for `socket:[inode]`. None is a failure.
-//! 3. Each holder's program: its start time, its `exe` link, then `exe` opened and hashed
-//!    (SHA-256, cached by device, inode, change time, size and modification time of the opened
-//!    file, so a swapped or rewritten file is hashed again), then the link and the start time
-//!    read again: a process that exited, was replaced by another with its pid, or exec'd another
-//!    program meanwhile fails the attribution.
+//! 3. Each holder's program: its `exe` link, then `exe` opened and hashed (SHA-256, cached by
+//!    device, inode, change time, size and modification time of the opened file, so a swapped or
+//!    rewritten file is hashed again), then the link read again (a process that exec'd another
+//!    program meanwhile fails the attribution), and last the descriptor found in step 2 read
+//!    again: a process that exited, or whose pid now names another process (which cannot have
+//!    inherited the socket), fails it too. The sandbox's init (pid 1, fenzi's own) is not
+//!    looked at.
 //! 4. `agent`: the holder whose pid inside is the command's (the process `fenzi run` started;
 //!    its pid survives the exec of a `#!` interpreter), or, for an agent whose launcher runs the
 //!    real program as its child (Codex's npm launcher), that launcher's direct child whose
@@ -189,17 +191,24 @@ impl Attributor {
             return Err(AttributionError::NoHolder);
         }
         let mut holders = Vec::with_capacity(pids.len());
-        for pid in pids {
+        for holding in pids {
+            let pid = holding.pid;
             let seen = proc::program(self.command_host, pid, |file, meta| {
                 self.hash(file, meta, may_hash)
             })?;
-            let agent = pid == self.command_inside
-                || (seen.ppid == self.command_inside
-                    && self
-                        .identity
-                        .launcher_child
-                        .as_deref()
-                        .is_some_and(|name| seen.exe.rsplit('/').next() == Some(name)));
+            // The launcher's child: the known name, and the command as its parent.
+            let launched = || {
+                self.identity.launcher_child.as_deref().is_some_and(|name| {
+                    seen.exe.rsplit('/').next() == Some(name)
+                        && proc::parent(self.command_host, pid).ok() == Some(self.command_inside)
+                })
+            };
+            let agent = pid == self.command_inside || launched();
+            // Last: the pid still names the process that holds the socket (it did not exit and
+            // was not replaced by another process given its pid while it was looked at).
+            if !proc::still_holds(&holding, inode) {
+                return Err(AttributionError::Changed { pid });
+            }
             holders.push(Holder {
                 exe: seen.exe,
                 sha256: seen.sha256.to_string(),

@@ -68,8 +68,16 @@ fn sandbox_proc(command_host: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{command_host}/root/proc"))
 }
 
-/// The pids (inside) of the sandbox's processes with a descriptor on socket `inode`, ascending.
-pub fn holders(command_host: u32, inode: u64) -> Result<Vec<u32>, AttributionError> {
+/// One holder: its pid inside the sandbox, and the path of one of its descriptors on the socket
+/// (read again once its program is known, to prove it still holds it).
+pub struct Holding {
+    pub pid: u32,
+    pub fd: PathBuf,
+}
+
+/// The sandbox's processes with a descriptor on socket `inode`, by pid ascending. The sandbox's
+/// init (pid 1) is fenzi's own and runs nothing of the agent's: it is not looked at.
+pub fn holders(command_host: u32, inode: u64) -> Result<Vec<Holding>, AttributionError> {
     let root = sandbox_proc(command_host);
     let target = format!("socket:[{inode}]");
     let dir = std::fs::read_dir(&root).map_err(|e| failed(root.display().to_string(), e))?;
@@ -83,6 +91,9 @@ pub fn holders(command_host: u32, inode: u64) -> Result<Vec<u32>, AttributionErr
         else {
             continue;
         };
+        if pid == 1 {
+            continue;
+        }
         let fds = root.join(pid.to_string()).join("fd");
         let list = match std::fs::read_dir(&fds) {
             Ok(list) => list,
@@ -97,20 +108,35 @@ pub fn holders(command_host: u32, inode: u64) -> Result<Vec<u32>, AttributionErr
             if let Ok(to) = std::fs::read_link(&link)
                 && to.as_os_str().as_bytes() == target.as_bytes()
             {
-                out.push(pid);
+                out.push(Holding {
+                    pid,
+                    fd: link.clone(),
+                });
                 break;
             }
         }
     }
-    out.sort_unstable();
+    out.sort_unstable_by_key(|h| h.pid);
     Ok(out)
+}
+
+/// Whether `holding` still has its descriptor on socket `inode`: false when the process exited,
+/// or its pid now names another process (which cannot have inherited the descriptor).
+pub fn still_holds(holding: &Holding, inode: u64) -> bool {
+    std::fs::read_link(&holding.fd).is_ok_and(|to| {
+        to.as_os_str().as_bytes() == format!("socket:[{inode}]").as_bytes()
+    })
+}
+
+/// The parent (inside) of process `pid` (inside), from its `stat`.
+pub fn parent(command_host: u32, pid: u32) -> Result<u32, AttributionError> {
+    start_and_parent(&sandbox_proc(command_host).join(pid.to_string())).map(|(_, ppid)| ppid)
 }
 
 /// What a holder runs.
 pub struct Seen {
     pub exe: String,
     pub sha256: Arc<str>,
-    pub ppid: u32,
 }
 
 /// The start time (field 22 of `stat`) and parent (field 4) of `dir`'s process.
@@ -132,15 +158,15 @@ fn start_and_parent(dir: &Path) -> Result<(u64, u32), AttributionError> {
     }
 }
 
-/// The program process `pid` (inside) runs, hashed by `hash`, checked not to have changed (exit,
-/// pid reuse, exec) while it was looked at.
+/// The program process `pid` (inside) runs, hashed by `hash`, checked not to have exec'd another
+/// while it was looked at (the `exe` link read before and after). Whether it is still the process
+/// that holds the socket is [`still_holds`], asked after this.
 pub fn program(
     command_host: u32,
     pid: u32,
     hash: impl FnOnce(&mut File, &std::fs::Metadata) -> std::io::Result<Arc<str>>,
 ) -> Result<Seen, AttributionError> {
     let dir = sandbox_proc(command_host).join(pid.to_string());
-    let (start, ppid) = start_and_parent(&dir)?;
     let exe_link = dir.join("exe");
     let exe =
         std::fs::read_link(&exe_link).map_err(|e| failed(exe_link.display().to_string(), e))?;
@@ -153,14 +179,12 @@ pub fn program(
         _ => failed(exe_link.display().to_string(), e),
     })?;
     let again = std::fs::read_link(&exe_link).ok();
-    let (start_again, _) = start_and_parent(&dir)?;
-    if again.as_deref() != Some(exe.as_path()) || start_again != start {
+    if again.as_deref() != Some(exe.as_path()) {
         return Err(AttributionError::Changed { pid });
     }
     Ok(Seen {
         exe: text_of(exe.as_os_str()),
         sha256,
-        ppid,
     })
 }
 
