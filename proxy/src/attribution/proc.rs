@@ -123,9 +123,8 @@ pub fn holders(command_host: u32, inode: u64) -> Result<Vec<Holding>, Attributio
 /// Whether `holding` still has its descriptor on socket `inode`: false when the process exited,
 /// or its pid now names another process (which cannot have inherited the descriptor).
 pub fn still_holds(holding: &Holding, inode: u64) -> bool {
-    std::fs::read_link(&holding.fd).is_ok_and(|to| {
-        to.as_os_str().as_bytes() == format!("socket:[{inode}]").as_bytes()
-    })
+    std::fs::read_link(&holding.fd)
+        .is_ok_and(|to| to.as_os_str().as_bytes() == format!("socket:[{inode}]").as_bytes())
 }
 
 /// The parent (inside) of process `pid` (inside), from its `stat`.

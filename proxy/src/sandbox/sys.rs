@@ -910,44 +910,6 @@ pub(crate) fn effective_ids() -> (u32, u32) {
     (uid, gid)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_message_layout_matches_the_c_macros() {
-        // SAFETY: CMSG_LEN and CMSG_SPACE are arithmetic on their argument.
-        let (len, space) = unsafe { (libc::CMSG_LEN(4) as usize, libc::CMSG_SPACE(4) as usize) };
-        assert_eq!(CMSG_DATA_OFFSET + 4, len);
-        assert_eq!(
-            (CMSG_DATA_OFFSET + 4).next_multiple_of(std::mem::size_of::<usize>()),
-            space
-        );
-    }
-
-    #[test]
-    fn a_descriptor_survives_a_trip_over_a_seqpacket_pair() {
-        let (a, b) = seqpacket_pair().unwrap();
-        let (r, w) = pipe_cloexec().unwrap();
-        send_message(a.as_raw_fd(), b"hello", Some(w)).unwrap();
-        close(w);
-        let mut buf = [0u8; 16];
-        let (n, fd) = recv_message(&b, &mut buf).unwrap();
-        assert_eq!(&buf[..n], b"hello");
-        let fd = fd.expect("a descriptor arrived");
-        write_best_effort(fd.as_raw_fd(), b"x");
-        let mut got = [0u8; 1];
-        assert_eq!(read(r, &mut got), Ok(1));
-        assert_eq!(&got, b"x");
-        close(r);
-        send_message(a.as_raw_fd(), b"plain", None).unwrap();
-        let (n, fd) = recv_message(&b, &mut buf).unwrap();
-        assert_eq!((&buf[..n], fd.is_none()), (&b"plain"[..], true));
-        drop(a);
-        assert_eq!(recv_message(&b, &mut buf).unwrap().0, 0, "end of stream");
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Socket diagnostics (DESIGN §17: which socket a connection from the sandbox is)
 
@@ -1060,4 +1022,42 @@ pub(crate) fn sock_diag_inode(
         answer[DIAG_INODE_AT + 3],
     ]);
     Ok((inode != 0).then_some(u64::from(inode)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_message_layout_matches_the_c_macros() {
+        // SAFETY: CMSG_LEN and CMSG_SPACE are arithmetic on their argument.
+        let (len, space) = unsafe { (libc::CMSG_LEN(4) as usize, libc::CMSG_SPACE(4) as usize) };
+        assert_eq!(CMSG_DATA_OFFSET + 4, len);
+        assert_eq!(
+            (CMSG_DATA_OFFSET + 4).next_multiple_of(std::mem::size_of::<usize>()),
+            space
+        );
+    }
+
+    #[test]
+    fn a_descriptor_survives_a_trip_over_a_seqpacket_pair() {
+        let (a, b) = seqpacket_pair().unwrap();
+        let (r, w) = pipe_cloexec().unwrap();
+        send_message(a.as_raw_fd(), b"hello", Some(w)).unwrap();
+        close(w);
+        let mut buf = [0u8; 16];
+        let (n, fd) = recv_message(&b, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        let fd = fd.expect("a descriptor arrived");
+        write_best_effort(fd.as_raw_fd(), b"x");
+        let mut got = [0u8; 1];
+        assert_eq!(read(r, &mut got), Ok(1));
+        assert_eq!(&got, b"x");
+        close(r);
+        send_message(a.as_raw_fd(), b"plain", None).unwrap();
+        let (n, fd) = recv_message(&b, &mut buf).unwrap();
+        assert_eq!((&buf[..n], fd.is_none()), (&b"plain"[..], true));
+        drop(a);
+        assert_eq!(recv_message(&b, &mut buf).unwrap().0, 0, "end of stream");
+    }
 }
