@@ -103,7 +103,116 @@ pub struct AuditRecord {
     /// (`params.uri`), without its query or fragment, which may hold credentials (as `path`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<String>,
+    /// The program the connection was attributed to (DESIGN §17): its first holder, and all of
+    /// them when several processes hold the socket. Absent under `fenzi proxy` (no sandbox to
+    /// look into), on session records, and when attribution failed (the record is then a
+    /// `program_not_allowed` refusal whose message says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<ProgramRecord>,
     pub prev: String,
+}
+
+/// One process holding a connection's socket: its executable as seen inside the sandbox, the
+/// SHA-256 of its content, its pid inside the sandbox, and whether it is the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Holder {
+    pub exe: String,
+    pub sha256: String,
+    pub pid: u32,
+    pub agent: bool,
+}
+
+/// A record's `program`: `{"exe","sha256","pid","agent"}` of the first holder, with `holders`
+/// (every holder, the first included) when there are several. Shared by every record of one
+/// connection, so cloning it per record costs a reference count, not a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramRecord(pub std::sync::Arc<ProgramFields>);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramFields {
+    pub exe: String,
+    pub sha256: String,
+    pub pid: u32,
+    pub agent: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holder>,
+}
+
+impl ProgramRecord {
+    /// The record of a connection held by `holders` (at least one).
+    pub fn new(holders: Vec<Holder>) -> Option<ProgramRecord> {
+        let first = holders.first()?.clone();
+        Some(ProgramRecord(std::sync::Arc::new(ProgramFields {
+            exe: first.exe,
+            sha256: first.sha256,
+            pid: first.pid,
+            agent: first.agent,
+            holders: if holders.len() > 1 {
+                holders
+            } else {
+                Vec::new()
+            },
+        })))
+    }
+
+    /// Every holder (the first alone when there is one).
+    pub fn holders(&self) -> Vec<Holder> {
+        if self.0.holders.is_empty() {
+            vec![Holder {
+                exe: self.0.exe.clone(),
+                sha256: self.0.sha256.clone(),
+                pid: self.0.pid,
+                agent: self.0.agent,
+            }]
+        } else {
+            self.0.holders.clone()
+        }
+    }
+}
+
+impl Serialize for ProgramRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProgramRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ProgramRecord, D::Error> {
+        ProgramFields::deserialize(d).map(|f| ProgramRecord(std::sync::Arc::new(f)))
+    }
+}
+
+/// `"program":{...},` as serde writes it.
+fn push_program(line: &mut String, program: &ProgramRecord) {
+    let p = &*program.0;
+    line.push_str(r#""program":{"#);
+    push_holder_fields(line, &p.exe, &p.sha256, p.pid, p.agent);
+    if !p.holders.is_empty() {
+        line.push_str(r#","holders":["#);
+        for (i, h) in p.holders.iter().enumerate() {
+            if i > 0 {
+                line.push(',');
+            }
+            line.push('{');
+            push_holder_fields(line, &h.exe, &h.sha256, h.pid, h.agent);
+            line.push('}');
+        }
+        line.push(']');
+    }
+    line.push_str("},");
+}
+
+fn push_holder_fields(line: &mut String, exe: &str, sha256: &str, pid: u32, agent: bool) {
+    line.push_str(r#""exe":"#);
+    push_string(line, exe);
+    line.push_str(r#","sha256":"#);
+    push_string(line, sha256);
+    line.push_str(r#","pid":"#);
+    line.push_str(itoa::Buffer::new().format(pid));
+    line.push_str(r#","agent":"#);
+    line.push_str(if agent { "true" } else { "false" });
 }
 
 /// SHA-256 hex of a line's bytes (without the trailing newline).
@@ -178,6 +287,9 @@ fn push_middle(line: &mut String, r: &AuditRecord) {
     push_field(line, "client", r.client.as_deref(), false);
     push_field(line, "prompt", r.prompt.as_deref(), true);
     push_field(line, "resource", r.resource.as_deref(), true);
+    if let Some(program) = &r.program {
+        push_program(line, program);
+    }
 }
 
 /// `"key":n,`.
@@ -566,6 +678,7 @@ mod tests {
 
     fn record(seq: u64, prev: &str, tool: &str) -> AuditRecord {
         AuditRecord {
+            program: None,
             ts: format_timestamp(1_796_045_628_123 + seq as i64),
             seq,
             session: "a1b2c3".into(),
@@ -679,6 +792,7 @@ mod tests {
             ]),
         ) {
             let record = AuditRecord {
+                program: None,
                 ts, seq, session, decision, reason, method, host, port, path, server, rpc, tool,
                 rpc_id, secrets, rule, source, hidden, confirm, policy, client, prompt, resource,
                 prev,

@@ -42,6 +42,13 @@
 //!     expect: denied
 //!     rule: mcp.linear default deny       # optional: the decision's rule, exactly
 //! ```
+//!
+//! A case may name the program that sends it (DESIGN §17): `program: agent` (the agent's own
+//! process) or an absolute path, with `sha256` when the policy pins that path's content. It is
+//! then decided as under `fenzi run --agent`: an MCP server without `programs:` admits only the
+//! agent, and every `programs:` list that applies must admit the program
+//! (`program_not_allowed` otherwise, before anything else is looked at). A case without
+//! `program` is decided without looking at programs.
 
 use crate::decision::{Decision, Reason};
 use crate::engine::{PathOwner, Policy, Route};
@@ -73,6 +80,8 @@ struct RawCase {
     resource: Option<String>,
     prompt: Option<String>,
     resolves_to: Option<Vec<String>>,
+    program: Option<String>,
+    sha256: Option<String>,
     expect: Expect,
     reason: Option<String>,
     rule: Option<String>,
@@ -104,10 +113,21 @@ pub struct Case {
     pub headers: Vec<(String, String)>,
     pub body: Option<Vec<u8>>,
     pub resolves_to: Vec<IpAddr>,
+    /// The program sending it (`agent`, or an absolute path with its content's hash).
+    pub program: Option<CaseProgram>,
     pub expect: Expect,
     pub reason: Option<Reason>,
     /// The rule the decision must name, exactly.
     pub rule: Option<String>,
+}
+
+/// The program a case is sent by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseProgram {
+    /// The executable's path (empty for the agent, which is matched as `agent` only).
+    pub exe: String,
+    pub sha256: String,
+    pub agent: bool,
 }
 
 /// A cases file that could not be read, with where.
@@ -217,6 +237,34 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Case>, CasesError> {
                 ))
             })?);
         }
+        let program = match (c.program, c.sha256) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(err(format!("case {name:?}: `sha256` goes with `program`")));
+            }
+            (Some(p), sha) if p == "agent" => {
+                if sha.is_some() {
+                    return Err(err(format!(
+                        "case {name:?}: `sha256` goes with a program's path, not `agent`"
+                    )));
+                }
+                Some(CaseProgram {
+                    exe: String::new(),
+                    sha256: String::new(),
+                    agent: true,
+                })
+            }
+            (Some(p), sha) if p.starts_with('/') => Some(CaseProgram {
+                exe: p,
+                sha256: sha.unwrap_or_default().to_ascii_lowercase(),
+                agent: false,
+            }),
+            (Some(p), _) => {
+                return Err(err(format!(
+                    "case {name:?}: program {p:?} is neither `agent` nor an absolute path"
+                )));
+            }
+        };
         let headers = match c.headers {
             Some(h) => h.into_iter().collect(),
             None => vec![("Content-Type".to_string(), "application/json".to_string())],
@@ -231,6 +279,7 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Case>, CasesError> {
             headers,
             body,
             resolves_to,
+            program,
             expect: c.expect,
             reason,
             rule: c.rule,
@@ -280,7 +329,12 @@ fn decide(
 ) -> (Decision, Option<String>, Option<String>) {
     match &case.target {
         Target::Server(name) => match policy.servers().iter().find(|s| &s.name == name) {
-            Some(server) => classify(policy, inventories, server, case),
+            Some(server) => {
+                if let Some(denied) = program_denied(policy, server, case) {
+                    return (denied, None, None);
+                }
+                classify(policy, inventories, server, case)
+            }
             None => (
                 Decision::deny(
                     Reason::PolicyDenied,
@@ -306,6 +360,16 @@ fn decide(
                 Ok(r) => r,
                 Err(denied) => return (denied, None, None),
             };
+            if let Some(program) = &case.program {
+                let rules = policy.program_rules(&route, &host, port);
+                let entry = match &route {
+                    Route::Mcp(server) => format!("mcp.{}", server.name),
+                    Route::Plain { rule, .. } => rule.clone(),
+                };
+                if let Some(denied) = check_program(&rules, &entry, program) {
+                    return (denied, None, None);
+                }
+            }
             let addresses: Vec<IpAddr> = match (&host, case.resolves_to.is_empty()) {
                 (Host::Ip(ip), _) => vec![*ip],
                 (_, false) => case.resolves_to.clone(),
@@ -329,6 +393,47 @@ fn decide(
             }
         }
     }
+}
+
+/// The `program_not_allowed` denial of a case naming a program, on MCP server `server`: its own
+/// `programs` (with its default) and those of every `hosts` mapping of its host.
+fn program_denied(
+    policy: &Policy,
+    server: &crate::engine::McpServer,
+    case: &Case,
+) -> Option<Decision> {
+    let program = case.program.as_ref()?;
+    let mut rules = server.programs.clone();
+    if let crate::host::HostMatcher::Exact(host) = &server.pattern.matcher {
+        rules.and(&policy.host_program_rules(host, server.pattern.port));
+    }
+    check_program(&rules, &format!("mcp.{}", server.name), program)
+}
+
+fn check_program(
+    rules: &crate::programs::ProgramRules,
+    entry: &str,
+    program: &CaseProgram,
+) -> Option<Decision> {
+    let facts = crate::programs::ProgramFacts {
+        exe: &program.exe,
+        sha256: &program.sha256,
+        agent: program.agent,
+    };
+    let refused = rules.check(entry, &[facts], true).err()?;
+    let who = if program.agent {
+        "the agent"
+    } else {
+        program.exe.as_str()
+    };
+    Some(Decision::deny(
+        Reason::ProgramNotAllowed,
+        refused.rule.clone(),
+        format!(
+            "{who} may not use {entry}: {} does not list it",
+            refused.rule
+        ),
+    ))
 }
 
 fn classify(

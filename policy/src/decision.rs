@@ -28,10 +28,13 @@ pub enum Reason {
     ResponseTooLarge,
     /// A `tools/call` held by `tools.confirm` that a person refused, or nobody answered in time.
     NotConfirmed,
+    /// A connection (or a request carrying a secret) from a program the entry's `programs:` does
+    /// not list, or whose program could not be told (DESIGN §17).
+    ProgramNotAllowed,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::HostNotAllowed,
         Reason::PrivateAddress,
         Reason::PolicyDenied,
@@ -45,6 +48,7 @@ impl Reason {
         Reason::Timeout,
         Reason::ResponseTooLarge,
         Reason::NotConfirmed,
+        Reason::ProgramNotAllowed,
     ];
 
     /// The snake_case code used on the wire and in the log.
@@ -63,6 +67,7 @@ impl Reason {
             Reason::Timeout => "timeout",
             Reason::ResponseTooLarge => "response_too_large",
             Reason::NotConfirmed => "not_confirmed",
+            Reason::ProgramNotAllowed => "program_not_allowed",
         }
     }
 
@@ -78,7 +83,8 @@ impl Reason {
             | Reason::PolicyDenied
             | Reason::CredentialEndpointMismatch
             | Reason::ToolChanged
-            | Reason::NotConfirmed => 403,
+            | Reason::NotConfirmed
+            | Reason::ProgramNotAllowed => 403,
             Reason::BodyTooLarge => 413,
             Reason::BadRequest => 400,
             Reason::UpstreamError | Reason::ResponseTooLarge => 502,

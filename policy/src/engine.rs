@@ -15,6 +15,7 @@ use crate::host::{Host, HostPattern};
 use crate::ip::{InternalRange, internal_range};
 use crate::mcp::inventory::Inventory;
 use crate::mcp::{self, EndpointPath, JsonLimits, McpDecision, RequestView, ServerRule};
+use crate::programs::ProgramRules;
 use crate::secret_name::server_token_name;
 use crate::secret_position::SecretPosition;
 use std::net::IpAddr;
@@ -41,6 +42,8 @@ pub struct McpServer {
     pub limits: Vec<ToolLimit>,
     /// `tools.confirm` and `confirm_timeout`: the allowed calls the proxy holds for a person.
     pub confirm: crate::config::Confirm,
+    /// `programs:` (DESIGN §17): `[agent]` by default under an agent.
+    pub programs: ProgramRules,
 }
 
 impl McpServer {
@@ -99,6 +102,8 @@ pub struct SecretBinding {
     /// For a `token: true` server's token: that entry's name. Its host may carry other entries
     /// (at other paths); the token goes only to requests [`by_path`] gives to this one.
     pub entry: Option<String>,
+    /// A top-level secret's `programs:`: the programs whose requests may carry it.
+    pub programs: ProgramRules,
 }
 
 impl SecretBinding {
@@ -201,6 +206,8 @@ pub struct Policy {
     secrets: Vec<SecretBinding>,
     limits: JsonLimits,
     private: Vec<PrivateRule>,
+    /// `programs:` of `hosts` mappings, each applying to every destination its pattern matches.
+    host_programs: Vec<(HostPattern, ProgramRules)>,
 }
 
 impl Policy {
@@ -264,6 +271,7 @@ impl Policy {
                         token_secret,
                         limits: entry.surface.limits.clone(),
                         confirm: tools.confirm.clone(),
+                        programs: ProgramRules::new(&entry.programs, entry.origin, true),
                     });
                 }
                 ServerKind::Account { provider, tools } => {
@@ -282,6 +290,7 @@ impl Policy {
                         token_secret: None,
                         limits: entry.surface.limits.clone(),
                         confirm: tools.confirm.clone(),
+                        programs: ProgramRules::new(&entry.programs, entry.origin, true),
                     });
                 }
                 ServerKind::Local {
@@ -333,7 +342,22 @@ impl Policy {
                 false,
                 positions,
             );
+            if let Some(binding) = secrets.iter_mut().find(|b| b.name == s.name) {
+                binding
+                    .programs
+                    .and(&ProgramRules::new(&s.programs, Origin::Team, false));
+            }
         }
+        let host_programs = config
+            .host_programs
+            .iter()
+            .map(|h| {
+                (
+                    h.pattern.clone(),
+                    ProgramRules::new(std::slice::from_ref(&h.list), h.list.origin, false),
+                )
+            })
+            .collect();
         let private = config
             .private
             .iter()
@@ -349,7 +373,67 @@ impl Policy {
             secrets,
             limits,
             private,
+            host_programs,
         }
+    }
+
+    /// The programs that may be admitted to `host:port` by `route` (DESIGN §17): an MCP server's
+    /// `programs` (with its default), and the lists of every `hosts` mapping matching it, all of
+    /// which must admit a connection's holders.
+    pub fn program_rules(&self, route: &Route<'_>, host: &Host, port: u16) -> ProgramRules {
+        let mut rules = match route {
+            Route::Mcp(server) => server.programs.clone(),
+            Route::Plain { .. } => ProgramRules::default(),
+        };
+        rules.and(&self.host_program_rules(host, port));
+        rules
+    }
+
+    /// Whether [`Policy::program_rules`] would restrict anything under `agent_mode`, without
+    /// building them (asked on every admission).
+    pub fn programs_restrict(
+        &self,
+        route: &Route<'_>,
+        host: &Host,
+        port: u16,
+        agent_mode: bool,
+    ) -> bool {
+        let server = match route {
+            Route::Mcp(server) if !self.is_shared_host(server) => {
+                server.programs.restricts(agent_mode)
+            }
+            Route::Mcp(_) | Route::Plain { .. } => false,
+        };
+        server
+            || self
+                .host_programs
+                .iter()
+                .any(|(pattern, _)| pattern.matches(host, port))
+    }
+
+    /// The `programs:` of every `hosts` mapping matching `host:port`, all applying.
+    pub fn host_program_rules(&self, host: &Host, port: u16) -> ProgramRules {
+        let mut rules = ProgramRules::default();
+        for (pattern, more) in &self.host_programs {
+            if pattern.matches(host, port) {
+                rules.and(more);
+            }
+        }
+        rules
+    }
+
+    /// Whether any entry names programs (so a session must attribute connections even without
+    /// an agent's default).
+    pub fn names_programs(&self) -> bool {
+        !self.host_programs.is_empty()
+            || self
+                .servers
+                .iter()
+                .any(|s| s.programs.lists().next().is_some())
+            || self
+                .secrets
+                .iter()
+                .any(|s| s.programs.lists().next().is_some())
     }
 
     pub fn servers(&self) -> &[McpServer] {
@@ -652,5 +736,6 @@ fn add_secret(
         default_bearer,
         positions,
         entry,
+        programs: ProgramRules::default(),
     });
 }

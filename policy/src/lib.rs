@@ -7,6 +7,7 @@
 //! - [`tool_pattern`]: tool names and globs; [`args`]: the argument rules of `tools.rules`;
 //!   [`server_name`]: the syntax of an MCP server's name.
 //! - [`audit`]: the audit record and its hash chain.
+//! - [`programs`]: which programs inside the sandbox may use a server, a host or a secret.
 //! - [`decision`]: the verdicts and reason codes everything returns.
 //! - [`ecosystems`]: the package ecosystems `fenzi init` recognises and their registries' hosts.
 //!
@@ -26,6 +27,7 @@ pub mod json;
 pub mod json_text;
 pub mod mcp;
 pub mod pins;
+pub mod programs;
 pub mod response;
 pub mod secret_name;
 pub mod secret_position;

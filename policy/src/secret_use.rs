@@ -547,6 +547,7 @@ mod tests {
 
     fn binding(name: &str, hosts: &[&str], body: bool, bearer: bool) -> SecretBinding {
         SecretBinding {
+            programs: Default::default(),
             name: name.to_string(),
             hosts: hosts
                 .iter()

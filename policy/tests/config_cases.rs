@@ -293,6 +293,25 @@ fn summary(c: &Config) -> Vec<String> {
             list(p.ranges.iter().map(|r| &r.value))
         ));
     }
+    // `programs:` lists, each by the key it was written at, with the file it came from.
+    let lists = c
+        .mcp
+        .iter()
+        .flat_map(|s| &s.programs)
+        .chain(c.secrets.iter().flat_map(|s| &s.programs))
+        .chain(c.host_programs.iter().map(|h| &h.list));
+    for l in lists {
+        let origin = match l.origin {
+            Origin::Team => "team",
+            Origin::Machine => "machine",
+            Origin::Project => "project",
+        };
+        out.push(format!(
+            "programs {} {origin} {}",
+            l.at.key,
+            list(l.items.iter().map(|i| &i.value))
+        ));
+    }
     out
 }
 

@@ -52,6 +52,7 @@ fn parse_bind(cols: &[&str]) -> Result<SecretBinding, String> {
         }
     }
     Ok(SecretBinding {
+        programs: Default::default(),
         name: name.to_string(),
         hosts,
         body,

@@ -16,6 +16,7 @@ use std::hint::black_box;
 
 fn session() -> SessionSecrets {
     let bind = |name: &str, host: &str, body: bool, bearer: bool| SecretBinding {
+        programs: Default::default(),
         name: name.to_string(),
         hosts: vec![HostPattern::parse(host).unwrap()],
         body,

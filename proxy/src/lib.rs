@@ -18,6 +18,7 @@
 //!   interception, one request's phases, refusals).
 //! - [`session`]: what a session's connections share and what changes while it runs (the policy in
 //!   force, reloads, limits counters, tool inventories, the upstream pool).
+//! - [`attribution`]: which programs inside the sandbox hold a connection's socket.
 //! - [`audit`]: the audit sink and the hash-chained log writer.
 //! - [`connection`]: sockets and bytes: the connection cap, shards, the network seam, stream and
 //!   body types, tunnels.
@@ -25,6 +26,7 @@
 //!   (fenzi's own clients off the request path), [`lock_file`], [`sandbox`], [`host_files`] (every
 //!   file a session writes on the host), [`error`] and [`options`].
 
+pub mod attribution;
 pub mod audit;
 pub mod bridge;
 pub mod confirm;

@@ -7,6 +7,7 @@
 //!
 //! May use: any module.
 
+use crate::attribution::Attributed;
 use crate::audit::sink::AuditSink;
 use crate::confirm::{Confirmations, ControlSocket};
 use crate::connection::capacity::Capacity;
@@ -142,6 +143,7 @@ impl ProxyBuilder {
                 inventories,
                 confirm,
                 metrics,
+                attribution: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -254,6 +256,13 @@ impl Proxy {
             socket,
             self.session.synthetic.clone(),
         ))
+    }
+
+    /// Attributes every connection accepted from now on to the programs holding its socket in
+    /// the sandbox `attributor` looks into (DESIGN §17); `programs:` rules then apply. Set once:
+    /// `false` when an attribution was already set.
+    pub fn attribute(&self, attributor: crate::attribution::Attributor) -> bool {
+        self.session.attribution.set(Arc::new(attributor)).is_ok()
     }
 
     /// Flushes the audit sink (fsync and head), as at the end of a session.
@@ -415,11 +424,41 @@ async fn serve_connection(
     guard: ConnGuard,
     transparent: bool,
 ) {
+    let guard = match session.attribution.get() {
+        Some(attributor) => guard.attributed(attribute(attributor, &stream, peer).await),
+        None => guard,
+    };
     let stream = guard.track(stream);
     if transparent {
         transparent::serve(session, stream, guard).await
     } else {
         serve_client(session, stream, peer, guard).await
+    }
+}
+
+/// The programs holding the client's end of `stream`, looked up off the connection's thread
+/// (reading `/proc`, and the first time an executable is seen, hashing it).
+async fn attribute(
+    attributor: &Arc<crate::attribution::Attributor>,
+    stream: &TcpStream,
+    peer: SocketAddr,
+) -> Attributed {
+    let local = match stream.local_addr() {
+        Ok(local) => local,
+        Err(e) => return Attributed::Failed(Arc::from(format!("no local address: {e}"))),
+    };
+    // On this thread when every holder's executable is hashed already (the usual case: a few
+    // reads of `/proc`); else off it, where hashing a new executable may take a while.
+    match attributor.attribute_cached(peer, local) {
+        Ok(program) => return Attributed::Found(program),
+        Err(crate::attribution::AttributionError::NotHashed) => {}
+        Err(e) => return Attributed::Failed(Arc::from(e.to_string())),
+    }
+    let attributor = attributor.clone();
+    match tokio::task::spawn_blocking(move || attributor.attribute(peer, local)).await {
+        Ok(Ok(program)) => Attributed::Found(program),
+        Ok(Err(e)) => Attributed::Failed(Arc::from(e.to_string())),
+        Err(e) => Attributed::Failed(Arc::from(format!("the lookup did not finish: {e}"))),
     }
 }
 

@@ -108,20 +108,21 @@ TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))
 # With FIRST set, the policy is the one `fenzi init --agent claude` wrote (init_project), and Claude
 # Code may run `npm install`.
 session() {
-    local name=$1 prompt=$2 turns=$3 list=${4:-filter}
+    local name=$1 prompt=$2 turns=$3 list=${4:-filter} allowed=${5:-mcp__e2e}
     D="$WORK/$name"
     mkdir -p "$D/project" "$D/home/.claude" "$D/config" "$D/state" "$D/cache" "$D/data" "$D/tmp"
     start "$name-mcp" env E2E_REQUIRED_TOKEN="$TOKEN" "$PY" "$E2E/mcp_server.py" \
         --cert "$CERTS/server.pem" --key "$CERTS/server-key.pem" --calls "$D/tool-calls" \
         --require-bearer-env E2E_REQUIRED_TOKEN || { fail "[$name] MCP server start"; exit 1; }
     MCP_PORT=$PORT
-    printf '%s\n' "$turns" >"$D/turns.json"
+    # `@MCP_PORT@` in the turns is the server's port (known only now).
+    printf '%s\n' "${turns//@MCP_PORT@/$MCP_PORT}" >"$D/turns.json"
     start "$name-model" python3 "$ROOT/testdata/agents/fake_model.py" --script "$D/turns.json" \
         --log "$D/model.jsonl" --port 0 || { fail "[$name] fake model start"; exit 1; }
     MODEL_PORT=$PORT
     info "[$name] token MCP server https://127.0.0.1:$MCP_PORT/mcp, fake model http://127.0.0.1:$MODEL_PORT"
 
-    local key=ANTHROPIC_API_KEY allowed=mcp__e2e
+    local key=ANTHROPIC_API_KEY
     if [ -n "${FIRST:-}" ]; then
         init_project "$D/project" claude "$MODEL_PORT" || return 1
         # fenzi init binds ANTHROPIC_API_KEY to api.anthropic.com, where fenzi would put the real
@@ -175,7 +176,7 @@ EOF
     # permission checks: Claude Code refuses it as root.)
     (cd "$D/project" && timeout 300 env -i "${env[@]}" "$FENZI" run --agent claude --no-machine \
         --audit "$AUDIT" --upstream-ca "$CERTS/test-ca.pem" -- \
-        -p "$prompt" --output-format json --allowedTools $allowed \
+        -p "$prompt" --output-format json --allowedTools "$allowed" \
         </dev/null >"$D/claude.out" 2>"$D/claude.err")
     RC=$?
     "$FENZI" log --file "$AUDIT" >"$D/log.txt" 2>"$D/log.err" \
@@ -427,6 +428,17 @@ else
 fi
 install_checks first "$D/project" "$AUDIT" "$D/log.txt"
 info "[first] what npm said to the model: $(unjson "$(fact 'result:Bash')" 2>/dev/null | tr '\n' ' ' | cut -c1-200)"
+
+# Session "children" (DESIGN §17): curl, python and node that Claude Code starts through its Bash
+# tool call the same server with the same placeholder; fenzi refuses them (the agent is the
+# `claude` binary fenzi starts, and under --agent the server is `programs: [agent]`).
+
+section "session children: programs Claude Code starts are refused at its server"
+CHILDREN_TURNS=$(MCP_PORT=@MCP_PORT@ children_turns Bash command /dev/stdout)
+session children "Call the MCP tool echo, then run the command you are given." "$CHILDREN_TURNS" \
+    filter "mcp__e2e Bash"
+check "[children] Claude Code exited 0" test "$RC" -eq 0
+check_children children "$AUDIT" "$D/tool-calls" 1 || dump_session children
 
 # ---------------------------------------------------------------------------------------------------
 

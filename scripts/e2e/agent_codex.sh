@@ -321,6 +321,17 @@ install_checks first "$WORK/first" "$WORK/first.audit.jsonl" "$WORK/first.log.tx
 info "[first] what npm said to the model: $(result first exec_command | tr '\n' ' ' | cut -c1-200)"
 [ "$FAILS" -eq "$F0" ] || on_failure first
 
+section "5 children: curl, python and node that Codex starts are refused at its server (DESIGN §17)"
+
+# Codex's shell tool is `exec_command`. The agent is the native `codex` its npm launcher starts.
+children_turns exec_command cmd "$WORK/turns-children.json"
+ECHOES=$(grep -cx echo "$WORK/calls")
+F0=$FAILS
+session children "$WORK/turns-children.json"
+check "[children] Codex exited 0" test "$RC" -eq 0
+check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
+[ "$FAILS" -eq "$F0" ] || on_failure children
+
 # ---------------------------------------------------------------------------------------------------
 section "every session"
 

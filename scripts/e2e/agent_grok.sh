@@ -407,6 +407,26 @@ install_checks first "$WORK/first" "$WORK/first.audit.jsonl" "$WORK/first.log.tx
 info "[first] what npm said to the model: $(result first run_terminal_command | tr '\n' ' ' | cut -c1-200)"
 [ "$FAILS" -eq "$F0" ] || { on_failure first; info "[first] offered: $(head -n 1 "$WORK/first.model.jsonl" | cut -c1-1500)"; }
 
+section "5 children: curl, python and node that Grok starts are refused at its server (DESIGN §17)"
+
+# Grok finds the server's tools with `search_tool`, calls them with `use_tool`, and runs commands
+# with `run_terminal_command`. The agent is the `grok` binary itself.
+"$PY" - "$(children_command)" "$WORK/turns-children.json" <<'PY'
+import json, sys
+json.dump([
+    {"tool_call": {"name": "search_tool", "arguments": {"query": "e2e", "limit": 10}}},
+    {"tool_call": {"name": "use_tool", "arguments": {"tool_name": "e2e__echo", "tool_input": {"text": "from the agent"}}}},
+    {"tool_call": {"name": "run_terminal_command", "arguments": {"command": sys.argv[1], "description": "Run three clients"}}},
+    {"text": "finished"},
+], open(sys.argv[2], "w"))
+PY
+ECHOES=$(grep -cx echo "$WORK/calls")
+F0=$FAILS
+session children "$WORK/turns-children.json"
+check "[children] Grok exited 0" test "$RC" -eq 0
+check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
+[ "$FAILS" -eq "$F0" ] || on_failure children
+
 # ---------------------------------------------------------------------------------------------------
 section "every session"
 

@@ -376,6 +376,17 @@ install_checks first "$D/project" "$WORK/first.audit.jsonl" "$WORK/first.log.txt
 info "[first] what npm said to the model: $(result first bash | tr '\n' ' ' | cut -c1-200)"
 [ "$FAILS" -eq "$F0" ] || on_failure first
 
+section "5 children: curl, python and node that OpenCode starts are refused at its server (DESIGN §17)"
+
+# OpenCode's shell tool is `bash` (with a `description`). The agent is the `opencode` binary itself.
+children_turns bash command "$WORK/turns-children.json" e2e_echo '{"description": "Run three clients"}'
+ECHOES=$(grep -cx echo "$WORK/calls")
+F0=$FAILS
+session children "$WORK/turns-children.json"
+check "[children] OpenCode exited 0" test "$RC" -eq 0
+check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
+[ "$FAILS" -eq "$F0" ] || on_failure children
+
 # ---------------------------------------------------------------------------------------------------
 section "every session"
 

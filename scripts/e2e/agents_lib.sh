@@ -161,4 +161,78 @@ install_checks() {
     check "[$n] then the allowed tool echo went through" \
         grep -qE "allowed POST 127\.0\.0\.1:$MCP_PORT/mcp tools/call echo( |$)" "$logtxt"
     check "[$n] fenzi log --verify" bash -c "'$FENZI' log --file '$audit' --verify >/dev/null"
+
+# DESIGN §17 under a real agent. children_command: a shell command the agent runs through its own
+# shell tool: curl, python and node, each started by the agent, call the e2e server's echo with the
+# agent's own placeholder ($MCP_E2E) the way the agent would (curl and python through the proxy
+# variables, node's fetch straight at the address, caught on the transparent path). The MCP
+# server's default under --agent is `programs: [agent]`: every one of them must be refused.
+children_command() {
+    cat <<EOF
+export U=https://127.0.0.1:$MCP_PORT/mcp B='{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"text":"from a child"}}}'
+/usr/bin/curl -s -o /dev/null -w 'curl=%{http_code}\n' -H "Authorization: Bearer \$MCP_E2E" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' --data "\$B" "\$U"
+/usr/bin/python3 -c 'import os, urllib.request as u
+r = u.Request(os.environ["U"], data=os.environ["B"].encode(), headers={"Authorization": "Bearer " + os.environ["MCP_E2E"], "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+try: print("python=", u.urlopen(r, timeout=10).status)
+except Exception as e: print("python=", getattr(e, "code", e))'
+/usr/bin/node -e 'fetch(process.env.U, {method: "POST", body: process.env.B, headers: {authorization: "Bearer " + process.env.MCP_E2E, "content-type": "application/json", accept: "application/json, text/event-stream"}}).then(r => console.log("node=" + r.status), e => console.log("node=refused " + (e.cause && e.cause.code)))'
+EOF
+}
+
+# children_turns TOOL ARG FILE [ECHO] [EXTRA]: a turn script in FILE in which the model calls the
+# e2e server's echo (ECHO: the agent's name for it; the agent itself, allowed), then the agent's
+# shell tool TOOL with {ARG: children_command} and the arguments of the JSON object EXTRA.
+children_turns() {
+    "$PY" - "$1" "$2" "$(children_command)" "$3" "${4:-mcp__e2e__echo}" "${5:-{\}}" <<'PY'
+import json, sys
+tool, arg, command, out, echo, extra = sys.argv[1:7]
+json.dump([
+    {"tool_call": {"name": echo, "arguments": {"text": "from the agent"}}},
+    {"tool_call": {"name": tool, "arguments": {arg: command, **json.loads(extra)}}},
+    {"text": "finished"},
+], open(out, "w"))
+PY
+}
+
+# agent_echo NAME AUDIT: passes when session NAME's audit log AUDIT has an allowed echo on the e2e
+# server ($MCP_PORT) made as the agent, naming the agent's executable and pid (DESIGN §17).
+agent_echo() {
+    local agent
+    agent=$("$PY" - "$2" "$MCP_PORT" <<'PY'
+import json, sys
+port = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    p = r.get("program") or {}
+    if r["port"] == port and r.get("tool") == "echo" and r["decision"] == "allowed" and p.get("agent"):
+        print(p["exe"], "pid", p["pid"])
+        break
+PY
+)
+    if [ -n "$agent" ]; then
+        pass "[$1] the agent's own echo was allowed (the agent: $agent)"
+    else
+        fail "[$1] no echo allowed as the agent"
+    fi
+}
+
+# check_children NAME AUDIT CALLS ECHOES: session NAME's audit log AUDIT shows the agent's own echo
+# allowed (as the agent) and curl, python and node refused at the same server (program_not_allowed,
+# by the default rule, each named by its executable); the server's CALLS file has run echo ECHOES
+# times in all (the agents').
+check_children() {
+    local name=$1 audit=$2 calls=$3 echoes=$4 who
+    agent_echo "$name" "$audit"
+    for who in /usr/bin/curl /usr/bin/python3 /usr/bin/node; do
+        check "[$name] $who, started by the agent, was refused at the same server (program_not_allowed)" \
+            "$PY" -c '
+import json, sys
+port, who = int(sys.argv[2]), sys.argv[3]
+hit = [r for r in map(json.loads, open(sys.argv[1])) if r["port"] == port
+       and r.get("reason") == "program_not_allowed" and r.get("rule") == "mcp.e2e default programs [agent]"
+       and (r.get("program") or {}).get("exe", "").startswith(who) and not r["program"]["agent"]]
+sys.exit(0 if hit else 1)' "$audit" "$MCP_PORT" "$who"
+    done
+    check "[$name] the MCP server ran echo $echoes times in all: the agents', none for the children" \
+        test "$(grep -cx echo "$calls")" -eq "$echoes"
 }

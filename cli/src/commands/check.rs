@@ -93,7 +93,15 @@ fn check(args: Args) -> Result<ExitCode> {
     };
 
     let roots = crate::session::upstream_roots(&args.upstream_ca)?;
-    let (loaded, team) = crate::team::load(&args.policy, &args.team, &roots)?;
+    let (mut loaded, team) = crate::team::load(&args.policy, &args.team, &roots)?;
+    // DESIGN §17: a `programs:` path where a sandbox can write must be pinned by its content.
+    if let Ok(cfg) = &loaded.result {
+        let writable = super::run::protect::sandbox_writable_roots(&args.policy.config, &[]);
+        let unpinned = super::run::protect::unpinned_programs(cfg, &writable);
+        if !unpinned.is_empty() {
+            loaded.result = Err(fenzi_policy::config::ConfigErrors(unpinned));
+        }
+    }
     let project = loaded.project;
     let machine = args.policy.machine_path().map(|p| p.display().to_string());
     let layers = super::check_effective::Layers {

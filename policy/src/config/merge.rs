@@ -29,6 +29,9 @@
 //! - A local (`command`) machine server cannot be changed: a project entry of that name must be
 //!   identical, and then changes nothing.
 //! - `hosts` are the union: the project file may add plain egress hosts.
+//! - `programs:` lists (DESIGN §17) of a lower layer are kept beside the upper's: on a server
+//!   or secret it narrows, every list applying; a `hosts` mapping's list applies to every
+//!   destination it matches, whichever layer added the destination. None can widen.
 //! - `private:` ranges come from the machine file only; a project may narrow them for a name the
 //!   machine file names (see [`private`]).
 //! - Top-level `secrets` are the union, except that a secret the machine file binds keeps the
@@ -185,6 +188,9 @@ fn merge_step(
     out.team = project.team.clone().or(machine.team.clone());
     out.hosts.extend(project.hosts.iter().cloned());
     out.private = private::merge(&machine.private, &project.private, layers, &mut errors);
+    // `programs:` on hosts entries all apply to what they match: a lower layer's only narrow.
+    out.host_programs
+        .extend(project.host_programs.iter().cloned());
 
     for ps in &project.mcp {
         match out.mcp.iter_mut().find(|ms| ms.name == ps.name) {
@@ -195,6 +201,8 @@ fn merge_step(
     for psec in &project.secrets {
         // `in`: a project may narrow a machine secret's positions, never widen them.
         if let Some(msec) = out.secrets.iter_mut().find(|m| m.name == psec.name) {
+            // `programs`: the lower layer's list applies beside the upper's (both must admit).
+            msec.programs.extend(psec.programs.iter().cloned());
             let before = errors.len();
             if let Some(narrowed) = positions::narrow(msec, psec, layers, &mut errors) {
                 msec.body = narrowed.iter().any(|p| p.value == SecretPosition::Body);
@@ -552,6 +560,9 @@ fn narrow(
     // `upper_file` is for the messages above; a team server narrowed by the machine file keeps
     // its origin and is not marked.
     let _ = upper_file;
+    // `programs`: the lower layer's list applies beside the upper's (and beside the upper's
+    // default when it wrote none): it can only narrow.
+    ms.programs.extend(ps.programs.iter().cloned());
     ms.narrowed_by_project |= layers.lower_origin == Origin::Project;
 }
 

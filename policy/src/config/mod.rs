@@ -35,6 +35,12 @@
 //! - A top-level `hosts` item may be a mapping `{host, private}`, and a `url` entry may have
 //!   `private`: the internal ranges that exact name may resolve to (`model::private`). Only the
 //!   machine file names them; a project may narrow them for a name the machine file names.
+//! - `programs:` (DESIGN §17) is a non-empty list of distinct items on a `url` or `account`
+//!   server, a top-level `hosts` mapping or a secret (not on a local server): `agent`, an absolute
+//!   path in plain form (no `.`, `..`, `//` or trailing `/`), or `{path, sha256}` with 64 hex
+//!   digits. A lower layer's list is kept beside the upper's, all applying. Whether a path needs
+//!   `sha256` (it lies where the sandbox can write) depends on the session, and is the caller's
+//!   check (`programs::unpinned_writable`).
 //! - A top-level secret's `in` is a non-empty list of distinct `header:NAME`, `query:NAME` and
 //!   `body`; listing `body` turns bodies on, and `body: true` beside an `in` without it is an
 //!   error. A project may narrow a machine secret's `in` to a subset (see `merge::positions`).

@@ -27,6 +27,7 @@ mod confirm;
 mod limits;
 mod positions;
 mod private;
+mod programs;
 
 const TOP_KEYS: &[&str] = &["version", "hosts", "mcp", "secrets"];
 /// The machine file may also say where the team policy comes from.
@@ -50,6 +51,7 @@ const ENTRY_KEYS: &[&str] = &[
     "private",
     "limits",
     "token_in",
+    "programs",
 ];
 const TOOLS_KEYS: &[&str] = &[
     "allow",
@@ -62,7 +64,7 @@ const TOOLS_KEYS: &[&str] = &[
 /// The keys of `resources` and `prompts`.
 const ALLOW_KEYS: &[&str] = &["allow"];
 const LIST_MODES: &[(&str, ListMode)] = &[("filter", ListMode::Filter), ("all", ListMode::All)];
-const SECRET_KEYS: &[&str] = &["hosts", "body", "in"];
+const SECRET_KEYS: &[&str] = &["hosts", "body", "in", "programs"];
 const ACCOUNTS: &[&str] = &["claude"];
 
 const LIST_TOOLS_HINT: &str = "list the tools agents may call, e.g. `tools: {allow: [get_issue]}`, \
@@ -90,6 +92,7 @@ pub fn read(
         origin,
         errors: Vec::new(),
         private: Vec::new(),
+        host_programs: Vec::new(),
         serial: None,
     };
     let config = r.config(root);
@@ -105,6 +108,8 @@ struct Reader {
     errors: Vec<ConfigError>,
     /// The file's `private:` lists, gathered where they are read.
     private: Vec<PrivateName>,
+    /// The file's `programs:` on `hosts` mappings, gathered where they are read.
+    host_programs: Vec<crate::config::model::programs::HostPrograms>,
     /// A team policy's `serial`.
     serial: Option<u64>,
 }
@@ -338,6 +343,7 @@ impl Reader {
             config.secrets = self.secrets(v);
         }
         config.private = std::mem::take(&mut self.private);
+        config.host_programs = std::mem::take(&mut self.host_programs);
         if let Some((_, v)) = f.get("team") {
             config.team = self.team(v);
         }
@@ -481,13 +487,14 @@ impl Reader {
                 );
                 continue;
             }
-            if let Some((kind, surface)) = self.entry(k, v, &path) {
+            if let Some((kind, surface, programs)) = self.entry(k, v, &path) {
                 out.push(McpServerConfig {
                     name: name.to_string(),
                     origin: self.origin,
                     narrowed_by_project: false,
                     kind,
                     surface,
+                    programs: programs.into_iter().collect(),
                     at: self.at(k, &path),
                 });
             }
@@ -500,7 +507,11 @@ impl Reader {
         name_node: &Node,
         node: &Node,
         path: &str,
-    ) -> Option<(ServerKind, ServerSurface)> {
+    ) -> Option<(
+        ServerKind,
+        ServerSurface,
+        Option<crate::config::model::programs::ProgramList>,
+    )> {
         let f = self.fields(
             node,
             path,
@@ -613,6 +624,10 @@ impl Reader {
                     "limits",
                     "`limits` applies to `url` and `account` servers: a local server's calls go over a pipe that is not inspected",
                 ),
+                (
+                    "programs",
+                    "`programs` applies to `url` and `account` servers: a local server runs inside the sandbox and talks to the agent over a pipe; name the programs of its hosts on a top-level `hosts` entry",
+                ),
             ],
         };
         let mut ok = true;
@@ -634,6 +649,15 @@ impl Reader {
                 ok = false;
             }
         }
+        let mut programs_ok = true;
+        let programs = match f.get("programs") {
+            Some((k, v)) if kind != "command" => {
+                let list = self.programs(k, v, &child(path, "programs"));
+                programs_ok = list.is_some();
+                list
+            }
+            _ => None,
+        };
         let result = match kind {
             "url" | "account" => {
                 let (pin, surface) = self.surface(&f, path);
@@ -655,7 +679,11 @@ impl Reader {
             }
             _ => self.local(&f, path).map(|k| (k, ServerSurface::default())),
         };
-        if ok { result } else { None }
+        if ok && programs_ok {
+            result.map(|(kind, surface)| (kind, surface, programs))
+        } else {
+            None
+        }
     }
 
     /// `token_in` of a `url` entry: the positions of its token (`positions.rs` reads the list, as
@@ -1331,14 +1359,21 @@ impl Reader {
                 }
                 body = Some(list.iter().any(|p| p.value == SecretPosition::Body));
             }
-            if let (Some(name), Some(hosts), Some(body), Some(positions)) =
-                (name, hosts, body, positions)
+            let programs = match f.get("programs") {
+                None => Some(Vec::new()),
+                Some((pk, pv)) => self
+                    .programs(pk, pv, &child(&path, "programs"))
+                    .map(|l| vec![l]),
+            };
+            if let (Some(name), Some(hosts), Some(body), Some(positions), Some(programs)) =
+                (name, hosts, body, positions, programs)
             {
                 out.push(SecretConfig {
                     name,
                     hosts,
                     body,
                     positions,
+                    programs,
                     at: self.at(k, &path),
                 });
             }

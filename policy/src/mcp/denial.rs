@@ -16,7 +16,7 @@ use crate::json::write_string;
 use crate::untrusted_text::{clip, shown};
 
 /// The JSON-RPC `error.code` for each reason.
-pub const ERROR_CODES: [(Reason, i64); 13] = [
+pub const ERROR_CODES: [(Reason, i64); 14] = [
     (Reason::PolicyDenied, -31001),
     (Reason::BadRequest, -31002),
     (Reason::BodyTooLarge, -31003),
@@ -30,6 +30,7 @@ pub const ERROR_CODES: [(Reason, i64); 13] = [
     (Reason::Timeout, -31011),
     (Reason::ResponseTooLarge, -31012),
     (Reason::NotConfirmed, -31013),
+    (Reason::ProgramNotAllowed, -31014),
 ];
 
 /// The JSON-RPC error code fenzi answers `reason` with.

@@ -4,7 +4,7 @@
 //! are written, and when, is decided by the request path (`request/`) and the session
 //! (`session/`); this folder only makes them durable and chained.
 //!
-//! May use: `connection`, `error`, `host_files`.
+//! May use: `attribution`, `connection`, `error`, `host_files`.
 
 pub mod sink;
 pub mod writer;

@@ -79,6 +79,8 @@ pub(crate) struct Subject {
     pub server: Option<String>,
     /// The hash of the policy deciding about it (`None`: the one in force when recorded).
     pub policy: Option<Arc<str>>,
+    /// The program of the connection it came on (DESIGN §17).
+    pub program: crate::attribution::Attributed,
 }
 
 impl Subject {
@@ -98,7 +100,14 @@ impl Subject {
             path: path.map(str::to_string),
             server: None,
             policy: None,
+            program: Default::default(),
         }
+    }
+
+    /// This subject, about a connection attributed to `program`.
+    pub fn by(mut self, program: &crate::attribution::Attributed) -> Subject {
+        self.program = program.clone();
+        self
     }
 
     /// This subject, decided under the policy whose hash is `policy`.
@@ -133,6 +142,7 @@ impl Subject {
             client: Some(self.client),
             prompt: None,
             resource: None,
+            program: self.program.record(),
         }
     }
 

@@ -117,6 +117,8 @@ pub struct AuditEntry {
     pub prompt: Option<String>,
     /// The resource URI a `resources/*` message names, without query or fragment.
     pub resource: Option<String>,
+    /// The program the connection was attributed to (DESIGN §17), shared by its records.
+    pub program: Option<fenzi_policy::audit::ProgramRecord>,
 }
 
 impl AuditEntry {
@@ -148,6 +150,7 @@ impl AuditEntry {
             client: None,
             prompt: None,
             resource: None,
+            program: None,
         }
     }
 
@@ -176,6 +179,7 @@ impl AuditEntry {
             client: self.client.map(client_text),
             prompt: self.prompt,
             resource: self.resource,
+            program: self.program,
             prev: String::new(),
         })
     }

@@ -6,13 +6,15 @@
 //! destination that is not admitted is a [`Refusal`]: `host_not_allowed` or `private_address`, or a
 //! `failed` record when the name cannot be resolved.
 
+use crate::attribution::Attributed;
 use crate::audit::sink::Subject;
 use crate::error::ProxyError;
 use crate::request::refusal::Refusal;
 use crate::session::context::SessionContext;
-use fenzi_policy::Decision;
 use fenzi_policy::engine::{McpServer, Route};
 use fenzi_policy::host::Host;
+use fenzi_policy::programs::{ProgramFacts, ProgramRules};
+use fenzi_policy::{Decision, Reason};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -49,6 +51,8 @@ pub(crate) struct Destination {
     pub policy: Arc<str>,
     /// The peer address of the client connection it was admitted for.
     pub client: SocketAddr,
+    /// The program of that connection: every record about the destination names it.
+    pub program: Attributed,
 }
 
 impl Destination {
@@ -89,7 +93,8 @@ impl Destination {
     /// belongs to ([`fenzi_policy::engine::by_path`]).
     pub fn subject_of(&self, method: &str, path: Option<&str>, server: Option<&str>) -> Subject {
         let mut subject =
-            Subject::new(self.client, method, self.host_text.clone(), self.port, path);
+            Subject::new(self.client, method, self.host_text.clone(), self.port, path)
+                .by(&self.program);
         subject.server = server.map(str::to_string);
         subject.under(&self.policy)
     }
@@ -108,6 +113,7 @@ pub(crate) async fn admit(
         .policy
         .route(host, port)
         .map_err(|denied| Refusal::denied(subject, &denied))?;
+    check_programs(session, &live.policy, &route, host, port, subject)?;
     let inspect = route.needs_inspection();
     let mut decision = Decision::allow(
         live.policy.admission_rule(&route),
@@ -153,7 +159,99 @@ pub(crate) async fn admit(
             .collect(),
         policy: live.hash.clone(),
         client: subject.client,
+        program: subject.program.clone(),
     })
+}
+
+/// DESIGN §17: may the programs holding the connection reach `host:port`, admitted by `route`?
+/// Only when the session attributes connections; a failed attribution is refused wherever the
+/// policy restricts programs (the agent's default on MCP servers included). Decided before the
+/// name is resolved: a refused program learns nothing of where the name points.
+fn check_programs(
+    session: &SessionContext,
+    policy: &fenzi_policy::engine::Policy,
+    route: &Route<'_>,
+    host: &Host,
+    port: u16,
+    subject: &Subject,
+) -> Result<(), Refusal> {
+    // Nothing is built unless something restricts (a plain-HTTP request is admitted each time).
+    let Some(attributor) = session.attribution.get() else {
+        return Ok(());
+    };
+    if !policy.programs_restrict(route, host, port, attributor.agent_mode) {
+        return Ok(());
+    }
+    let rules = policy.program_rules(route, host, port);
+    let entry = || match route {
+        Route::Mcp(server) => format!("mcp.{}", server.name),
+        Route::Plain { rule, .. } => rule.clone(),
+    };
+    let what = || format!("reach {}", host.authority(port));
+    let Some(denied) = program_refusal(session, &rules, entry, what, &subject.program) else {
+        return Ok(());
+    };
+    // The refusal names the server it was about, as its other records would.
+    let mut subject = subject.clone();
+    if let Route::Mcp(server) = route
+        && !policy.is_shared_host(server)
+    {
+        subject.server = Some(server.name.clone());
+    }
+    Err(Refusal::denied(&subject, &denied))
+}
+
+/// The `program_not_allowed` denial of `program` by `rules` (of the policy entry named `entry` in
+/// records), for a refusal saying it may not `what`; `None` when allowed, or when the session does
+/// not attribute connections (`fenzi proxy`: any program). Pure: no system call, whatever the
+/// connection's age.
+pub(crate) fn program_refusal(
+    session: &SessionContext,
+    rules: &ProgramRules,
+    entry: impl FnOnce() -> String,
+    what: impl FnOnce() -> String,
+    program: &Attributed,
+) -> Option<Decision> {
+    let attributor = session.attribution.get()?;
+    if !rules.restricts(attributor.agent_mode) {
+        return None;
+    }
+    let (entry, what) = (entry(), what());
+    let holders = match program {
+        Attributed::Found(program) => program.holders(),
+        Attributed::Unknown | Attributed::Failed(_) => Vec::new(),
+    };
+    let facts: Vec<ProgramFacts<'_>> = holders
+        .iter()
+        .map(|h| ProgramFacts {
+            exe: &h.exe,
+            sha256: &h.sha256,
+            agent: h.agent,
+        })
+        .collect();
+    let refused = rules.check(&entry, &facts, attributor.agent_mode).err()?;
+    let message = match (refused.holder.and_then(|i| holders.get(i)), program) {
+        (Some(h), _) => format!(
+            "{} (pid {}{}) may not {what}: {} does not list it",
+            h.exe,
+            h.pid,
+            if h.agent { ", the agent" } else { "" },
+            refused.rule
+        ),
+        (None, Attributed::Failed(why)) => format!(
+            "the program of this connection could not be told ({why}), so it may not {what}: \
+             only listed programs may"
+        ),
+        (None, _) => format!(
+            "the program of this connection could not be told, so it may not {what}: only \
+             listed programs may"
+        ),
+    };
+    Some(Decision::deny(
+        Reason::ProgramNotAllowed,
+        refused.rule,
+        message,
+    ))
 }
 
 /// [`admit`] for a tunnel (a CONNECT, or a connection caught on the transparent path), with its

@@ -55,7 +55,7 @@ pub(crate) async fn serve_client(
     if let Err(e) = result {
         tracing::debug!(%peer, "client connection ended: {e}");
         if e.is_parse() {
-            let subject = refused_subject(peer, probe.refused());
+            let subject = refused_subject(peer, probe.refused()).by(stopping.program());
             let detail = format!("the request is not valid HTTP/1.1: {e}");
             Refusal::unparsed(&subject, &detail).record(&session);
         }
@@ -95,7 +95,8 @@ async fn route(
         "-".to_string(),
         0,
         Some(req.uri().path()),
-    );
+    )
+    .by(guard.program());
     let why = "this is a proxy: send absolute-form http:// requests or CONNECT";
     Refusal::bad_request(&subject, why).answer(&session)
 }

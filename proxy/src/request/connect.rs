@@ -4,6 +4,7 @@
 //! passed through byte for byte (dialled before the 200, so an unreachable upstream is a 502) or
 //! handed to interception when the route needs inspection.
 
+use crate::attribution::Attributed;
 use crate::audit::sink::Subject;
 use crate::connection::body::{self, Body};
 use crate::connection::tunnel;
@@ -28,7 +29,7 @@ pub(crate) async fn connect(
     guard: ConnGuard,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
-    let dest = match check_target(&session, guard.peer(), &req).await {
+    let dest = match check_target(&session, guard.peer(), guard.program(), &req).await {
         Ok(dest) => Arc::new(dest),
         Err(refusal) => return refusal.answer(&session),
     };
@@ -71,12 +72,13 @@ pub(crate) async fn connect(
 async fn check_target<B>(
     session: &SessionContext,
     client: SocketAddr,
+    program: &Attributed,
     req: &Request<B>,
 ) -> Result<Destination, Refusal> {
     let target = req.uri().authority().map_or("", |a| a.as_str());
     // Until the target parses, the record names only what may be logged (no userinfo, no raw text).
     let (logged_host, logged_port) = logged_authority(target, DEFAULT_CONNECT_PORT);
-    let mut subject = Subject::new(client, "CONNECT", logged_host, logged_port, None);
+    let mut subject = Subject::new(client, "CONNECT", logged_host, logged_port, None).by(program);
     // Before anything else: a placeholder in the target is never resolved, parsed or dialled.
     check_no_placeholder(session, target, "the CONNECT target", &subject)?;
     if target.contains('@') {

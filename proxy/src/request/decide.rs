@@ -18,7 +18,7 @@
 //! A new request rule belongs in `fenzi-policy` (the classifier or the secret-use decision); this
 //! phase only orders the decisions and records them. See docs/architecture.md.
 
-use crate::request::admit::Handling;
+use crate::request::admit::{Handling, program_refusal};
 use crate::request::context::RequestContext;
 use crate::request::held;
 use crate::request::mcp_enforce;
@@ -43,6 +43,38 @@ pub(crate) struct Decided {
     pub sign_in: Option<fenzi_policy::mcp::oauth::Step>,
 }
 
+/// The `program_not_allowed` refusal of this request, if its connection's programs may not use
+/// the entry it belongs to (on an MCP host several entries share; the host's own entry was
+/// checked at admission) or a secret it would carry.
+fn program_denial(
+    cx: &RequestContext<'_>,
+    use_: &fenzi_policy::secret_use::SecretUse,
+) -> Option<Decision> {
+    let session = cx.session;
+    session.attribution.get()?;
+    let program = &cx.dest().program;
+    if cx.dest().shared
+        && let Some(server) = cx.server()
+    {
+        let entry = || format!("mcp.{}", server.name);
+        let what = || format!("use MCP server {}", server.name);
+        if let Some(denied) = program_refusal(session, &server.programs, entry, what, program) {
+            return Some(denied);
+        }
+    }
+    for name in &use_.secrets {
+        let Some(binding) = cx.live.policy.secrets().iter().find(|b| &b.name == name) else {
+            continue;
+        };
+        let entry = || format!("secrets.{name}");
+        let what = || format!("send secret {name}");
+        if let Some(denied) = program_refusal(session, &binding.programs, entry, what, program) {
+            return Some(denied);
+        }
+    }
+    None
+}
+
 /// Decides and records a buffered request (`parts` updated).
 pub(crate) async fn decide(
     cx: &RequestContext<'_>,
@@ -65,6 +97,11 @@ pub(crate) async fn decide(
     );
     if !use_.is_allowed() {
         return Err(refused(cx, &use_.decision, &use_.secrets, parts, &body));
+    }
+    // DESIGN §17: the programs the request's entry and its secrets admit, from what the
+    // connection was attributed to when it was accepted (no system call here).
+    if let Some(denied) = program_denial(cx, &use_) {
+        return Err(refused(cx, &denied, &use_.secrets, parts, &body));
     }
     // Tool decisions follow the policy in force when the request began, not the one that
     // admitted the connection: a reload applies to the next request on an open tunnel too.

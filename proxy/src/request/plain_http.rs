@@ -3,6 +3,7 @@
 //! admitted, and the request handed to [`crate::request::exchange`]. An `https` MCP server is not reached this
 //! way: the request came in clear text.
 
+use crate::attribution::Attributed;
 use crate::audit::sink::Subject;
 use crate::connection::body::Body;
 use crate::request::admit::{Destination, admit};
@@ -23,7 +24,7 @@ pub(crate) async fn plain_http(
     guard: &ConnGuard,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let (dest, host) = match check_url(&session, guard.peer(), &req).await {
+    let (dest, host) = match check_url(&session, guard.peer(), guard.program(), &req).await {
         Ok(admitted) => admitted,
         Err(refusal) => return refusal.answer(&session),
     };
@@ -36,6 +37,7 @@ pub(crate) async fn plain_http(
 async fn check_url<B>(
     session: &SessionContext,
     client: SocketAddr,
+    program: &Attributed,
     req: &Request<B>,
 ) -> Result<(Destination, HeaderValue), Refusal> {
     let (method, uri) = (req.method().as_str(), req.uri());
@@ -44,7 +46,8 @@ async fn check_url<B>(
         Some(authority) => logged_authority(authority.as_str(), default_port(uri.scheme_str())),
         None => ("-".to_string(), 0),
     };
-    let mut subject = Subject::new(client, method, logged_host, logged_port, Some(uri.path()));
+    let mut subject =
+        Subject::new(client, method, logged_host, logged_port, Some(uri.path())).by(program);
     if uri.scheme_str() != Some("http") {
         let why = "only http:// URLs can be sent to the proxy as requests; use CONNECT for https";
         return Err(Refusal::bad_request(&subject, why));

@@ -93,7 +93,8 @@ fn proxy_error_type(reason: Reason) -> &'static str {
         | Reason::CredentialEndpointMismatch
         | Reason::ToolChanged
         | Reason::RateLimited
-        | Reason::NotConfirmed => "http_request_denied",
+        | Reason::NotConfirmed
+        | Reason::ProgramNotAllowed => "http_request_denied",
         Reason::BodyTooLarge | Reason::BadRequest => "http_request_error",
         Reason::UpstreamError => "destination_unavailable",
         Reason::AuditUnavailable => "proxy_internal_error",

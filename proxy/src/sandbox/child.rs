@@ -183,6 +183,10 @@ pub(crate) fn run_init(p: &Prepared) -> ! {
         let fd = step(ctl, SetupStep::Transparent, sys::udp_bind(addr));
         hand_over(ctl, protocol::DNS_SOCKET, 0, fd);
     }
+    // Bound to this network namespace when created: through it fenzi, outside, looks up the
+    // socket of a connection by its addresses (DESIGN §17). The command never holds it.
+    let fd = step(ctl, SetupStep::SockDiag, sys::sock_diag_socket());
+    hand_over(ctl, protocol::SOCK_DIAG, 0, fd);
 
     // A new, empty session keyring: the inherited one may hold the user's keys. A kernel without
     // keyrings (ENOSYS) has nothing to inherit.

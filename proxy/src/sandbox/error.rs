@@ -53,6 +53,9 @@ pub enum SetupStep {
     Landlock,
     /// Setting up the transparent path: loopback addresses, listeners, the DNS stub's socket.
     Transparent,
+    /// Opening the socket-diagnostics socket through which fenzi finds a connection's socket
+    /// (DESIGN §17, `crate::attribution`).
+    SockDiag,
 }
 
 impl SetupStep {
@@ -62,7 +65,7 @@ impl SetupStep {
     }
 
     pub(crate) fn from_code(code: u32) -> Option<Self> {
-        const ALL: [SetupStep; 22] = [
+        const ALL: [SetupStep; 23] = [
             SetupStep::CreateNamespaces,
             SetupStep::ParentDeathSignal,
             SetupStep::SetGroups,
@@ -85,6 +88,7 @@ impl SetupStep {
             SetupStep::ProtectFiles,
             SetupStep::Landlock,
             SetupStep::Transparent,
+            SetupStep::SockDiag,
         ];
         ALL.into_iter().find(|s| s.code() == code)
     }
@@ -120,6 +124,9 @@ impl fmt::Display for SetupStep {
             SetupStep::Landlock => "restricting where the sandbox may write (Landlock)",
             SetupStep::Transparent => {
                 "setting up the listeners for programs that ignore the proxy variables"
+            }
+            SetupStep::SockDiag => {
+                "opening the socket-diagnostics socket that tells connections' programs apart"
             }
         })
     }

@@ -8,8 +8,9 @@
 //! PID namespace, makes the governing files read-only and their ancestors immovable (`filesystem`),
 //! brings up `lo` (with the synthetic range and the policy's IP literals when the spec asks for the
 //! transparent path), creates the proxy listener on `127.0.0.1:<port>` inside the network
-//! namespace (and the transparent listeners and the DNS stub's socket, each handed over as it is
-//! made), joins a fresh session keyring, sets `no_new_privs`, drops its capabilities, applies the
+//! namespace (and the transparent listeners, the DNS stub's socket and a `NETLINK_SOCK_DIAG`
+//! socket through which fenzi finds a connection's socket ([`SockDiag`]), each handed over as it
+//! is made), joins a fresh session keyring, sets `no_new_privs`, drops its capabilities, applies the
 //! Landlock write allowlist, installs the seccomp filter ([`seccomp`] says what it refuses and
 //! why), forks the command and, once the command is exec'd, hands the listener to the parent over
 //! `SCM_RIGHTS`. The
@@ -66,7 +67,7 @@ mod spec;
 mod sys;
 
 pub use error::{SandboxError, SetupStep};
-pub use session::{SandboxChild, SandboxHandle, Session, exit_code};
+pub use session::{SandboxChild, SandboxHandle, Session, SockDiag, exit_code};
 pub use spec::{DEFAULT_PROXY_PORT, DEFAULT_SANDBOX_ID, SandboxSpec, TransparentSpec};
 
 /// Makes the calling process non-dumpable: other processes of the same user can then no longer

@@ -14,6 +14,8 @@ pub(crate) const EXITED: u32 = 4;
 pub(crate) const TRANSPARENT_LISTENER: u32 = 5;
 /// The DNS stub's UDP socket, attached. Sent before `READY`.
 pub(crate) const DNS_SOCKET: u32 = 6;
+/// A `NETLINK_SOCK_DIAG` socket of the sandbox's network namespace, attached. Sent before `READY`.
+pub(crate) const SOCK_DIAG: u32 = 7;
 
 /// `COMMAND_FAILED` actions.
 pub(crate) const ACTION_CHDIR: u32 = 1;

@@ -43,6 +43,9 @@ pub struct Session {
     pub transparent: Vec<TcpListener>,
     /// With [`SandboxSpec::transparent`]: the DNS stub's UDP socket inside the sandbox. Blocking.
     pub dns: Option<UdpSocket>,
+    /// The sandbox network namespace's socket diagnostics: which socket a connection is
+    /// ([`SockDiag::inode`], DESIGN §17).
+    pub sock_diag: SockDiag,
     /// The command.
     pub child: SandboxChild,
 }
@@ -52,6 +55,33 @@ struct Handed {
     listener: TcpListener,
     transparent: Vec<TcpListener>,
     dns: Option<UdpSocket>,
+    sock_diag: SockDiag,
+}
+
+/// A `NETLINK_SOCK_DIAG` socket created inside the sandbox's network namespace: it answers about
+/// that namespace's sockets only. One question at a time (a lock keeps answers with questions).
+#[derive(Debug)]
+pub struct SockDiag(std::sync::Mutex<OwnedFd>);
+
+impl SockDiag {
+    /// One in the caller's own network namespace (what the sandbox's init does inside it; tests
+    /// use it on the host).
+    pub fn here() -> io::Result<SockDiag> {
+        let fd = sys::sock_diag_socket_owned().map_err(io::Error::from_raw_os_error)?;
+        Ok(SockDiag(std::sync::Mutex::new(fd)))
+    }
+
+    /// The inode of the TCP socket whose local address is `local` and remote `remote`, or `None`
+    /// when there is none (closed, never was). One exact lookup by the kernel, not a walk of the
+    /// connection table (`/proc/net/tcp` takes milliseconds on a busy host: its hash table is
+    /// shared by every namespace).
+    pub fn inode(&self, local: SocketAddr, remote: SocketAddr) -> io::Result<Option<u64>> {
+        let fd = self
+            .0
+            .lock()
+            .map_err(|_| io::Error::other("the socket-diagnostics lock is poisoned"))?;
+        sys::sock_diag_inode(&fd, local, remote)
+    }
 }
 
 impl Session {
@@ -118,6 +148,7 @@ impl Session {
                 listener: handed.listener,
                 transparent: handed.transparent,
                 dns: handed.dns,
+                sock_diag: handed.sock_diag,
                 child,
             }),
             Err(err) => {
@@ -204,7 +235,7 @@ impl SandboxChild {
     /// Reads the init's setup report: the listener, or why it could not start.
     fn handshake(&mut self, spec: &SandboxSpec) -> Result<Handed, SandboxError> {
         let deadline = Instant::now() + SETUP_TIMEOUT;
-        let (mut transparent, mut dns) = (Vec::new(), None);
+        let (mut transparent, mut dns, mut sock_diag) = (Vec::new(), None, None);
         let wanted = spec.transparent.as_ref().map_or(0, |t| {
             let v6 = t.ipv6 || !t.addresses_v6.is_empty();
             t.ports.len() * if v6 { 2 } else { 1 }
@@ -245,6 +276,12 @@ impl SandboxChild {
                     }
                     transparent.push(TcpListener::from(fd));
                 }
+                protocol::SOCK_DIAG => {
+                    let (Some(fd), None) = (fd, &sock_diag) else {
+                        return Err(bad_handover());
+                    };
+                    sock_diag = Some(SockDiag(std::sync::Mutex::new(fd)));
+                }
                 protocol::DNS_SOCKET => {
                     let (Some(fd), true, None) = (fd, spec.transparent.is_some(), &dns) else {
                         return Err(bad_handover());
@@ -263,12 +300,16 @@ impl SandboxChild {
                     if transparent.len() != wanted || dns.is_some() != spec.transparent.is_some() {
                         return Err(bad_handover());
                     }
+                    let Some(sock_diag) = sock_diag.take() else {
+                        return Err(SandboxError::isolation(SetupStep::SockDiag, libc::EBADMSG));
+                    };
                     match listener.local_addr() {
                         Ok(addr) if addr == expected => {
                             return Ok(Handed {
                                 listener,
                                 transparent,
                                 dns,
+                                sock_diag,
                             });
                         }
                         _ => {

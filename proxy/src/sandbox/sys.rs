@@ -910,6 +910,120 @@ pub(crate) fn effective_ids() -> (u32, u32) {
     (uid, gid)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Socket diagnostics (DESIGN §17: which socket a connection from the sandbox is)
+
+/// A `NETLINK_SOCK_DIAG` socket, close-on-exec, in the caller's network namespace.
+pub(crate) fn sock_diag_socket() -> SysResult<RawFd> {
+    // SAFETY: no pointers.
+    check(unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    })
+}
+
+/// [`sock_diag_socket`], owned.
+pub(crate) fn sock_diag_socket_owned() -> SysResult<OwnedFd> {
+    sock_diag_socket().map(owned)
+}
+
+/// `SOCK_DIAG_BY_FAMILY` (linux/sock_diag.h).
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+/// The request: `nlmsghdr` (16 bytes) and `inet_diag_req_v2` (56 bytes).
+const DIAG_REQUEST_LEN: usize = 16 + 56;
+/// Where `inet_diag_msg.idiag_inode` is in an answer: after `nlmsghdr` (16), the family, state,
+/// timer and retransmits (4), the socket id (48), and expires, rqueue, wqueue and uid (16).
+const DIAG_INODE_AT: usize = 16 + 4 + 48 + 16;
+
+/// The inode of the TCP socket `local` → `remote` in the namespace of the diagnostics socket
+/// `fd`: one exact lookup (`inet_diag_req_v2` with the whole 4-tuple and no cookie, not a dump).
+/// `Ok(None)` when the kernel knows no such socket.
+pub(crate) fn sock_diag_inode(
+    fd: &OwnedFd,
+    local: std::net::SocketAddr,
+    remote: std::net::SocketAddr,
+) -> std::io::Result<Option<u64>> {
+    use std::net::{IpAddr, SocketAddr};
+    let family = match (local, remote) {
+        (SocketAddr::V4(_), SocketAddr::V4(_)) => libc::AF_INET,
+        (SocketAddr::V6(_), SocketAddr::V6(_)) => libc::AF_INET6,
+        _ => return Ok(None),
+    };
+    let words = |ip: IpAddr| -> [u8; 16] {
+        let mut out = [0u8; 16];
+        match ip {
+            IpAddr::V4(v4) => out[..4].copy_from_slice(&v4.octets()),
+            IpAddr::V6(v6) => out.copy_from_slice(&v6.octets()),
+        }
+        out
+    };
+    let mut req = [0u8; DIAG_REQUEST_LEN];
+    req[0..4].copy_from_slice(&(DIAG_REQUEST_LEN as u32).to_ne_bytes());
+    req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    // inet_diag_req_v2: family, protocol, ext, pad, states (every state).
+    req[16] = family as u8;
+    req[17] = libc::IPPROTO_TCP as u8;
+    req[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
+    // inet_diag_sockid: ports and addresses in network order, no interface, no cookie.
+    req[24..26].copy_from_slice(&local.port().to_be_bytes());
+    req[26..28].copy_from_slice(&remote.port().to_be_bytes());
+    req[28..44].copy_from_slice(&words(local.ip()));
+    req[44..60].copy_from_slice(&words(remote.ip()));
+    req[64..72].copy_from_slice(&[0xff; 8]);
+    // SAFETY: a zeroed `sockaddr_nl` is valid; the kernel is its destination (pid 0).
+    let mut to: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    to.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    let to_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+    // SAFETY: `req` and `to` are valid for the lengths given.
+    retry(|| {
+        check(unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                req.as_ptr().cast(),
+                req.len(),
+                0,
+                (&to as *const libc::sockaddr_nl).cast(),
+                to_len,
+            )
+        })
+    })
+    .map_err(std::io::Error::from_raw_os_error)?;
+    let mut answer = [0u8; 512];
+    // SAFETY: `answer` is valid for its length.
+    let n = retry(|| {
+        check(unsafe { libc::recv(fd.as_raw_fd(), answer.as_mut_ptr().cast(), answer.len(), 0) })
+    })
+    .map_err(std::io::Error::from_raw_os_error)? as usize;
+    if n < 16 {
+        return Err(std::io::Error::other("a short socket-diagnostics answer"));
+    }
+    let kind = u16::from_ne_bytes([answer[4], answer[5]]);
+    if kind == libc::NLMSG_ERROR as u16 {
+        let code = i32::from_ne_bytes([answer[16], answer[17], answer[18], answer[19]]);
+        return match -code {
+            libc::ENOENT => Ok(None),
+            errno => Err(std::io::Error::from_raw_os_error(errno)),
+        };
+    }
+    if kind != SOCK_DIAG_BY_FAMILY || n < DIAG_INODE_AT + 4 {
+        return Err(std::io::Error::other(
+            "an unexpected socket-diagnostics answer",
+        ));
+    }
+    let inode = u32::from_ne_bytes([
+        answer[DIAG_INODE_AT],
+        answer[DIAG_INODE_AT + 1],
+        answer[DIAG_INODE_AT + 2],
+        answer[DIAG_INODE_AT + 3],
+    ]);
+    Ok((inode != 0).then_some(u64::from(inode)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -126,6 +126,7 @@ mod tests {
             default_bearer: true,
             positions: Some(vec![SecretPosition::Header("Authorization".into())]),
             entry: None,
+            programs: Default::default(),
         };
         let set =
             SecretSet::mint([("MCP_NOTION".to_string(), b"access-token-one".to_vec())]).unwrap();

@@ -272,6 +272,7 @@ mod tests {
 
     fn binding(name: &str, host: &str, body: bool, bearer: bool) -> SecretBinding {
         SecretBinding {
+            programs: Default::default(),
             name: name.to_string(),
             hosts: vec![HostPattern::parse(host).unwrap()],
             body,

@@ -10,6 +10,7 @@
 //! written is [`AuditUnavailable`], which the refusal funnel ([`crate::request::refusal`]) turns into a 503.
 //! A record that does not name the policy it was decided under gets the hash of the one in force.
 
+use crate::attribution::Attributed;
 use crate::audit::sink::AuditSink;
 use crate::audit::writer::AuditEntry;
 use crate::confirm::Confirmations;
@@ -52,6 +53,9 @@ pub(crate) struct SessionContext {
     pub confirm: Arc<Confirmations>,
     /// `--metrics`: counted at a few points of the request path; `None` costs one check each.
     pub metrics: Option<Arc<Metrics>>,
+    /// `fenzi run`'s attribution of connections to the sandbox's programs (DESIGN §17), set once
+    /// the sandbox runs; unset, any program may use anything.
+    pub attribution: std::sync::OnceLock<Arc<crate::attribution::Attributor>>,
 }
 
 /// `text` with every value and placeholder of `secrets` as `[placeholder:NAME]`.
@@ -236,6 +240,8 @@ impl SessionContext {
 pub(crate) struct ConnGuard {
     conn: Arc<Admitted>,
     stop: watch::Receiver<bool>,
+    /// The program the connection was attributed to, once, when it was accepted.
+    program: Attributed,
 }
 
 impl ConnGuard {
@@ -243,7 +249,19 @@ impl ConnGuard {
         ConnGuard {
             conn: Arc::new(conn),
             stop,
+            program: Attributed::Unknown,
         }
+    }
+
+    /// The same guard, for a connection attributed to `program`.
+    pub fn attributed(mut self, program: Attributed) -> ConnGuard {
+        self.program = program;
+        self
+    }
+
+    /// What the connection was attributed to.
+    pub fn program(&self) -> &Attributed {
+        &self.program
     }
 
     /// The peer address of the client connection, as accepted (what its records name as `client`).

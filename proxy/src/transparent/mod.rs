@@ -8,10 +8,11 @@
 //! passed through, as a CONNECT tunnel is. A refused one is recorded and closed: there is no HTTP
 //! exchange to answer in.
 //!
-//! May use: `request`, `session`, `audit`, `connection`, `error`, `options`.
+//! May use: `request`, `session`, `attribution`, `audit`, `connection`, `error`, `options`.
 
 pub mod dns;
 
+use crate::attribution::Attributed;
 use crate::audit::sink::Subject;
 use crate::connection::capacity::Tracked;
 use crate::connection::tunnel;
@@ -40,7 +41,7 @@ pub(crate) async fn serve(
             return;
         }
     };
-    let dest = match check_destination(&session, guard.peer(), local).await {
+    let dest = match check_destination(&session, guard.peer(), guard.program(), local).await {
         Ok(dest) => Arc::new(dest),
         Err(refusal) => return refusal.record(&session),
     };
@@ -64,6 +65,7 @@ pub(crate) async fn serve(
 async fn check_destination(
     session: &SessionContext,
     client: SocketAddr,
+    program: &Attributed,
     local: SocketAddr,
 ) -> Result<Destination, Refusal> {
     let port = local.port();
@@ -71,7 +73,8 @@ async fn check_destination(
         IpAddr::V4(ip) if SyntheticNames::is_synthetic(ip) => match session.synthetic.name_of(ip) {
             Some(name) => Host::Name(name),
             None => {
-                let subject = Subject::new(client, "CONNECT", ip.to_string(), port, None);
+                let subject =
+                    Subject::new(client, "CONNECT", ip.to_string(), port, None).by(program);
                 let why = format!(
                     "{ip} is in the range fenzi's DNS stub answers from, but was never handed out"
                 );
@@ -80,6 +83,6 @@ async fn check_destination(
         },
         ip => Host::Ip(ip),
     };
-    let subject = Subject::new(client, "CONNECT", host.to_string(), port, None);
+    let subject = Subject::new(client, "CONNECT", host.to_string(), port, None).by(program);
     admit_tunnel(session, &host, port, &subject).await
 }

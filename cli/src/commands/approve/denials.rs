@@ -91,6 +91,7 @@ mod tests {
 
     fn record(ts: &str, decision: Outcome, reason: Option<&str>, tool: &str) -> String {
         to_line(&AuditRecord {
+            program: None,
             ts: ts.into(),
             seq: 1,
             session: "s1".into(),

@@ -67,6 +67,35 @@ pub fn parse_since(text: &str) -> Result<Since, String> {
     Ok(Since::Ago(Duration::from_secs(total)))
 }
 
+/// `--program`: the agent, or an executable by its absolute path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgramFilter {
+    Agent,
+    Exe(String),
+}
+
+pub(super) fn parse_program(text: &str) -> Result<ProgramFilter, String> {
+    match text {
+        "agent" => Ok(ProgramFilter::Agent),
+        p if p.starts_with('/') => Ok(ProgramFilter::Exe(p.to_string())),
+        _ => Err(format!(
+            "{text:?} is neither `agent` nor an absolute path (e.g. /usr/bin/curl)"
+        )),
+    }
+}
+
+impl ProgramFilter {
+    fn matches(&self, r: &AuditRecord) -> bool {
+        let Some(program) = &r.program else {
+            return false;
+        };
+        program.holders().iter().any(|h| match self {
+            ProgramFilter::Agent => h.agent,
+            ProgramFilter::Exe(exe) => &h.exe == exe,
+        })
+    }
+}
+
 pub(super) fn parse_tool(text: &str) -> Result<ToolPattern, String> {
     ToolPattern::parse(text).map_err(|e| e.to_string())
 }
@@ -77,6 +106,7 @@ pub struct Filter {
     pub denied: bool,
     pub server: Option<String>,
     pub tool: Option<ToolPattern>,
+    pub program: Option<ProgramFilter>,
     /// Unix milliseconds; records before this are hidden.
     pub since_ms: Option<i64>,
 }
@@ -87,6 +117,7 @@ impl Filter {
             denied: args.denied,
             server: args.server.clone(),
             tool: args.tool.clone(),
+            program: args.program.clone(),
             since_ms: args.since.map(|s| match s {
                 Since::At(ms) => ms,
                 Since::Ago(d) => now_ms - d.as_millis() as i64,
@@ -105,6 +136,11 @@ impl Filter {
         }
         if let Some(t) = &self.tool
             && !r.tool.as_deref().is_some_and(|tool| t.matches(tool))
+        {
+            return false;
+        }
+        if let Some(p) = &self.program
+            && !p.matches(r)
         {
             return false;
         }
@@ -171,6 +207,33 @@ mod tests {
     }
 
     #[test]
+    fn program_filters_by_any_holder() {
+        use crate::commands::log::test_records::by;
+        let agent = by(
+            rec(Outcome::Allowed, "CONNECT", "a", 443),
+            &[("/usr/bin/node", 2, true)],
+        );
+        let curl = by(
+            rec(Outcome::Denied, "CONNECT", "a", 443),
+            &[("/usr/bin/curl", 5, false)],
+        );
+        let shared = by(
+            rec(Outcome::Denied, "CONNECT", "a", 443),
+            &[("/usr/bin/node", 2, true), ("/usr/bin/curl", 6, false)],
+        );
+        let none = rec(Outcome::Allowed, "CONNECT", "a", 443);
+        let f = |p: &str| Filter {
+            program: Some(parse_program(p).unwrap()),
+            ..Filter::default()
+        };
+        let shown = |f: &Filter| [&agent, &curl, &shared, &none].map(|r| f.matches(r));
+        assert_eq!(shown(&f("agent")), [true, false, true, false]);
+        assert_eq!(shown(&f("/usr/bin/curl")), [false, true, true, false]);
+        assert_eq!(shown(&f("/usr/bin/git")), [false; 4]);
+        assert!(parse_program("curl").unwrap_err().contains("absolute path"));
+    }
+
+    #[test]
     fn filters_combine() {
         let now = audit::parse_timestamp("2026-11-29T14:00:00.000Z").unwrap();
         let args = |denied, server: Option<&str>, tool: Option<&str>, since: Option<&str>| Args {
@@ -180,6 +243,7 @@ mod tests {
             server: server.map(Into::into),
             tool: tool.map(|t| ToolPattern::parse(t).unwrap()),
             since: since.map(|s| parse_since(s).unwrap()),
+            program: None,
             follow: false,
             json: false,
             ocsf: false,

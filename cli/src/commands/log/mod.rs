@@ -26,7 +26,7 @@ mod verify;
 pub(crate) use locate::{find_log, parse_session_id};
 
 use fenzi_policy::tool_pattern::ToolPattern;
-use filter::{Filter, Since, now_ms, parse_since, parse_tool};
+use filter::{Filter, ProgramFilter, Since, now_ms, parse_program, parse_since, parse_tool};
 use locate::{locate, session_logs_since};
 use show::{Format, show};
 use std::io;
@@ -39,6 +39,7 @@ Examples:
   fenzi log                          the newest session's log, one line per decision
   fenzi log --denied --since 1h      what was refused in the last hour, in every session
   fenzi log --server deepwiki --tool 'read_*'
+  fenzi log --program /usr/bin/curl --denied     what curl inside the sandbox was refused
   fenzi log --session a1b2c3 --follow
   fenzi log --file audit.jsonl --json | jq .reason
   fenzi log --file audit.jsonl --verify
@@ -51,10 +52,12 @@ Output:
   13:33:38 allowed POST mcp.deepwiki.com/mcp tools/call read_wiki_structure
   13:33:50 denied  POST mcp.deepwiki.com/mcp tools/call read_wiki_contents  policy_denied
     fenzi approve --yes deepwiki/read_wiki_contents
-  13:34:02 allowed CONNECT github.com:443
+  13:34:02 allowed CONNECT github.com:443 by /usr/bin/git
   Times are UTC; the date is shown when the records span days. Text that is not plain ASCII is
   quoted, with control and invisible characters escaped. Under a tool call the policy refused, an
   indented line says what to do: the `fenzi approve` line that allows it, or the deny rule.
+  Under `fenzi run`, `by` names the program inside the sandbox that made the connection when it
+  is not the agent (`+N`: N more processes held the socket); the agent's own lines have none.
 
 Logs live in $XDG_STATE_HOME/fenzi/audit/<session>.jsonl (default ~/.local/state/fenzi/audit).
 --verify exits 0 when every record's hash chain is intact and the head file (<log>.head) matches,
@@ -90,6 +93,11 @@ pub struct Args {
     /// Only tool calls of this tool: an exact name, or a glob with `*`.
     #[arg(long, value_name = "T", value_parser = parse_tool)]
     pub tool: Option<ToolPattern>,
+    /// Only connections of this program inside the sandbox: its executable's absolute path as
+    /// the records name it (`/usr/bin/curl`), or `agent` for the agent's own process. A
+    /// connection several processes held matches when any of them does.
+    #[arg(long, value_name = "PATH|agent", value_parser = parse_program)]
+    pub program: Option<ProgramFilter>,
     /// Only records from the last DUR (`90s`, `10m`, `2h`, `1d`, `1h30m`), or since a UTC time
     /// (`2026-11-29T13:00:00Z`).
     #[arg(long, value_name = "DUR", value_parser = parse_since)]
@@ -105,11 +113,11 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["verify", "json"])]
     pub ocsf: bool,
     /// Check the hash chain and the head file; exit 1 naming the first broken record.
-    #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since"])]
+    #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since", "program"])]
     pub verify: bool,
     /// How far the `--otlp` export has got: per log, the last seq written and the last seq
     /// acknowledged (every exported log in the state directory, or the one --file/--session names).
-    #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since", "follow", "verify"])]
+    #[arg(long, conflicts_with_all = ["denied", "server", "tool", "since", "program", "follow", "verify"])]
     pub export_status: bool,
     #[command(flatten)]
     pub ship: ship::ShipArgs,
@@ -121,8 +129,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return export_status::run(file, session, args.json);
     }
     // Filters without a log named read every session's log they may match, oldest first.
-    let filtered =
-        args.denied || args.server.is_some() || args.tool.is_some() || args.since.is_some();
+    let filtered = args.denied
+        || args.server.is_some()
+        || args.tool.is_some()
+        || args.since.is_some()
+        || args.program.is_some();
     if filtered && args.file.is_none() && args.session.is_none() && !args.follow {
         let filter = Filter::new(&args, now_ms());
         let colour =

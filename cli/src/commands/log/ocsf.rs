@@ -39,7 +39,10 @@
 //! API Activity adds `api.operation` = `rpc`, `api.service.name` = `server`,
 //! `api.request.uid` = `rpc_id`, `resources[]` = what the message names (`{type: "tool", name}`,
 //! `{type: "prompt", name}` or `{type: "resource", uid: URI}`), and
-//! `actor.session.uid` = `session` (the fenzi session the agent ran in). Application Lifecycle adds
+//! `actor.session.uid` = `session` (the fenzi session the agent ran in), and `actor.process` the
+//! record's `program` (DESIGN §17: `pid`, `name` (`agent` for the agent), `file.path`, `file.name`,
+//! `file.hashes` with its SHA-256; HTTP Activity gets the same `actor.process` with the `host`
+//! profile). Application Lifecycle adds
 //! `app` = fenzi and names the policy file (`path`) in `message`.
 //!
 //! The outcome:
@@ -134,13 +137,19 @@ pub fn event(record: &AuditRecord, raw: &str) -> Result<Value, String> {
             e.insert("dst_endpoint".into(), dst);
         }
         e.insert("http_request".into(), http_request(record));
+        // The `host` profile's actor: the program inside the sandbox (DESIGN §17).
+        if let Some(process) = process(record) {
+            e.insert("actor".into(), json!({ "process": process }));
+            e["metadata"]["profiles"] = json!(["security_control", "host"]);
+        }
     }
     if class_uid == API_ACTIVITY {
         e.insert("api".into(), api(record));
-        e.insert(
-            "actor".into(),
-            json!({ "session": { "uid": record.session } }),
-        );
+        let mut actor = json!({ "session": { "uid": record.session } });
+        if let Some(process) = process(record) {
+            actor["process"] = process;
+        }
+        e.insert("actor".into(), actor);
         let named = match (&record.tool, &record.prompt, &record.resource) {
             (Some(tool), _, _) => Some(json!({ "type": "tool", "name": tool })),
             (_, Some(prompt), _) => Some(json!({ "type": "prompt", "name": prompt })),
@@ -299,6 +308,32 @@ fn metadata(record: &AuditRecord) -> Value {
         "original_time": record.ts,
         "log_name": "fenzi audit",
     })
+}
+
+/// `actor.process` from the record's `program`: the first holder's pid (inside the sandbox) and
+/// executable (`file.path`, `file.name`, its SHA-256 as a fingerprint, algorithm 3), and in
+/// `unmapped`-free form whether it is the agent (`process.name` is `agent` then) and how many
+/// processes held the socket (`process.xattributes`).
+fn process(record: &AuditRecord) -> Option<Value> {
+    let p = &*record.program.as_ref()?.0;
+    let name = p.exe.rsplit('/').next().unwrap_or_default();
+    let mut process = json!({
+        "pid": p.pid,
+        "name": if p.agent { "agent" } else { name },
+        "file": {
+            "path": p.exe,
+            "name": name,
+            "type_id": 1,
+            "type": "Regular File",
+            "hashes": [{ "algorithm_id": 3, "algorithm": "SHA-256", "value": p.sha256 }],
+        },
+    });
+    if !p.holders.is_empty() {
+        process["xattributes"] = json!({ "holders": p.holders.len(), "agent": p.agent });
+    } else {
+        process["xattributes"] = json!({ "agent": p.agent });
+    }
+    Some(process)
 }
 
 fn src_endpoint(client: &str) -> Option<Value> {
@@ -626,6 +661,42 @@ mod tests {
                 e["metadata"].as_object_mut().unwrap().remove("product");
             })
             .is_empty()
+        );
+    }
+
+    /// DESIGN §17: the record's program is `actor.process`, on API Activity beside the session and
+    /// on HTTP Activity with the `host` profile.
+    #[test]
+    fn the_program_is_the_actors_process() {
+        use crate::commands::log::test_records::by;
+        let call = by(
+            mcp(Outcome::Denied, "echo", Some("program_not_allowed")),
+            &[("/usr/bin/curl", 7, false)],
+        );
+        let e = event(&call, "").unwrap();
+        let process = &e["actor"]["process"];
+        assert_eq!(process["pid"], 7);
+        assert_eq!(process["name"], "curl");
+        assert_eq!(process["file"]["path"], "/usr/bin/curl");
+        assert_eq!(process["file"]["hashes"][0]["algorithm_id"], 3);
+        assert_eq!(process["file"]["hashes"][0]["value"], "ab".repeat(32));
+        assert_eq!(e["actor"]["session"]["uid"], "a1b2c3");
+        let connect = by(
+            rec(Outcome::Allowed, "CONNECT", "h.example", 443),
+            &[("/usr/bin/node", 2, true), ("/usr/bin/node", 9, false)],
+        );
+        let e = event(&connect, "").unwrap();
+        assert_eq!(e["actor"]["process"]["name"], "agent");
+        assert_eq!(e["actor"]["process"]["xattributes"]["holders"], 2);
+        assert_eq!(
+            e["metadata"]["profiles"],
+            json!(["security_control", "host"])
+        );
+        assert!(
+            event(&rec(Outcome::Allowed, "CONNECT", "h", 443), "")
+                .unwrap()
+                .get("actor")
+                .is_none()
         );
     }
 

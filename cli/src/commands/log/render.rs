@@ -1,4 +1,6 @@
-//! A record as one line for a person: `[date ]HH:MM:SS decision METHOD target [rpc [tool]]  [reason]`,
+//! A record as one line for a person: `[date ]HH:MM:SS decision METHOD target [rpc [tool]] [by
+//! PROGRAM]  [reason]` (under `fenzi run`, the program when it is not the agent alone: the
+//! executable's path, `agent` when the agent shared the socket, `+N` when N more processes held it),
 //! the decision coloured on a terminal, and every field taken from the record quoted and escaped
 //! when it is not plain ASCII, so a hostile host, path or tool name cannot forge or hide text. A
 //! tool call the tool rules denied gets a second, indented line: its [`hint`].
@@ -89,6 +91,21 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
     {
         line.push(' ');
         line.push_str(&field(named));
+    }
+    // DESIGN §17: who made the connection (`fenzi run` only), when it is not the agent alone:
+    // the agent's own traffic reads as it always did, anyone else's stands out.
+    if let Some(program) = &r.program
+        && (!program.0.agent || !program.0.holders.is_empty())
+    {
+        line.push_str(" by ");
+        if program.0.agent {
+            line.push_str("agent");
+        } else {
+            line.push_str(&field(&program.0.exe));
+        }
+        if program.0.holders.len() > 1 {
+            line.push_str(&format!("+{}", program.0.holders.len() - 1));
+        }
     }
     if !r.secrets.is_empty() {
         let names: Vec<String> = r.secrets.iter().map(|s| field(s)).collect();
@@ -211,7 +228,36 @@ fn target(r: &AuditRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::log::test_records::{mcp, rec};
+    use crate::commands::log::test_records::{by, mcp, rec};
+
+    /// The program shows where the agent did not make the connection alone.
+    #[test]
+    fn renders_the_program_unless_it_is_the_agent_alone() {
+        let agent = by(
+            mcp(Outcome::Allowed, "echo", None),
+            &[("/usr/bin/node", 2, true)],
+        );
+        assert!(!render(&agent, false, false).contains(" by "));
+        let curl = by(
+            mcp(Outcome::Denied, "echo", Some("program_not_allowed")),
+            &[("/usr/bin/curl", 7, false)],
+        );
+        assert_eq!(
+            render(&curl, false, false),
+            "13:33:50 denied  POST mcp.deepwiki.com/mcp tools/call echo by /usr/bin/curl  \
+             program_not_allowed"
+        );
+        let shared = by(
+            rec(Outcome::Denied, "CONNECT", "h.example", 443),
+            &[("/usr/bin/node", 2, true), ("/usr/bin/node", 9, false)],
+        );
+        assert!(render(&shared, false, false).contains(" by agent+1 "));
+        let odd = by(
+            rec(Outcome::Allowed, "CONNECT", "h.example", 443),
+            &[("/tmp/a b", 3, false)],
+        );
+        assert!(render(&odd, false, false).contains(r#" by "/tmp/a b""#));
+    }
 
     #[test]
     fn renders_policy_records() {

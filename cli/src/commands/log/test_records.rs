@@ -8,6 +8,7 @@ use fenzi_policy::audit::{
 /// A record of `method` to `host:port`, at 13:33:50 UTC on 2026-11-29, first in its log.
 pub(super) fn rec(decision: Outcome, method: &str, host: &str, port: u16) -> AuditRecord {
     AuditRecord {
+        program: None,
         ts: "2026-11-29T13:33:50.123Z".into(),
         seq: 1,
         session: "a1b2c3".into(),
@@ -43,6 +44,23 @@ pub(super) fn mcp(decision: Outcome, tool: &str, reason: Option<&str>) -> AuditR
         tool: Some(tool.into()),
         reason: reason.map(Into::into),
         ..rec(decision, "POST", "mcp.deepwiki.com", 443)
+    }
+}
+
+/// `record` as a connection of `holders` (`(exe, pid, agent)`) made it (DESIGN §17).
+pub(super) fn by(record: AuditRecord, holders: &[(&str, u32, bool)]) -> AuditRecord {
+    let holders = holders
+        .iter()
+        .map(|(exe, pid, agent)| fenzi_policy::audit::Holder {
+            exe: exe.to_string(),
+            sha256: "ab".repeat(32),
+            pid: *pid,
+            agent: *agent,
+        })
+        .collect();
+    AuditRecord {
+        program: fenzi_policy::audit::ProgramRecord::new(holders),
+        ..record
     }
 }
 

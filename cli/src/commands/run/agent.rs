@@ -148,6 +148,18 @@ pub fn launch(
     })
 }
 
+/// How `agent` is recognised among a connection's holders (DESIGN §17): the process fenzi starts,
+/// and where its launcher runs the real program as a direct child, that child by its file name.
+/// Codex's npm launcher (`codex.js` under node) spawns its native `codex` binary and waits.
+pub fn identity(agent: Option<Agent>) -> fenzi_proxy::attribution::AgentIdentity {
+    fenzi_proxy::attribution::AgentIdentity {
+        launcher_child: match agent {
+            Some(Agent::Codex) => Some("codex".to_string()),
+            Some(Agent::Claude | Agent::Opencode | Agent::Grok) | None => None,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ mod agent;
 mod caches;
 mod grok_config;
 mod hidden;
-mod protect;
+pub(crate) mod protect;
 mod summary;
 mod transparent;
 
@@ -257,6 +257,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &args.allow_write,
             sandbox_cache.as_deref(),
         )?;
+        // DESIGN §17: a `programs:` path the agent can write must be pinned by its content
+        // (`--allow-write` makes more of the disk the agent's).
+        let roots = protect::sandbox_writable_roots(&args.policy.config, &writable);
+        let unpinned = protect::unpinned_programs(&config, &roots);
+        if !unpinned.is_empty() {
+            return Err(fenzi_policy::config::ConfigErrors(unpinned).into());
+        }
         protect::refuse_changeable_links(&read_only, &writable)?;
         protected = protect::Protected::record(&read_only);
         let transparent = transparent::spec(&policy, session_dir)?;
@@ -317,6 +324,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             listener,
             transparent,
             dns,
+            sock_diag,
             child,
         } = match Session::start(spec) {
             Ok(session) => session,
@@ -332,6 +340,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ));
             }
         };
+        // DESIGN §17: every connection from now on is attributed to the programs holding it.
+        // Without it the session would enforce no `programs:` rule: it does not start.
+        let attributor = fenzi_proxy::attribution::command_of_init(child.id())
+            .and_then(|command| {
+                fenzi_proxy::attribution::Attributor::new(
+                    command,
+                    std::sync::Arc::new(sock_diag),
+                    agent::identity(args.agent),
+                    args.agent.is_some(),
+                )
+            })
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot attribute the sandbox's connections to its programs: {e}\nfenzi run \
+                     does not run a command whose connections it cannot tell apart"
+                )
+            })?;
+        proxy.attribute(attributor);
         (listener, transparent, dns, Child::Sandboxed(child))
     };
 

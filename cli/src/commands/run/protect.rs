@@ -359,6 +359,69 @@ fn protectable_dir(dir: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
+/// Where a sandbox may write, as `fenzi check` and `fenzi run` judge a `programs:` path
+/// (DESIGN §17): the temporary directories, the project's directory, the cache, every agent's
+/// state directories, and `extra` (`fenzi run --allow-write`). A program there is whatever the
+/// agent last wrote, so naming it by path alone would let the agent choose it.
+pub fn sandbox_writable_roots(project_file: &Path, extra: &[PathBuf]) -> Vec<PathBuf> {
+    use crate::commands::mcp::render::Agent;
+    let mut roots: Vec<PathBuf> = fenzi_policy::programs::ALWAYS_WRITABLE
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    roots.push(std::env::temp_dir());
+    let project = std::path::absolute(project_file).unwrap_or_else(|_| project_file.to_path_buf());
+    roots.extend(project.parent().map(Path::to_path_buf));
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.as_ref().map(|h| h.join(".cache")));
+    roots.extend(cache);
+    if let Some(home) = &home {
+        for agent in [Agent::Claude, Agent::Codex, Agent::Opencode, Agent::Grok] {
+            roots.extend(agent_state(agent, home));
+        }
+    }
+    roots.extend(extra.iter().cloned());
+    // The executable's path is the resolved one: compare with resolved roots too.
+    let resolved: Vec<PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
+    roots.extend(resolved);
+    roots
+}
+
+/// The `programs:` paths of `config` beneath `roots` without a `sha256`, as config errors.
+pub fn unpinned_programs(
+    config: &fenzi_policy::config::Config,
+    roots: &[PathBuf],
+) -> Vec<fenzi_policy::config::ConfigError> {
+    let lists = config
+        .mcp
+        .iter()
+        .flat_map(|s| &s.programs)
+        .chain(config.secrets.iter().flat_map(|s| &s.programs))
+        .chain(config.host_programs.iter().map(|h| &h.list));
+    let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+    fenzi_policy::programs::unpinned_writable(lists, &roots)
+        .into_iter()
+        .map(|item| fenzi_policy::config::ConfigError {
+            at: Some(item.at.clone()),
+            message: format!(
+                "`{}` is where the sandbox can write: a program there is whatever the agent last \
+                 wrote",
+                item.value
+            ),
+            hint: Some(format!(
+                "pin its content: `{{path: {}, sha256: HEX}}` (`sha256sum` of the file), or name \
+                 a program installed outside the project and the temporary directories",
+                item.value
+            )),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,12 +3,13 @@
 //!
 //! The types only, with what they say about themselves; reading them from a file is `schema`'s,
 //! joining files `merge`'s. The parts with more to them have a module each: [`confirm`],
-//! [`limits`], [`private`]. Of `config`, uses only `units` (the values limits are written in) and
+//! [`limits`], [`private`], [`programs`]. Of `config`, uses only `units` (the values limits are written in) and
 //! `yaml`'s key paths.
 
 pub mod confirm;
 pub mod limits;
 pub mod private;
+pub mod programs;
 
 pub use confirm::Confirm;
 pub use limits::ToolLimit;
@@ -66,6 +67,9 @@ pub struct Config {
     /// The names that may resolve to internal addresses (`private:` on a `hosts` entry or a
     /// `url` server), each with its ranges.
     pub private: Vec<PrivateName>,
+    /// The `programs:` of top-level `hosts` entries written as mappings: every one matching a
+    /// destination applies to it (see the crate's `programs`).
+    pub host_programs: Vec<programs::HostPrograms>,
     /// The machine file's `team: {url, key}`: where the team policy comes from (only the machine
     /// file may name one).
     pub team: Option<TeamSource>,
@@ -92,6 +96,9 @@ pub struct McpServerConfig {
     /// What of a `url` or `account` server the agent may see and use beyond its tools (the default
     /// for a local server, which is not inspected).
     pub surface: ServerSurface,
+    /// `programs:` of a `url` or `account` server, one list per layer that wrote one (all apply;
+    /// see the crate's `programs`).
+    pub programs: Vec<programs::ProgramList>,
     pub at: Location,
 }
 
@@ -257,5 +264,7 @@ pub struct SecretConfig {
     /// `in:`: the only places the placeholder is swapped; `None` when not written (any header
     /// value and the query, the body when `body`).
     pub positions: Option<Vec<Located<SecretPosition>>>,
+    /// `programs:`: the programs whose requests may carry it, one list per layer that wrote one.
+    pub programs: Vec<programs::ProgramList>,
     pub at: Location,
 }

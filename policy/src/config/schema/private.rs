@@ -10,8 +10,9 @@ use crate::config::model::{Located, PrivateName};
 use crate::config::yaml::{Node, Value};
 use crate::host::{HostMatcher, HostPattern};
 
-const HOST_KEYS: &[&str] = &["host", "private"];
-const ENTRY_HINT: &str = "write `{host: registry.corp.example, private: [\"10.20.0.0/16\"]}`";
+const HOST_KEYS: &[&str] = &["host", "private", "programs"];
+const ENTRY_HINT: &str = "write `{host: registry.corp.example, private: [\"10.20.0.0/16\"]}` or \
+     `{host: github.com, programs: [/usr/bin/git]}`";
 const RANGES_HINT: &str = "list the internal ranges the name resolves to, e.g. \
      `private: [\"10.20.0.0/16\", \"fd12:3456::/48\"]`; a bare address means that one address";
 
@@ -29,8 +30,8 @@ impl Reader {
                 node,
                 key,
                 "expected a host, found a mapping",
-                "a host here is a string; `private` ranges are named on a top-level `hosts` \
-                 entry or a `url` server",
+                "a host here is a string; `private` ranges and `programs` are named on a \
+                 top-level `hosts` entry (and `private` on a `url` server)",
             );
             return None;
         }
@@ -57,14 +58,27 @@ impl Reader {
                 }
             }
         };
-        match f.get("private") {
-            None => self.error(
+        match (f.get("private"), f.get("programs")) {
+            (None, None) => self.error(
                 node,
                 key,
-                "the host entry has no `private` ranges",
-                "write a host without private ranges as a plain string: `- registry.corp.example`",
+                "the host entry has neither `private` ranges nor `programs`",
+                "write a host without them as a plain string: `- registry.corp.example`",
             ),
-            Some((pk, pv)) => self.private_list(pk, pv, &child(key, "private"), pattern.as_ref()),
+            (Some((pk, pv)), _) => {
+                self.private_list(pk, pv, &child(key, "private"), pattern.as_ref())
+            }
+            (None, Some(_)) => {}
+        }
+        if let Some((pk, pv)) = f.get("programs")
+            && let Some(list) = self.programs(pk, pv, &child(key, "programs"))
+            && let Some(pattern) = &pattern
+        {
+            self.host_programs
+                .push(crate::config::model::programs::HostPrograms {
+                    pattern: pattern.clone(),
+                    list,
+                });
         }
         Some(Located {
             value: pattern?,
