@@ -148,8 +148,9 @@ init_project() {
 }
 
 # install_checks NAME PROJECT AUDIT LOGTXT: the dependency is installed in PROJECT, fenzi let the
-# agent's npm reach the loopback registry (packument and tarball), and the e2e server's echo was
-# allowed, in the audit log AUDIT (`fenzi log` in LOGTXT).
+# agent's npm reach the loopback registry (packument and tarball; `fenzi log` names npm's program,
+# a child of the agent), and the e2e server's echo was allowed, in the audit log AUDIT (`fenzi
+# log` in LOGTXT).
 install_checks() {
     local n=$1 p=$2 audit=$3 logtxt=$4
     check "[$n] fenzi init wrote the npm registry, the model key's secret and the e2e server" \
@@ -157,10 +158,11 @@ install_checks() {
     check "[$n] the agent installed @fenzi-test/hello from the loopback registry into the project" \
         test -f "$p/node_modules/@fenzi-test/hello/index.js"
     check "[$n] fenzi let npm fetch the packument and the tarball" bash -c \
-        "grep -qE 'allowed GET 127\.0\.0\.1:$NPM_PORT/@fenzi-test(%2f|/)hello$' '$logtxt' && grep -q 'allowed GET 127\.0\.0\.1:$NPM_PORT/@fenzi-test/hello/-/hello-1.0.0.tgz' '$logtxt'"
+        "grep -qE 'allowed GET 127\.0\.0\.1:$NPM_PORT/@fenzi-test(%2f|/)hello( by [^ ]+)?$' '$logtxt' && grep -q 'allowed GET 127\.0\.0\.1:$NPM_PORT/@fenzi-test/hello/-/hello-1.0.0.tgz' '$logtxt'"
     check "[$n] then the allowed tool echo went through" \
         grep -qE "allowed POST 127\.0\.0\.1:$MCP_PORT/mcp tools/call echo( |$)" "$logtxt"
     check "[$n] fenzi log --verify" bash -c "'$FENZI' log --file '$audit' --verify >/dev/null"
+}
 
 # DESIGN §17 under a real agent. children_command: a shell command the agent runs through its own
 # shell tool: curl, python and node, each started by the agent, call the e2e server's echo with the
