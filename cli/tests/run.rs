@@ -1019,6 +1019,37 @@ fn the_lock_is_protected_before_anything_is_pinned_and_a_planted_one_is_unreview
     assert!(err.contains("`fenzi mcp pin tracker`"), "{err}");
 }
 
+/// A home directory for a test, outside every temporary directory the sandbox may write (`/tmp`,
+/// `/var/tmp`, `/dev/shm`, the temp dir): cargo's test scratch directory, unless the checkout itself
+/// lies under one of them (a clone in `/tmp`), then beneath the real home's `.local/share`.
+fn home_outside_temporary_dirs() -> PathBuf {
+    let name = format!("fenzi-caches-home-{}", std::process::id());
+    let temporary = [
+        PathBuf::from("/tmp"),
+        PathBuf::from("/var/tmp"),
+        PathBuf::from("/dev/shm"),
+        std::env::temp_dir(),
+    ];
+    let outside = |p: &std::path::Path| {
+        let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        !temporary
+            .iter()
+            .any(|t| p.starts_with(t.canonicalize().unwrap_or_else(|_| t.clone())))
+    };
+    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if outside(&scratch) {
+        return scratch.join(name);
+    }
+    let real_home = PathBuf::from(std::env::var_os("HOME").expect("HOME is set for the tests"));
+    let base = real_home.join(".local/share/fenzi-tests");
+    assert!(
+        outside(&base),
+        "no directory outside the temporary ones for this test (HOME is {})",
+        real_home.display()
+    );
+    base.join(name)
+}
+
 /// The package managers' caches inside the sandbox: every cache variable names a directory of this
 /// project's own sandbox cache, which the command can write, while the person's cache directory
 /// (and `~/.npm`) stays out of its reach, so nothing it leaves there is trusted outside.
@@ -1028,9 +1059,7 @@ fn package_caches_are_the_projects_own_and_the_persons_are_out_of_reach() {
         return;
     }
     let env = Env::new("caches", "version: 1\n");
-    // Outside the temporary directories, which the sandbox may write.
-    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fenzi-caches-home-{}", std::process::id()));
+    let home = home_outside_temporary_dirs();
     let _ = std::fs::remove_dir_all(&home);
     std::fs::create_dir_all(home.join(".cache")).unwrap();
     let npmrc = "//registry.npmjs.org/:_authToken=npm_realtokenvalue\n";
