@@ -329,3 +329,54 @@ async fn a_sandboxed_server_writes_only_its_state_directory_and_lives_in_its_own
     );
     bridge.stop_all();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_the_server_left_in_its_state_directory_stops_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let elsewhere = dir.path().join("the-persons-files");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    // What a hostile server can do in the one place it may write: make its `tmp` a link out.
+    std::os::unix::fs::symlink(&elsewhere, state.join("tmp")).unwrap();
+    let launcher = SandboxLauncher::new(SandboxedCommand {
+        program: "/bin/true".into(),
+        args: vec![],
+        env: vec![],
+        path: "/usr/bin:/bin".into(),
+        state_dir: state.clone(),
+    })
+    .unwrap();
+    let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));
+    let refused = bridge
+        .prepare()
+        .expect_err("a link in place of tmp/ is refused");
+    assert!(refused.to_string().contains("symbolic link"), "{refused}");
+    // Nothing was made or changed through the link.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&elsewhere).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755, "the link's target kept its mode");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    // The state directory itself as a link is refused the same way.
+    let linked_state = dir.path().join("linked-state");
+    std::os::unix::fs::symlink(&elsewhere, &linked_state).unwrap();
+    let launcher = SandboxLauncher::new(SandboxedCommand {
+        program: "/bin/true".into(),
+        args: vec![],
+        env: vec![],
+        path: "/usr/bin:/bin".into(),
+        state_dir: linked_state,
+    })
+    .unwrap();
+    let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));
+    assert!(bridge.prepare().is_err());
+    assert_eq!(
+        std::fs::metadata(&elsewhere).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+}

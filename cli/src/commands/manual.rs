@@ -32,7 +32,17 @@ fn write_pages(command: &clap::Command, name: &str, dir: &Path, written: &mut us
         .render(&mut page)
         .with_context(|| format!("cannot render the page of `{name}`"))?;
     let path = dir.join(format!("{name}.1"));
-    std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
+    // Never through a link left where a page goes (the directory may be one others wrote).
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)
+        .and_then(|mut f| f.write_all(&page))
+        .with_context(|| format!("cannot write {}", path.display()))?;
     *written += 1;
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         if sub.get_name() == "help" {

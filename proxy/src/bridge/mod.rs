@@ -13,7 +13,7 @@
 //! Both eras toward the client: Streamable HTTP at `/mcp` (POST, GET, DELETE with
 //! `Mcp-Session-Id`), and the 2024-11-05 HTTP+SSE transport at `/sse` and `/messages`.
 //!
-//! May use: `connection`, `sandbox`.
+//! May use: `connection`, `host_files`, `sandbox`.
 
 mod message;
 mod sandboxed;

@@ -5,6 +5,9 @@
 //! writable directory nor see or signal its processes. Its network is the proxy listener of its
 //! own sandbox; until fenzi serves that listener under the server's `hosts`, it has none.
 //!
+//! The state directory and its `tmp/` are opened through `host_files::private_dir`: a link the
+//! server leaves in their place stops the next start instead of being followed.
+//!
 //! The sandbox dies with the thread that started it (`PR_SET_PDEATHSIG`), so every server of a
 //! bridge is started by one long-lived launcher thread, never by a runtime's worker.
 
@@ -69,12 +72,12 @@ impl SandboxLauncher {
 }
 
 fn start(command: &SandboxedCommand) -> io::Result<Started> {
+    // Both made (or found) private, never through a link: the server writes its state directory,
+    // and a link it left there (say `tmp` -> the person's home) must not become a place fenzi
+    // creates, chmods or lets a later start write.
+    crate::host_files::private_dir(&command.state_dir)?;
     let tmp = command.state_dir.join("tmp");
-    std::fs::DirBuilder::new().recursive(true).create(&tmp)?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&command.state_dir, std::fs::Permissions::from_mode(0o700))?;
-    }
+    crate::host_files::private_dir(&tmp)?;
     let (stdin_read, stdin_write) = std::io::pipe()?;
     let (stdout_read, stdout_write) = std::io::pipe()?;
     let (stderr_read, stderr_write) = std::io::pipe()?;
