@@ -5,7 +5,7 @@
 //! the proxy's own upstream connections. TLS is verified against the public roots plus
 //! `--upstream-ca`. Errors name the endpoint's origin and the step, never a body.
 
-use crate::tls::upstream::client_config;
+use crate::tls::upstream::{client_config, https1};
 use bytes::Bytes;
 use fenzi_policy::config::parse_url;
 use fenzi_policy::engine::Policy;
@@ -13,8 +13,7 @@ use fenzi_policy::host::{Host, HostPattern};
 use http::header::{ACCEPT, CONTENT_TYPE, HOST, USER_AGENT, WWW_AUTHENTICATE};
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::Full;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -204,25 +203,7 @@ impl HttpClient {
         body: Option<Body<'_>>,
     ) -> Result<Answer, String> {
         let tcp = self.connect(policy, endpoint).await?;
-        let _ = tcp.set_nodelay(true);
-        let host = endpoint.host.to_string();
-        let server_name = ServerName::try_from(
-            host.trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string(),
-        )
-        .map_err(|e| format!("not a TLS server name: {e}"))?;
-        let stream = self
-            .tls
-            .connect(server_name, tcp)
-            .await
-            .map_err(|e| format!("TLS failed: {e}"))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("HTTP failed: {e}"))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let mut sender = https1(&self.tls, tcp, &endpoint.host.to_string()).await?;
         let mut request = Request::builder()
             .method(method)
             .uri(endpoint.target.as_str())

@@ -10,15 +10,14 @@
 //! - Bounded: each file's whole exchange (connect, TLS, answer, body) has `timeout`, and a body
 //!   larger than the bound is abandoned as soon as it passes it.
 
-use crate::tls::upstream::client_config;
+use crate::tls::upstream::{client_config, https1};
 use bytes::Bytes;
 use fenzi_policy::config::RemoteUrl;
 use fenzi_policy::team::{MAX_POLICY_BYTES, MAX_SIGNATURE_BYTES};
 use http::header::{ACCEPT, HOST, USER_AGENT};
 use http::{Method, Request};
 use http_body_util::Empty;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -83,24 +82,7 @@ async fn get_inner(
     let tcp = TcpStream::connect((host.as_str(), url.port))
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    // A bracketed IPv6 literal is not a server name; rustls takes the address itself.
-    let name = ServerName::try_from(
-        host.trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string(),
-    )
-    .map_err(|e| format!("not a TLS server name: {e}"))?;
-    let stream = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS failed: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("HTTP failed: {e}"))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let mut sender = https1(connector, tcp, &host).await?;
     let request = Request::builder()
         .method(Method::GET)
         .uri(path)
