@@ -108,6 +108,10 @@ pub fn prepare(cwd: &Path) -> Result<Cache> {
             );
         }
     }
+    // Owned by this user and writable by no one else, as every directory fenzi opens to the
+    // sandbox: another user who could write here could swap what the sandbox writes into.
+    fenzi_proxy::host_files::existing_private_dir(&dir)
+        .with_context(|| format!("the sandbox cache {} is not private", dir.display()))?;
     Ok(Cache::Dir(dir))
 }
 
