@@ -7,8 +7,8 @@
 
 use crate::cidr::Cidr;
 use crate::config::{
-    AccountProvider, Annotation, Config, ListMode, McpServerConfig, Origin, ServerKind, ToolLimit,
-    ToolRules,
+    AccountProvider, Annotation, Config, ListMode, LocalRun, McpServerConfig, Origin, ServerKind,
+    ToolLimit, ToolRules, stdio_host,
 };
 use crate::decision::{Decision, Reason};
 use crate::host::{Host, HostPattern};
@@ -25,10 +25,32 @@ pub mod reload;
 
 pub use by_path::PathOwner;
 
-/// A remote MCP server (or the account-connector host) as the proxy enforces it.
+/// How fenzi reaches an MCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Over the network, at the url's host (a `url` or `account` entry).
+    Http,
+    /// A local server fenzi runs and speaks stdio to, behind its bridge (DESIGN §18); the agent
+    /// reaches it at `<name>.stdio.fenzi.internal:80`, which is never resolved or dialled.
+    Stdio(LocalRun),
+}
+
+impl Transport {
+    /// As records name it (`transport: stdio`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Http => "http",
+            Transport::Stdio(_) => "stdio",
+        }
+    }
+}
+
+/// An MCP server as the proxy enforces it: a remote one, the account-connector host, or a local
+/// server behind its bridge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServer {
     pub name: String,
+    pub transport: Transport,
     pub origin: Origin,
     /// The one host:port this server lives on.
     pub pattern: HostPattern,
@@ -259,6 +281,7 @@ impl Policy {
                     }
                     servers.push(McpServer {
                         name: entry.name.clone(),
+                        transport: Transport::Http,
                         origin: entry.origin,
                         pattern,
                         tls: url.tls,
@@ -278,6 +301,7 @@ impl Policy {
                     let host = Host::Name(provider.host().to_string());
                     servers.push(McpServer {
                         name: entry.name.clone(),
+                        transport: Transport::Http,
                         origin: entry.origin,
                         pattern: HostPattern::for_host(host, 443),
                         tls: true,
@@ -293,32 +317,22 @@ impl Policy {
                         programs: ProgramRules::new(&entry.programs, entry.origin, true),
                     });
                 }
-                ServerKind::Local {
-                    secrets: names,
-                    hosts: server_hosts,
-                    ..
-                } => {
-                    let patterns: Vec<HostPattern> =
-                        server_hosts.iter().map(|h| h.value.clone()).collect();
-                    for p in &patterns {
-                        hosts.push(HostRule {
-                            pattern: p.clone(),
-                            rule: format!("mcp.{}.hosts {}", entry.name, p),
-                        });
-                    }
-                    for name in names {
-                        add_secret(
-                            &mut secrets,
-                            &name.value,
-                            &patterns,
-                            false,
-                            SecretSource::LocalServer {
-                                server: entry.name.clone(),
-                            },
-                            false,
-                            None,
-                        );
-                    }
+                // DESIGN §18: the agent reaches a local server only through its bridge, checked
+                // per tool. The server's own `hosts` and `secrets` are its egress alone
+                // ([`Policy::for_local_server`]): neither is the agent's.
+                ServerKind::Local { tools, run, .. } => {
+                    servers.push(McpServer {
+                        name: entry.name.clone(),
+                        transport: Transport::Stdio(*run),
+                        origin: entry.origin,
+                        pattern: HostPattern::for_host(Host::Name(stdio_host(&entry.name)), 80),
+                        tls: false,
+                        rule: server_rule(entry, EndpointPath::Exact("/mcp".into()), tools, limits),
+                        token_secret: None,
+                        limits: entry.surface.limits.clone(),
+                        confirm: tools.confirm.clone(),
+                        programs: ProgramRules::new(&entry.programs, entry.origin, true),
+                    });
                 }
             }
         }
@@ -375,6 +389,69 @@ impl Policy {
             private,
             host_programs,
         }
+    }
+
+    /// The egress policy of local server `name` (DESIGN §18): its own `hosts`, its `secrets` swapped
+    /// on them, and the `private:` ranges the config gives those names. No MCP server and nothing
+    /// of the agent's: a server reaches exactly what its entry lists. `None` when `name` is not a
+    /// local server.
+    pub fn for_local_server(config: &Config, name: &str, limits: JsonLimits) -> Option<Policy> {
+        let entry = config.mcp.iter().find(|s| s.name == name)?;
+        let ServerKind::Local {
+            secrets: names,
+            hosts: server_hosts,
+            ..
+        } = &entry.kind
+        else {
+            return None;
+        };
+        let patterns: Vec<HostPattern> = server_hosts.iter().map(|h| h.value.clone()).collect();
+        let hosts = patterns
+            .iter()
+            .map(|p| HostRule {
+                pattern: p.clone(),
+                rule: format!("mcp.{name}.hosts {p}"),
+            })
+            .collect();
+        let mut secrets = Vec::new();
+        for secret in names {
+            add_secret(
+                &mut secrets,
+                &secret.value,
+                &patterns,
+                false,
+                SecretSource::LocalServer {
+                    server: name.to_string(),
+                },
+                false,
+                None,
+            );
+        }
+        let private = config
+            .private
+            .iter()
+            .filter(|p| patterns.iter().any(|h| h.overlaps(&p.pattern)))
+            .map(|p| PrivateRule {
+                pattern: p.pattern.clone(),
+                key: p.at.key.clone(),
+                ranges: p.ranges.iter().map(|r| r.value).collect(),
+            })
+            .collect();
+        Some(Policy {
+            servers: Vec::new(),
+            hosts,
+            secrets,
+            limits,
+            private,
+            host_programs: Vec::new(),
+        })
+    }
+
+    /// The local servers the agent reaches through their bridges, in config order.
+    pub fn local_servers(&self) -> impl Iterator<Item = &McpServer> {
+        self.servers
+            .iter()
+            .filter(|s| matches!(s.transport, Transport::Stdio(_)))
     }
 
     /// The programs that may be admitted to `host:port` by `route` (DESIGN §17): an MCP server's

@@ -501,28 +501,35 @@ fn narrow(
                 command: mc,
                 secrets: msec,
                 hosts: mh,
+                tools: mtools,
+                ..
             },
             ServerKind::Local {
                 command: pc,
                 secrets: psec,
                 hosts: ph,
+                tools: ptools,
+                ..
             },
         ) => {
             let names =
                 |v: &[Located<String>]| v.iter().map(|s| s.value.clone()).collect::<Vec<_>>();
             let pats =
                 |v: &[Located<HostPattern>]| v.iter().map(|h| h.value.clone()).collect::<Vec<_>>();
+            // What the server is and may reach stays the upper file's; its tools narrow as a url
+            // server's do. `run` is the machine file's alone (no lower file may write `host`).
             if mc != pc || names(msec) != names(psec) || pats(mh) != pats(ph) {
                 errors.push(error(
                     &ps.at,
                     format!(
-                        "cannot redefine local {upper} server `{name}` ({where_}); a {lower} may \
-                         only repeat it unchanged"
+                        "cannot redefine local {upper} server `{name}` ({where_}); a {lower} entry \
+                         repeats its command, secrets and hosts and may only narrow its tools"
                     ),
-                    &format!("give the {lower}'s server another name, or remove this entry"),
+                    &format!("give the {lower}'s server another name, or repeat them unchanged"),
                 ));
+                return;
             }
-            return;
+            (mtools, ptools)
         }
         (mk, pk) => {
             errors.push(error(
@@ -554,8 +561,9 @@ fn narrow(
     }
     ms.surface = surface;
     match &mut ms.kind {
-        ServerKind::Remote { tools: t, .. } | ServerKind::Account { tools: t, .. } => *t = tools,
-        ServerKind::Local { .. } => return,
+        ServerKind::Remote { tools: t, .. }
+        | ServerKind::Account { tools: t, .. }
+        | ServerKind::Local { tools: t, .. } => *t = tools,
     }
     // `upper_file` is for the messages above; a team server narrowed by the machine file keeps
     // its origin and is not marked.

@@ -32,7 +32,8 @@ fn error(at: &Location, message: String, hint: &str) -> ConfigError {
     }
 }
 
-/// The host:port an MCP server is reached at; `None` for a local server.
+/// The host:port an MCP server is reached at: a local server's is the address fenzi serves it at
+/// (`<name>.stdio.fenzi.internal:80`).
 pub fn endpoint(server: &McpServerConfig) -> Option<HostPattern> {
     match &server.kind {
         ServerKind::Remote { url, .. } => Some(HostPattern::for_host(url.host.clone(), url.port)),
@@ -40,7 +41,10 @@ pub fn endpoint(server: &McpServerConfig) -> Option<HostPattern> {
             Host::Name(provider.host().to_string()),
             443,
         )),
-        ServerKind::Local { .. } => None,
+        ServerKind::Local { .. } => Some(HostPattern::for_host(
+            Host::Name(stdio_host(&server.name)),
+            80,
+        )),
     }
 }
 
@@ -67,6 +71,7 @@ struct Binding<'c> {
 pub fn check(config: &Config) -> Vec<ConfigError> {
     let mut errors = Vec::new();
     token_names(config, &mut errors);
+    reserved_domain(config, &mut errors);
     endpoints(config, &mut errors);
     secret_names(config, &mut errors);
     one_secret_per_host(config, &mut errors);
@@ -91,6 +96,58 @@ fn token_names(config: &Config, errors: &mut Vec<ConfigError>) {
                 "rename one of them: a server's token is stored as MCP_<NAME>, upper-cased, with \
                  every character outside A-Z 0-9 turned into `_`",
             ));
+        }
+    }
+}
+
+/// Names at or below `stdio.fenzi.internal` are fenzi's own (the addresses of local servers):
+/// no `url`, `hosts` entry or secret's host may name one, so nothing but the bridge answers there.
+fn reserved_domain(config: &Config, errors: &mut Vec<ConfigError>) {
+    let under = |name: &str| {
+        name.eq_ignore_ascii_case(STDIO_DOMAIN)
+            || name
+                .to_ascii_lowercase()
+                .ends_with(&format!(".{STDIO_DOMAIN}"))
+    };
+    let reserved = |p: &HostPattern| match &p.matcher {
+        HostMatcher::Exact(Host::Name(n)) | HostMatcher::Suffix(n) => under(n),
+        HostMatcher::Exact(Host::Ip(_)) => false,
+    };
+    let mut refuse = |at: &Location, what: String| {
+        errors.push(error(
+            at,
+            format!("{what} is under {STDIO_DOMAIN}, which fenzi keeps for local servers"),
+            "a local server's address comes from its `command` entry's name; name another host",
+        ));
+    };
+    for h in &config.hosts {
+        if reserved(&h.value) {
+            refuse(&h.at, format!("host `{}`", h.value));
+        }
+    }
+    for s in &config.mcp {
+        match &s.kind {
+            ServerKind::Remote { url, .. } => {
+                if let Host::Name(n) = &url.host
+                    && under(n)
+                {
+                    refuse(&s.at, format!("the url of server `{}`", s.name));
+                }
+            }
+            ServerKind::Local { hosts, .. } => {
+                for h in hosts.iter().filter(|h| reserved(&h.value)) {
+                    refuse(&h.at, format!("host `{}` of server `{}`", h.value, s.name));
+                }
+            }
+            ServerKind::Account { .. } => {}
+        }
+    }
+    for sec in &config.secrets {
+        for h in sec.hosts.iter().filter(|h| reserved(&h.value)) {
+            refuse(
+                &h.at,
+                format!("host `{}` of secret `{}`", h.value, sec.name),
+            );
         }
     }
 }
@@ -152,6 +209,12 @@ fn endpoints(config: &Config, errors: &mut Vec<ConfigError>) {
 /// server may route alike, an account entry (which covers every path under its prefix), or two
 /// schemes on one port.
 fn same_server(a: &McpServerConfig, b: &McpServerConfig) -> Option<(String, &'static str)> {
+    if matches!(a.kind, ServerKind::Local { .. }) || matches!(b.kind, ServerKind::Local { .. }) {
+        return Some((
+            "a local server's address is its own (its name, whatever the case)".into(),
+            "give the local server another name",
+        ));
+    }
     let (ServerKind::Remote { url: ua, .. }, ServerKind::Remote { url: ub, .. }) =
         (&a.kind, &b.kind)
     else {
@@ -262,8 +325,8 @@ fn secret_names(config: &Config, errors: &mut Vec<ConfigError>) {
                         place(&top.at),
                         server.name
                     ),
-                    "declare it once: a local server's secret is visible to every program in the \
-                     sandbox, so list all its hosts on the server entry",
+                    "declare it once: a local server's secret exists only in that server's own \
+                     sandbox, a top-level one in the agent's",
                 ));
             }
         }

@@ -52,6 +52,7 @@ const ENTRY_KEYS: &[&str] = &[
     "limits",
     "token_in",
     "programs",
+    "run",
 ];
 const TOOLS_KEYS: &[&str] = &[
     "allow",
@@ -557,6 +558,10 @@ impl Reader {
                     "hosts",
                     "`hosts` applies to local (`command`) servers; a remote server's host is in its url",
                 ),
+                (
+                    "run",
+                    "`run` applies to local (`command`) servers: a remote server runs where its url is",
+                ),
             ],
             "account" => &[
                 (
@@ -576,6 +581,7 @@ impl Reader {
                     "hosts",
                     "`hosts` applies to local (`command`) servers; the account host is fixed",
                 ),
+                ("run", "`run` applies to local (`command`) servers"),
                 (
                     "private",
                     "the account host is a public Anthropic host; `private` applies to `url` \
@@ -596,37 +602,9 @@ impl Reader {
                     "`oauth` applies to `url` servers; a local server's secret goes under `secrets:` with its `hosts:`",
                 ),
                 (
-                    "tools",
-                    "`tools` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per tool",
-                ),
-                (
-                    "list",
-                    "`list` applies to `url` and `account` servers: a local server's lists reach the agent over a pipe that is not inspected",
-                ),
-                (
-                    "pin",
-                    "`pin` applies to `url` and `account` servers: a local server's tool definitions reach the agent over a pipe that is not inspected",
-                ),
-                (
-                    "resources",
-                    "`resources` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per resource",
-                ),
-                (
-                    "prompts",
-                    "`prompts` applies to `url` and `account` servers: a local server talks to the agent over a pipe that is not checked per prompt",
-                ),
-                (
                     "private",
                     "`private` applies to `url` servers and top-level `hosts` entries: name the \
                      ranges of a local server's host there, `hosts: [{host: NAME, private: [RANGE]}]`",
-                ),
-                (
-                    "limits",
-                    "`limits` applies to `url` and `account` servers: a local server's calls go over a pipe that is not inspected",
-                ),
-                (
-                    "programs",
-                    "`programs` applies to `url` and `account` servers: a local server runs inside the sandbox and talks to the agent over a pipe; name the programs of its hosts on a top-level `hosts` entry",
                 ),
             ],
         };
@@ -651,7 +629,7 @@ impl Reader {
         }
         let mut programs_ok = true;
         let programs = match f.get("programs") {
-            Some((k, v)) if kind != "command" => {
+            Some((k, v)) => {
                 let list = self.programs(k, v, &child(path, "programs"));
                 programs_ok = list.is_some();
                 list
@@ -677,7 +655,20 @@ impl Reader {
                     },
                 )
             }
-            _ => self.local(&f, path).map(|k| (k, ServerSurface::default())),
+            _ => {
+                // DESIGN §18: the bridge makes a local server's messages visible, so every MCP
+                // key of a remote entry applies to it.
+                let (pin, surface) = self.surface(&f, path);
+                let server = self.local(name_node, &f, path, pin);
+                let limits = self.limits(&f, path, server.as_ref());
+                server
+                    .zip(surface)
+                    .zip(limits)
+                    .map(|((server, mut surface), limits)| {
+                        surface.limits = limits;
+                        (server, surface)
+                    })
+            }
         };
         if ok && programs_ok {
             result.map(|(kind, surface)| (kind, surface, programs))
@@ -1163,8 +1154,17 @@ impl Reader {
         ok.then_some(out)
     }
 
-    fn local(&mut self, f: &Fields<'_>, path: &str) -> Option<ServerKind> {
+    fn local(
+        &mut self,
+        name_node: &Node,
+        f: &Fields<'_>,
+        path: &str,
+        pin: Option<bool>,
+    ) -> Option<ServerKind> {
         let (_, c) = f.get("command")?;
+        let name_ok = self.local_name(name_node, path);
+        let run = self.local_run(f, path);
+        let tools = self.tools(name_node, f, path, pin);
         let ckey = child(path, "command");
         let chint = "write the program and its arguments as a list of strings: `[npx, -y, \"@scope/server\"]`";
         let mut command = Some(Vec::new());
@@ -1250,11 +1250,74 @@ impl Reader {
                 secrets = None;
             }
         }
+        name_ok?;
         Some(ServerKind::Local {
             command: command?,
             secrets: secrets?,
             hosts,
+            tools: tools?,
+            run: run?,
         })
+    }
+
+    /// A local server's name becomes a DNS label of its address (`<name>.stdio.fenzi.internal`):
+    /// letters, digits and `-`, not at either end, unique whatever the case.
+    fn local_name(&mut self, name_node: &Node, path: &str) -> Option<()> {
+        let name = match &name_node.value {
+            Value::Str(s) => s.as_str(),
+            _ => return Some(()),
+        };
+        let label_ok = name.len() <= 63
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !name.starts_with('-')
+            && !name.ends_with('-');
+        if label_ok {
+            return Some(());
+        }
+        self.error(
+            name_node,
+            path,
+            format!(
+                "a local server's name becomes its address `{}`, so it must be a DNS label",
+                crate::config::model::stdio_host(name)
+            ),
+            "use letters, digits and `-` (not first or last), at most 63 characters: e.g. `my-server`",
+        );
+        None
+    }
+
+    /// `run:` of a command entry: `sandbox` (the default) or `host`, which only the machine file
+    /// may write (a project must not take a program out of the sandbox).
+    fn local_run(&mut self, f: &Fields<'_>, path: &str) -> Option<LocalRun> {
+        let Some((k, v)) = f.get("run") else {
+            return Some(LocalRun::Sandbox);
+        };
+        let key = child(path, "run");
+        let hint = "write `run: sandbox` (the default) or `run: host`";
+        let text = self.string(v, &key, "`sandbox` or `host`", hint)?;
+        let run = match text {
+            "sandbox" => LocalRun::Sandbox,
+            "host" => LocalRun::Host,
+            _ => {
+                self.error(v, &key, format!("unknown `run` value `{text}`"), hint);
+                return None;
+            }
+        };
+        if run == LocalRun::Host && self.origin != Origin::Machine {
+            let whose = match self.origin {
+                Origin::Team => "a team policy",
+                _ => "a project file",
+            };
+            self.error(
+                k,
+                &key,
+                format!("`run: host` is not allowed in {whose}"),
+                "only the machine file (~/.config/fenzi/config.yaml) may run a server outside the \
+                 sandbox; a project that could would let any repository run a program on the host",
+            );
+            return None;
+        }
+        Some(run)
     }
 
     /// A secret's variable name; the name (never a value) may be quoted back.

@@ -188,19 +188,60 @@ pub enum ServerKind {
         oauth: bool,
         tools: ToolRules,
     },
-    /// `command:` — a local server that runs inside the sandbox.
+    /// `command:` — a local (stdio) server. Under `fenzi run` fenzi starts it in a sandbox of its
+    /// own and offers it to the agent over Streamable HTTP at [`stdio_host`]`(name)`, checked per
+    /// tool like a remote server (DESIGN §18).
     Local {
         command: Vec<String>,
-        /// Variable names the server reads.
+        /// Variable names the server reads: placeholders in its own environment only.
         secrets: Vec<Located<String>>,
-        /// Hosts those secrets are sent to (also allowed destinations).
+        /// The server's own egress: the hosts it may reach, and its secrets are swapped on.
         hosts: Vec<Located<HostPattern>>,
+        tools: ToolRules,
+        /// `run:` — where the process runs.
+        run: LocalRun,
     },
     /// `account: claude` — Claude's account connectors behind one Anthropic host.
     Account {
         provider: AccountProvider,
         tools: ToolRules,
     },
+}
+
+/// Where a local server's process runs (`run:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LocalRun {
+    /// In a sandbox of its own (the default).
+    #[default]
+    Sandbox,
+    /// `run: host`: on the person's machine, outside any sandbox, for servers that need it. Only
+    /// the machine file may say so: a project file cannot take a program out of the sandbox.
+    Host,
+}
+
+impl LocalRun {
+    /// The value a config file writes it as.
+    pub fn name(self) -> &'static str {
+        match self {
+            LocalRun::Sandbox => "sandbox",
+            LocalRun::Host => "host",
+        }
+    }
+}
+
+/// The domain under which fenzi serves local servers to the agent. `.internal` is reserved for
+/// private use (ICANN, 2024): no public name can collide with it.
+pub const STDIO_DOMAIN: &str = "stdio.fenzi.internal";
+
+/// The host the agent reaches local server `name` at: `<name>.stdio.fenzi.internal`, port 80,
+/// path `/mcp`. The same in every session, so `fenzi mcp render` can name it outside one.
+pub fn stdio_host(name: &str) -> String {
+    format!("{}.{STDIO_DOMAIN}", name.to_ascii_lowercase())
+}
+
+/// The URL the agent's config names for local server `name`.
+pub fn stdio_url(name: &str) -> String {
+    format!("http://{}/mcp", stdio_host(name))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -42,9 +42,11 @@ impl Reader {
             return Some(Vec::new());
         };
         let tools = match server {
-            Some(ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. }) => {
-                Some(tools)
-            }
+            Some(
+                ServerKind::Remote { tools, .. }
+                | ServerKind::Account { tools, .. }
+                | ServerKind::Local { tools, .. },
+            ) => Some(tools),
             _ => None,
         };
         let path = child(path, "limits");
