@@ -109,6 +109,13 @@ pub struct AuditRecord {
     /// `program_not_allowed` refusal whose message says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramRecord>,
+    /// `stdio` on the agent's requests to a local server behind its bridge (DESIGN §18); absent
+    /// for a server reached over the network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+    /// On a local server's own egress (its sandbox's requests, under its `hosts`): the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_server: Option<String>,
     pub prev: String,
 }
 

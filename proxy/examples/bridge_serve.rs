@@ -50,6 +50,7 @@ async fn main() {
                 env: vec![("LANG".into(), "C.UTF-8".into())],
                 path,
                 state_dir,
+                cwd: None,
             })
             .expect("the launcher thread starts"),
         ),

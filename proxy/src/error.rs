@@ -36,6 +36,9 @@ pub enum ProxyError {
     Resolve { host: String, error: io::Error },
     #[error("{host} resolved to no address")]
     NoAddress { host: String },
+    /// A local server (DESIGN §18) that cannot be reached through a bridge.
+    #[error("local MCP server {server}: {why}")]
+    LocalServer { server: String, why: &'static str },
     #[error("resolving {host} took longer than {after:?}")]
     ResolveTimeout { host: String, after: Duration },
     #[error("could not connect to {addr}: {error}")]
@@ -106,6 +109,7 @@ impl ProxyError {
         match self {
             Resolve { .. }
             | NoAddress { .. }
+            | LocalServer { .. }
             | ResolveTimeout { .. }
             | Connect { .. }
             | ConnectTimeout { .. }

@@ -58,6 +58,7 @@ pub struct ProxyBuilder {
     lock_files: LockFiles,
     control: Option<ControlSocket>,
     metrics: bool,
+    egress_of: Option<Arc<str>>,
 }
 
 impl ProxyBuilder {
@@ -69,6 +70,12 @@ impl ProxyBuilder {
     }
 
     /// Where pinned servers' lock files are (default: none, pins held in memory only).
+    /// This proxy is local server `server`'s own egress (DESIGN §18): its records name it.
+    pub fn egress_of(mut self, server: &str) -> ProxyBuilder {
+        self.egress_of = Some(Arc::from(server));
+        self
+    }
+
     pub fn lock_files(mut self, lock_files: LockFiles) -> ProxyBuilder {
         self.lock_files = lock_files;
         self
@@ -112,6 +119,7 @@ impl ProxyBuilder {
             lock_files,
             control,
             metrics,
+            egress_of,
         } = self;
         let secrets = SessionSecrets::new(policy.secrets(), secrets)?;
         let inventories = Inventories::load(&policy, &lock_files)?;
@@ -144,6 +152,8 @@ impl ProxyBuilder {
                 confirm,
                 metrics,
                 attribution: std::sync::OnceLock::new(),
+                bridges: std::sync::OnceLock::new(),
+                egress_of,
             }),
         })
     }
@@ -161,6 +171,7 @@ impl Proxy {
             lock_files: LockFiles::default(),
             control: None,
             metrics: false,
+            egress_of: None,
         }
     }
 
@@ -263,6 +274,12 @@ impl Proxy {
     /// `false` when an attribution was already set.
     pub fn attribute(&self, attributor: crate::attribution::Attributor) -> bool {
         self.session.attribution.set(Arc::new(attributor)).is_ok()
+    }
+
+    /// Serves the policy's local servers through `bridges` (DESIGN §18), once: until then (and for
+    /// a server without a bridge) their requests are refused. False when already set.
+    pub fn serve_local_servers(&self, bridges: crate::bridge::Bridges) -> bool {
+        self.session.bridges.set(bridges).is_ok()
     }
 
     /// Flushes the audit sink (fsync and head), as at the end of a session.

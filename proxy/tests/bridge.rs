@@ -244,6 +244,7 @@ async fn a_sandboxed_server_writes_only_its_state_directory_and_lives_in_its_own
         env: vec![("LANG".into(), "C.UTF-8".into())],
         path: "/usr/bin:/bin".into(),
         state_dir: state.clone(),
+        cwd: None,
     }) {
         Ok(l) => l,
         Err(e) => panic!("{e}"),
@@ -350,6 +351,7 @@ async fn a_link_the_server_left_in_its_state_directory_stops_the_next_start() {
         env: vec![],
         path: "/usr/bin:/bin".into(),
         state_dir: state.clone(),
+        cwd: None,
     })
     .unwrap();
     let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));
@@ -371,6 +373,7 @@ async fn a_link_the_server_left_in_its_state_directory_stops_the_next_start() {
         env: vec![],
         path: "/usr/bin:/bin".into(),
         state_dir: linked_state,
+        cwd: None,
     })
     .unwrap();
     let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));

@@ -81,6 +81,8 @@ pub(crate) struct Subject {
     pub policy: Option<Arc<str>>,
     /// The program of the connection it came on (DESIGN §17).
     pub program: crate::attribution::Attributed,
+    /// `stdio` for a local server behind its bridge (DESIGN §18).
+    pub transport: Option<&'static str>,
 }
 
 impl Subject {
@@ -101,6 +103,7 @@ impl Subject {
             server: None,
             policy: None,
             program: Default::default(),
+            transport: None,
         }
     }
 
@@ -143,6 +146,8 @@ impl Subject {
             prompt: None,
             resource: None,
             program: self.program.record(),
+            transport: self.transport,
+            local_server: None,
         }
     }
 

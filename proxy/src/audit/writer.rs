@@ -119,6 +119,10 @@ pub struct AuditEntry {
     pub resource: Option<String>,
     /// The program the connection was attributed to (DESIGN §17), shared by its records.
     pub program: Option<fenzi_policy::audit::ProgramRecord>,
+    /// `stdio`: a request to a local server behind its bridge.
+    pub transport: Option<&'static str>,
+    /// A local server's own egress: which server's sandbox made the request.
+    pub local_server: Option<std::sync::Arc<str>>,
 }
 
 impl AuditEntry {
@@ -151,6 +155,8 @@ impl AuditEntry {
             prompt: None,
             resource: None,
             program: None,
+            transport: None,
+            local_server: None,
         }
     }
 
@@ -180,6 +186,8 @@ impl AuditEntry {
             prompt: self.prompt,
             resource: self.resource,
             program: self.program,
+            transport: self.transport.map(str::to_string),
+            local_server: self.local_server.map(|s| s.to_string()),
             prev: String::new(),
         })
     }

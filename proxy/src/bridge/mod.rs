@@ -20,7 +20,7 @@ mod sandboxed;
 mod server_process;
 mod session;
 
-pub use sandboxed::{SandboxLauncher, SandboxedCommand};
+pub use sandboxed::{Egress, SandboxLauncher, SandboxedCommand};
 pub use server_process::{HostCommand, Launch, ServerProcess};
 
 use crate::connection::body::{self, Body};
@@ -67,6 +67,9 @@ impl BridgeLog for TracingLog {
         tracing::warn!(target: "fenzi::bridge", server, "{what}");
     }
 }
+
+/// The session's bridges, by server name.
+pub type Bridges = HashMap<String, Arc<Bridge>>;
 
 /// One bridged server.
 pub struct Bridge {
@@ -141,35 +144,42 @@ impl Bridge {
 
     /// Serves this bridge alone on `listener` over HTTP/1.1, until the listener fails: for tests
     /// and the conformance harness (`proxy/examples/bridge_serve.rs`). Under fenzi the request
-    /// path calls [`Bridge::handle`] instead, after its own decision.
+    /// path reaches it through [`Bridge::serve_connection`], after its own decision.
     pub async fn serve_on(self: Arc<Self>, listener: tokio::net::TcpListener) {
-        use http_body_util::BodyExt;
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let bridge = self.clone();
-            tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let bridge = bridge.clone();
-                        async move {
-                            let (parts, body) = req.into_parts();
-                            let body = body
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            Ok::<_, std::convert::Infallible>(
-                                bridge.handle(Request::from_parts(parts, body)).await,
-                            )
-                        }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
+            tokio::spawn(self.clone().serve_connection(stream));
         }
+    }
+
+    /// Serves one HTTP/1.1 connection (a socket, or the request path's in-memory connection)
+    /// until it closes: each request's body is read whole, then [`Bridge::handle`]d.
+    pub async fn serve_connection<T>(self: Arc<Self>, io: T)
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        use http_body_util::BodyExt;
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let bridge = self.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = match body.collect().await {
+                    Ok(body) => body.to_bytes(),
+                    Err(_) => {
+                        return Ok::<_, std::convert::Infallible>(plain(
+                            StatusCode::BAD_REQUEST,
+                            "the request body ended early",
+                        ));
+                    }
+                };
+                Ok(bridge.handle(Request::from_parts(parts, body)).await)
+            }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+            .await;
     }
 
     /// Answers one HTTP request to the bridged server. `body` is the request's whole body, already
@@ -178,6 +188,11 @@ impl Bridge {
         let path = request.uri().path().to_owned();
         match (request.method(), path.as_str()) {
             (&Method::POST, "/mcp") => self.post(request).await,
+            // Without a session, a GET of the endpoint is a 2024-11-05 client opening its stream
+            // (the spec's way to serve both eras at one URL).
+            (&Method::GET, "/mcp") if !request.headers().contains_key(SESSION_HEADER) => {
+                self.legacy_stream()
+            }
             (&Method::GET, "/mcp") => self.get(&request),
             (&Method::DELETE, "/mcp") => self.delete(&request),
             (&Method::GET, "/sse") => self.legacy_stream(),

@@ -3,7 +3,8 @@
 //! directory (which is also its `HOME` and, under `tmp/`, its `TMPDIR`). It shares no writable
 //! place with the agent's sandbox, so the agent can neither plant a file the server reads from a
 //! writable directory nor see or signal its processes. Its network is the proxy listener of its
-//! own sandbox; until fenzi serves that listener under the server's `hosts`, it has none.
+//! own sandbox, handed to the launcher's egress ([`SandboxLauncher::egress`]): fenzi serves it
+//! under the server's own `hosts` and `secrets`. Without one, the server has no network at all.
 //!
 //! The state directory and its `tmp/` are opened through `host_files::private_dir`: a link the
 //! server leaves in their place stops the next start instead of being followed.
@@ -33,6 +34,8 @@ pub struct SandboxedCommand {
     pub path: OsString,
     /// The server's state directory: created private if missing; its only writable place.
     pub state_dir: PathBuf,
+    /// Where it starts (read-only to it, like the rest of the disk); `None`: its state directory.
+    pub cwd: Option<PathBuf>,
 }
 
 /// One start's pieces, made on the launcher thread.
@@ -41,7 +44,12 @@ struct Started {
     stdout: OwnedFd,
     stderr: OwnedFd,
     child: crate::sandbox::SandboxChild,
+    /// The sandbox's proxy listener: its only way out.
+    listener: std::net::TcpListener,
 }
+
+/// Serves a started sandbox's proxy listener (the server's egress).
+pub type Egress = Box<dyn Fn(std::net::TcpListener) + Send + Sync>;
 
 type Job = (SandboxedCommand, mpsc::Sender<io::Result<Started>>);
 
@@ -49,6 +57,7 @@ type Job = (SandboxedCommand, mpsc::Sender<io::Result<Started>>);
 pub struct SandboxLauncher {
     command: SandboxedCommand,
     jobs: Mutex<mpsc::Sender<Job>>,
+    egress: Option<Egress>,
 }
 
 impl SandboxLauncher {
@@ -67,7 +76,14 @@ impl SandboxLauncher {
         Ok(SandboxLauncher {
             command,
             jobs: Mutex::new(jobs),
+            egress: None,
         })
+    }
+
+    /// Each started server's proxy listener goes to `serve` (which must not block): its egress.
+    pub fn egress(mut self, serve: Egress) -> SandboxLauncher {
+        self.egress = Some(serve);
+        self
     }
 }
 
@@ -89,20 +105,26 @@ fn start(command: &SandboxedCommand) -> io::Result<Started> {
     let mut spec = SandboxSpec::new(command.program.clone())
         .args(command.args.clone())
         .envs(env)
-        .cwd(command.state_dir.clone())
+        .cwd(
+            command
+                .cwd
+                .clone()
+                .unwrap_or_else(|| command.state_dir.clone()),
+        )
         .writable([command.state_dir.clone()]);
     spec.stdin = Some(stdin_read.into());
     spec.stdout = Some(stdout_write.into());
     spec.stderr = Some(stderr_write.into());
     let session = Session::start(spec).map_err(io::Error::other)?;
-    // No egress yet: the sandbox's proxy listener is closed, so a connection is refused.
-    drop(session.listener);
+    // No transparent path: a program of the server that ignores the proxy variables gets a
+    // refused connection.
     drop(session.transparent);
     Ok(Started {
         stdin: stdin_write.into(),
         stdout: stdout_read.into(),
         stderr: stderr_read.into(),
         child: session.child,
+        listener: session.listener,
     })
 }
 
@@ -117,6 +139,11 @@ impl Launch for SandboxLauncher {
         let started = answer
             .recv()
             .map_err(|_| io::Error::other("the bridge's launcher thread has ended"))??;
+        match &self.egress {
+            Some(serve) => serve(started.listener),
+            // Closed: every connection the server tries is refused.
+            None => drop(started.listener),
+        }
         let mut child = started.child;
         let handle = child.handle();
         let (exited_tx, exited_rx) = oneshot::channel::<()>();

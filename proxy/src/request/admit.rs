@@ -5,13 +5,16 @@
 //! else, so a name cannot resolve to one address for the check and another for the connection. A
 //! destination that is not admitted is a [`Refusal`]: `host_not_allowed` or `private_address`, or a
 //! `failed` record when the name cannot be resolved.
+//!
+//! A local server's address (`<name>.stdio.fenzi.internal`, DESIGN §18) is not resolved: it is
+//! fenzi's own name, served by the server's bridge ([`crate::request::upstream`]), never dialled.
 
 use crate::attribution::Attributed;
 use crate::audit::sink::Subject;
 use crate::error::ProxyError;
 use crate::request::refusal::Refusal;
 use crate::session::context::SessionContext;
-use fenzi_policy::engine::{McpServer, Route};
+use fenzi_policy::engine::{McpServer, Route, Transport};
 use fenzi_policy::host::Host;
 use fenzi_policy::programs::{ProgramFacts, ProgramRules};
 use fenzi_policy::{Decision, Reason};
@@ -66,6 +69,11 @@ impl Destination {
         }
     }
 
+    /// A local server behind its bridge (DESIGN §18): never resolved or dialled.
+    pub fn bridged(&self) -> bool {
+        matches!(&self.handling, Handling::Mcp(server) if matches!(server.transport, Transport::Stdio(_)))
+    }
+
     /// The refusal of a request that reached the proxy in clear text (`client_tls` false) for a
     /// destination the policy only reaches over TLS (an `https` MCP server), if it is one.
     pub fn check_transport(&self, client_tls: bool) -> Option<Decision> {
@@ -96,6 +104,7 @@ impl Destination {
             Subject::new(self.client, method, self.host_text.clone(), self.port, path)
                 .by(&self.program);
         subject.server = server.map(str::to_string);
+        subject.transport = self.bridged().then_some("stdio");
         subject.under(&self.policy)
     }
 }
@@ -126,6 +135,23 @@ pub(crate) async fn admit(
         ),
         Route::Plain { .. } => (Handling::Plain, false),
     };
+    if let Handling::Mcp(server) = &handling
+        && let Transport::Stdio(_) = server.transport
+    {
+        return Ok(Destination {
+            host: host.clone(),
+            host_text: host.to_string(),
+            port,
+            handling,
+            decision,
+            inspect,
+            shared,
+            addrs: vec![crate::request::upstream::BRIDGE_ADDR],
+            policy: live.hash.clone(),
+            client: subject.client,
+            program: subject.program.clone(),
+        });
+    }
     let ips = resolve(session, host, port).await.map_err(|error| {
         if let Some(metrics) = &session.metrics {
             metrics.upstream_error(&error);

@@ -8,7 +8,7 @@
 //! [`mcp_response`] and [`failure_body`]). Any phase may refuse: a [`refusal`] records, then
 //! answers with what [`respond`] writes.
 //!
-//! May use: `session` and all it may use: `attribution`, `audit`, `confirm`, `connection`, `error`, `host_files`,
+//! May use: `session` and all it may use: `attribution`, `audit`, `bridge`, `confirm`, `connection`, `error`, `host_files`,
 //! `lock_file`, `metrics`, `options`, `secrets`, `tls`.
 
 pub(crate) mod admit;

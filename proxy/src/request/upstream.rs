@@ -6,10 +6,14 @@
 //!
 //! Whether TLS is used is the destination's to say, not the caller's: an `https` MCP server is always
 //! reached over TLS, whatever the client spoke to the proxy.
+//!
+//! A local server (DESIGN §18) is reached through its bridge instead of a socket: an in-memory
+//! HTTP/1.1 connection to [`crate::bridge::Bridge::handle`], pooled like any other, after the same
+//! decisions. Nothing is dialled for it; a session without its bridge refuses its requests.
 
 use crate::connection::body::Body;
 use crate::error::ProxyError;
-use crate::request::admit::Destination;
+use crate::request::admit::{Destination, Handling};
 use crate::session::context::SessionContext;
 use crate::session::pool::{PoolKey, UpstreamConn};
 use fenzi_policy::host::Host;
@@ -23,6 +27,14 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
+
+/// The address a local server's destination carries, and its pooled connections: no socket has it
+/// ([`dial`] refuses a bridged destination before looking at its addresses).
+pub(crate) const BRIDGE_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
+/// Bytes the in-memory connection to a bridge buffers each way.
+const BRIDGE_BUFFER: usize = 64 * 1024;
 
 /// Opens a TCP connection to the first of `dest`'s checked addresses that answers.
 pub(crate) async fn dial(
@@ -41,6 +53,13 @@ async fn dial_checked(
     session: &SessionContext,
     dest: &Destination,
 ) -> Result<(TcpStream, SocketAddr), ProxyError> {
+    if dest.bridged() {
+        // A local server's name is fenzi's own; it is served by the bridge, not the network.
+        return Err(ProxyError::LocalServer {
+            server: dest.host.to_string(),
+            why: "a local server is reached through its bridge, never dialled",
+        });
+    }
     let after = session.options.connect_timeout;
     let mut last = None;
     for addr in &dest.addrs {
@@ -164,6 +183,11 @@ impl Upstream {
     }
 
     async fn connect(&self, session: &SessionContext) -> Result<UpstreamConn, ProxyError> {
+        if let Handling::Mcp(server) = &self.dest.handling
+            && self.dest.bridged()
+        {
+            return bridge_connection(session, &server.name).await;
+        }
         let (tcp, addr) = dial_checked(session, &self.dest).await?;
         // hyper's connection task is spawned here, on this thread's runtime: its shard drives it.
         let conn = |sender| UpstreamConn {
@@ -187,6 +211,31 @@ impl Upstream {
             .map_err(|error| ProxyError::UpstreamTls { host, error })?;
         Ok(conn(handshake(tls).await?))
     }
+}
+
+/// An in-memory HTTP/1.1 connection to local server `name`'s bridge: the request path's client on
+/// one end, the bridge serving the other, as a remote server's socket would be.
+async fn bridge_connection(
+    session: &SessionContext,
+    name: &str,
+) -> Result<UpstreamConn, ProxyError> {
+    let bridge = session
+        .bridges
+        .get()
+        .and_then(|bridges| bridges.get(name))
+        .cloned()
+        .ok_or_else(|| ProxyError::LocalServer {
+            server: name.to_string(),
+            why: "it is not running in this session (local servers run under `fenzi run`, \
+                  started with the session)",
+        })?;
+    let (client, server) = tokio::io::duplex(BRIDGE_BUFFER);
+    tokio::spawn(bridge.serve_connection(server));
+    Ok(UpstreamConn {
+        sender: handshake(client).await?,
+        addr: BRIDGE_ADDR,
+        shard: crate::connection::shards::current(),
+    })
 }
 
 async fn handshake<T>(io: T) -> Result<SendRequest<Body>, ProxyError>

@@ -56,6 +56,11 @@ pub(crate) struct SessionContext {
     /// `fenzi run`'s attribution of connections to the sandbox's programs (DESIGN §17), set once
     /// the sandbox runs; unset, any program may use anything.
     pub attribution: std::sync::OnceLock<Arc<crate::attribution::Attributor>>,
+    /// The bridges of the policy's local servers, by server name (DESIGN §18), set once they are
+    /// started; a local server without one is refused, never dialled.
+    pub bridges: std::sync::OnceLock<crate::bridge::Bridges>,
+    /// Set on a local server's own egress proxy: every record names the server.
+    pub egress_of: Option<Arc<str>>,
 }
 
 /// `text` with every value and placeholder of `secrets` as `[placeholder:NAME]`.
@@ -139,6 +144,9 @@ impl SessionContext {
         if entry.policy.is_none() {
             // `load`, not `current`: no reference count taken on the shared policy.
             entry.policy = Some(self.live.load_hash());
+        }
+        if entry.local_server.is_none() {
+            entry.local_server = self.egress_of.clone();
         }
         self.redacted(entry)
     }

@@ -5,7 +5,7 @@
 //! inventories and the lock files they write ([`inventories`]), the idle upstream connections
 //! ([`pool`]), and the synthetic name table the DNS stub fills ([`synthetic`]).
 //!
-//! May use: `attribution`, `audit`, `confirm`, `connection`, `error`, `host_files`, `lock_file`, `metrics`,
+//! May use: `attribution`, `audit`, `bridge`, `confirm`, `connection`, `error`, `host_files`, `lock_file`, `metrics`,
 //! `options`, `secrets`, `tls`.
 
 pub(crate) mod context;

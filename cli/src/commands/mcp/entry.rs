@@ -157,6 +157,7 @@ pub fn describe_server(s: &McpServerConfig) -> String {
             command,
             secrets,
             hosts,
+            ..
         } => format!(
             "local command={} secrets={} hosts={}",
             command.join("\u{1f}"),

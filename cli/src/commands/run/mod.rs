@@ -96,6 +96,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Before the runtime: the credential store's calls block.
     let mut secrets = session::load_secrets(&policy)?;
     let sign_ins = session::load_sign_ins(&config, &mut secrets)?;
+    // DESIGN §18: each local server's own secrets, for its own sandbox's environment only.
+    let local_servers = session::local_servers::LocalServers::plan(&config)?;
+    // No real value of any secret the policy names (the agent's or a local server's) reaches the
+    // sandbox through the inherited environment.
+    let mut all_secret_names = secret_names(&policy);
+    all_secret_names.extend(local_servers.secret_names());
     // The sandbox gets the placeholders, never the values.
     let placeholders: Vec<(String, String)> = secrets
         .set
@@ -128,6 +134,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("fenzi run: {missing}");
     }
     let roots = options.upstream_roots.clone();
+    let server_options = options.clone();
     let builder = Proxy::builder(policy.clone(), Arc::new(writer.clone()))
         .options(options)
         .secrets(secrets.set)
@@ -144,6 +151,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
     let bundle_path = session::write_file(session_dir, "ca-bundle.pem", bundle.as_bytes())?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    // Before the agent: a server that cannot start is known now, and the agent's first request
+    // finds its bridge ready.
+    let local_servers = local_servers.start(
+        &runtime,
+        Arc::new(writer.clone()),
+        &server_options,
+        session_dir,
+        &cwd,
+        &system_roots(),
+        &all_secret_names,
+    )?;
+    for note in &local_servers.notes {
+        eprintln!("fenzi run: local server {note}");
+    }
+    proxy.serve_local_servers(local_servers.bridges.clone());
 
     let launch = match args.agent {
         Some(agent) => {
@@ -167,7 +190,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     for note in &launch.notes {
         eprintln!("fenzi run: {note}");
     }
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
     // The sandbox's package caches (none without the sandbox: the command writes where it likes).
     let sandbox_cache = if args.no_isolation {
         None
@@ -187,7 +209,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ca_cert_path: &ca_path,
                 ca_bundle_path: &bundle_path,
                 placeholders: &placeholders,
-                secret_names: &secret_names(&policy),
+                secret_names: &all_secret_names,
                 cache_dir: sandbox_cache.as_deref(),
             },
             std::env::vars_os(),
@@ -401,6 +423,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         served.flushed?;
         anyhow::Ok(status)
     });
+    // The local servers end with the session.
+    local_servers.stop();
     // After the log's last record: the export ships what is left within --drain-timeout.
     let exported = runtime.block_on(session::finish_export(exporter, &args.tuning));
     drop(watcher);
@@ -597,7 +621,16 @@ fn print_status(
                     tools.deny.len()
                 )
             }
-            ServerKind::Local { .. } => format!("{} (local, not checked per tool)", s.name),
+            ServerKind::Local { tools, run, .. } => format!(
+                "{} (local, {}; {} allowed, {} denied)",
+                s.name,
+                match run {
+                    fenzi_policy::config::LocalRun::Sandbox => "own sandbox",
+                    fenzi_policy::config::LocalRun::Host => "on the host",
+                },
+                tools.allow.len(),
+                tools.deny.len()
+            ),
         })
         .collect();
     eprintln!(
