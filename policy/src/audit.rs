@@ -297,6 +297,8 @@ fn push_middle(line: &mut String, r: &AuditRecord) {
     if let Some(program) = &r.program {
         push_program(line, program);
     }
+    push_field(line, "transport", r.transport.as_deref(), false);
+    push_field(line, "local_server", r.local_server.as_deref(), false);
 }
 
 /// `"key":n,`.
@@ -708,6 +710,8 @@ mod tests {
             client: Some("127.0.0.1:40312".into()),
             prompt: None,
             resource: None,
+            transport: None,
+            local_server: None,
             prev: prev.into(),
         }
     }
@@ -800,6 +804,9 @@ mod tests {
         ) {
             let record = AuditRecord {
                 program: None,
+                // Any strings: the hand-written line must match serde's for these too.
+                transport: rule.clone(),
+                local_server: server.clone(),
                 ts, seq, session, decision, reason, method, host, port, path, server, rpc, tool,
                 rpc_id, secrets, rule, source, hidden, confirm, policy, client, prompt, resource,
                 prev,

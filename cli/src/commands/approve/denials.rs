@@ -114,6 +114,8 @@ mod tests {
             client: None,
             prompt: None,
             resource: None,
+            transport: None,
+            local_server: None,
             prev: GENESIS.into(),
         })
     }

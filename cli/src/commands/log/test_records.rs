@@ -31,6 +31,8 @@ pub(super) fn rec(decision: Outcome, method: &str, host: &str, port: u16) -> Aud
         client: None,
         prompt: None,
         resource: None,
+        transport: None,
+        local_server: None,
         prev: GENESIS.into(),
     }
 }
@@ -72,6 +74,8 @@ pub(super) fn chain(n: u64) -> (Vec<u8>, String) {
         let r = AuditRecord {
             seq,
             ts: format_timestamp(1_796_045_628_123 + seq as i64),
+            transport: None,
+            local_server: None,
             prev: prev.clone(),
             ..mcp(Outcome::Allowed, "echo", None)
         };
