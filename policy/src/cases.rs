@@ -49,6 +49,11 @@
 //! agent, and every `programs:` list that applies must admit the program
 //! (`program_not_allowed` otherwise, before anything else is looked at). A case without
 //! `program` is decided without looking at programs.
+//!
+//! A case may also say which secrets the proxy would swap into the request, by name:
+//! `secrets: [MCP_LINEAR]` (exactly these, in any order), or `secrets: []` (none: e.g. a local
+//! server's secret, which lives in that server's own sandbox only, is never swapped for the
+//! agent). A denied request swaps none.
 
 use crate::decision::{Decision, Reason};
 use crate::engine::{PathOwner, Policy, Route};
@@ -82,6 +87,7 @@ struct RawCase {
     resolves_to: Option<Vec<String>>,
     program: Option<String>,
     sha256: Option<String>,
+    secrets: Option<Vec<String>>,
     expect: Expect,
     reason: Option<String>,
     rule: Option<String>,
@@ -115,6 +121,8 @@ pub struct Case {
     pub resolves_to: Vec<IpAddr>,
     /// The program sending it (`agent`, or an absolute path with its content's hash).
     pub program: Option<CaseProgram>,
+    /// The secrets (by name, sorted) the request must have swapped in, when the case says.
+    pub secrets: Option<Vec<String>>,
     pub expect: Expect,
     pub reason: Option<Reason>,
     /// The rule the decision must name, exactly.
@@ -280,6 +288,10 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Case>, CasesError> {
             body,
             resolves_to,
             program,
+            secrets: c.secrets.map(|mut names| {
+                names.sort();
+                names
+            }),
             expect: c.expect,
             reason,
             rule: c.rule,
@@ -301,6 +313,9 @@ pub struct CaseResult {
     /// Tool and rpc method when the case was an MCP request with one message.
     pub rpc: Option<String>,
     pub tool: Option<String>,
+    /// The secrets (by name, sorted) the proxy would swap into the request: those bound to its
+    /// host:port when it is allowed, none when it is denied.
+    pub swapped: Vec<String>,
 }
 
 /// What is known of each pinned server's tools, by server name (built from the lock files). A
@@ -310,16 +325,50 @@ pub type Inventories = BTreeMap<String, Inventory>;
 /// Runs one case against the policy.
 pub fn run(policy: &Policy, inventories: &Inventories, case: &Case) -> CaseResult {
     let (got, rpc, tool) = decide(policy, inventories, case);
+    let swapped = if got.is_allowed() {
+        swapped(policy, case)
+    } else {
+        Vec::new()
+    };
     let passed = match case.expect {
         Expect::Allowed => got.is_allowed(),
         Expect::Denied => !got.is_allowed() && case.reason.is_none_or(|r| got.reason() == Some(r)),
-    } && case.rule.as_ref().is_none_or(|r| *r == got.rule);
+    } && case.rule.as_ref().is_none_or(|r| *r == got.rule)
+        && case.secrets.as_ref().is_none_or(|s| *s == swapped);
     CaseResult {
         passed,
         got,
         rpc,
         tool,
+        swapped,
     }
+}
+
+/// The names of the secrets bound to the host:port an allowed case goes to: a named server's
+/// address, or the case's host.
+fn swapped(policy: &Policy, case: &Case) -> Vec<String> {
+    let (host, port) = match &case.target {
+        Target::Server(name) => {
+            let Some(server) = policy.servers().iter().find(|s| &s.name == name) else {
+                return Vec::new();
+            };
+            match &server.pattern.matcher {
+                crate::host::HostMatcher::Exact(h) => (h.clone(), server.pattern.port),
+                crate::host::HostMatcher::Suffix(_) => return Vec::new(),
+            }
+        }
+        Target::Host(text) => match split_authority(text) {
+            Ok((h, p)) => (h, p.unwrap_or(crate::host::DEFAULT_PORT)),
+            Err(_) => return Vec::new(),
+        },
+    };
+    let mut names: Vec<String> = policy
+        .secrets_for(&host, port)
+        .into_iter()
+        .map(|s| s.name.clone())
+        .collect();
+    names.sort();
+    names
 }
 
 fn decide(
@@ -339,7 +388,7 @@ fn decide(
                 Decision::deny(
                     Reason::PolicyDenied,
                     "fenzi check",
-                    format!("the policy has no remote or account MCP server named {name:?}"),
+                    format!("the policy has no MCP server named {name:?}"),
                 ),
                 None,
                 None,

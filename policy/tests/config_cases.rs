@@ -255,30 +255,20 @@ fn summary(c: &Config) -> Vec<String> {
                 hosts,
                 tools,
                 run,
-            } => {
-                // The tool part only when something is written, so older cases read as before.
-                let rest = surface(&s.surface, tools);
-                let tools = if tools.allow.is_empty() && tools.deny.is_empty() && rest.is_empty() {
-                    String::new()
+            } => format!(
+                "local command={} secrets={} hosts={}{} allow={} deny={}{}",
+                command.join(","),
+                list(secrets.iter().map(|s| &s.value)),
+                list(hosts.iter().map(|h| &h.value)),
+                if *run == fenzi_policy::config::LocalRun::Host {
+                    " run=host"
                 } else {
-                    format!(
-                        " allow={} deny={}{rest}",
-                        list(tools.allow.iter().map(|p| &p.value)),
-                        list(tools.deny.iter().map(|p| &p.value)),
-                    )
-                };
-                format!(
-                    "local command={} secrets={} hosts={}{}{tools}",
-                    command.join(","),
-                    list(secrets.iter().map(|s| &s.value)),
-                    list(hosts.iter().map(|h| &h.value)),
-                    if *run == fenzi_policy::config::LocalRun::Host {
-                        " run=host"
-                    } else {
-                        ""
-                    },
-                )
-            }
+                    ""
+                },
+                list(tools.allow.iter().map(|p| &p.value)),
+                list(tools.deny.iter().map(|p| &p.value)),
+                surface(&s.surface, tools),
+            ),
             ServerKind::Account { provider, tools } => format!(
                 "account {provider:?} allow={} deny={}{}",
                 list(tools.allow.iter().map(|p| &p.value)),

@@ -2,7 +2,8 @@
 
 use fenzi_policy::Reason;
 use fenzi_policy::config;
-use fenzi_policy::engine::{Policy, Route, SecretSource};
+use fenzi_policy::config::LocalRun;
+use fenzi_policy::engine::{Policy, Route, SecretSource, Transport};
 use fenzi_policy::host::Host;
 use std::net::IpAddr;
 
@@ -27,15 +28,19 @@ mcp:
     command: [npx, -y, "@digitalocean/mcp"]
     secrets: [DIGITALOCEAN_API_TOKEN]
     hosts: [api.digitalocean.com]
+    tools: {allow: [droplet-list]}
 secrets:
   ANTHROPIC_API_KEY:
     hosts: [api.anthropic.com]
     body: true
 "#;
 
+fn config() -> config::Config {
+    config::load(None, Some((POLICY, "fenzi.yaml"))).expect("valid policy")
+}
+
 fn policy() -> Policy {
-    let cfg = config::load(None, Some((POLICY, "fenzi.yaml"))).expect("valid policy");
-    Policy::from_config(&cfg)
+    Policy::from_config(&config())
 }
 
 fn host(s: &str) -> Host {
@@ -56,6 +61,17 @@ fn mcp_servers_route_to_their_rule_and_need_inspection() {
         p.route(&host("mcp.deepwiki.com"), 8443).is_err(),
         "another port is another destination"
     );
+    // A local server is an MCP server at its bridge's address, port 80, whatever the case.
+    let r = p.route(&host("Droplets.stdio.fenzi.internal"), 80).unwrap();
+    assert!(matches!(r, Route::Mcp(s) if s.name == "droplets"
+        && s.transport == Transport::Stdio(LocalRun::Sandbox)));
+    assert!(
+        p.route(&host("droplets.stdio.fenzi.internal"), 443)
+            .is_err()
+    );
+    assert!(p.route(&host("other.stdio.fenzi.internal"), 80).is_err());
+    let locals: Vec<_> = p.local_servers().map(|s| s.name.as_str()).collect();
+    assert_eq!(locals, ["droplets"]);
 }
 
 #[test]
@@ -110,13 +126,41 @@ fn secrets_are_bound_to_their_hosts_only() {
             server: "linear".into()
         }]
     );
-    let d = p
+    // A local server's secret and hosts are its own egress (DESIGN §18): the agent's policy has
+    // neither, the server's own policy has both.
+    assert!(
+        !p.secrets()
+            .iter()
+            .any(|s| s.name == "DIGITALOCEAN_API_TOKEN"),
+        "the agent holds no placeholder for a local server's secret"
+    );
+    let denied = p.route(&host("api.digitalocean.com"), 443).unwrap_err();
+    assert_eq!(denied.reason(), Some(Reason::HostNotAllowed));
+    let own = Policy::for_local_server(&config(), "droplets", p.limits()).expect("a local server");
+    let d = own
         .secrets()
         .iter()
         .find(|s| s.name == "DIGITALOCEAN_API_TOKEN")
         .unwrap();
     assert!(d.is_bound_to(&host("api.digitalocean.com"), 443));
     assert!(!d.body);
+    assert_eq!(
+        d.sources,
+        [SecretSource::LocalServer {
+            server: "droplets".into()
+        }]
+    );
+    assert!(own.route(&host("api.digitalocean.com"), 443).is_ok());
+    assert!(
+        own.route(&host("mcp.deepwiki.com"), 443).is_err(),
+        "a local server reaches its own hosts only"
+    );
+    assert!(
+        own.secrets()
+            .iter()
+            .all(|s| s.name == "DIGITALOCEAN_API_TOKEN")
+    );
+    assert!(Policy::for_local_server(&config(), "deepwiki", p.limits()).is_none());
     assert!(
         p.secrets()
             .iter()
@@ -180,7 +224,7 @@ fn the_ca_constraints_cover_exactly_the_inspected_hosts() {
         [
             "127.0.0.1:8443",
             "api.anthropic.com",
-            "api.digitalocean.com",
+            "droplets.stdio.fenzi.internal:80",
             "mcp.deepwiki.com",
             "mcp.linear.app"
         ]

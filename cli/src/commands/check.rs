@@ -228,16 +228,34 @@ fn expected_text(case: &Case) -> String {
         (Expect::Denied, Some(r)) => format!("denied {r}"),
         (Expect::Denied, None) => "denied".into(),
     };
-    match &case.rule {
+    let verdict = match &case.rule {
         Some(rule) => format!("{verdict} by rule {rule}"),
+        None => verdict,
+    };
+    match &case.secrets {
+        Some(names) => format!("{verdict}, swapping {}", names_text(names)),
         None => verdict,
     }
 }
 
-fn got_text(result: &CaseResult) -> String {
-    match result.got.reason() {
+/// Secret names as a case or a failure shows them (`none` for no secret).
+fn names_text(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The decision a case got, with the secrets it swapped when the case names them.
+fn got_text(case: &Case, result: &CaseResult) -> String {
+    let verdict = match result.got.reason() {
         None => "allowed".into(),
         Some(r) => format!("denied {r}"),
+    };
+    match case.secrets {
+        Some(_) => format!("{verdict}, swapping {}", names_text(&result.swapped)),
+        None => verdict,
     }
 }
 
@@ -259,7 +277,7 @@ fn print_text(project: &str, errors: &[ConfigError], runs: &[CaseRun], cases_fil
             "{status}  {cases_file}:{}  {}: {}",
             r.case.line,
             r.case.name,
-            got_text(&r.result)
+            got_text(&r.case, &r.result)
         );
         if !r.result.passed {
             print!(
@@ -307,12 +325,14 @@ fn print_json(
                 "expected": match r.case.expect { Expect::Allowed => "allowed", Expect::Denied => "denied" },
                 "expected_reason": r.case.reason.map(|x| x.code()),
                 "expected_rule": r.case.rule,
+                "expected_secrets": r.case.secrets,
                 "decision": r.result.got.verdict.label(),
                 "reason": r.result.got.reason().map(|x| x.code()),
                 "rule": r.result.got.rule,
                 "message": r.result.got.message,
                 "rpc": r.result.rpc,
                 "tool": r.result.tool,
+                "secrets": r.result.swapped,
                 "passed": r.result.passed,
             })
         })
@@ -365,7 +385,7 @@ fn print_github(errors: &[ConfigError], runs: &[CaseRun], cases_file: &str) {
             "case {:?}: expected {}, got {} (rule: {}; {})",
             r.case.name,
             expected_text(&r.case),
-            got_text(&r.result),
+            got_text(&r.case, &r.result),
             r.result.got.rule,
             r.result.got.message
         );

@@ -101,7 +101,9 @@ fn token_names(config: &Config, errors: &mut Vec<ConfigError>) {
 }
 
 /// Names at or below `stdio.fenzi.internal` are fenzi's own (the addresses of local servers):
-/// no `url`, `hosts` entry or secret's host may name one, so nothing but the bridge answers there.
+/// no `url`, `hosts` entry or secret's host may name one, nor a wildcard covering them
+/// (`*.fenzi.internal`; a wildcard over a whole top-level domain is refused anyway), so nothing but
+/// the bridge answers there and no secret of the agent's is swapped into a local server's traffic.
 fn reserved_domain(config: &Config, errors: &mut Vec<ConfigError>) {
     let under = |name: &str| {
         name.eq_ignore_ascii_case(STDIO_DOMAIN)
@@ -109,14 +111,20 @@ fn reserved_domain(config: &Config, errors: &mut Vec<ConfigError>) {
                 .to_ascii_lowercase()
                 .ends_with(&format!(".{STDIO_DOMAIN}"))
     };
+    let covers =
+        |suffix: &str| STDIO_DOMAIN.ends_with(&format!(".{}", suffix.to_ascii_lowercase()));
     let reserved = |p: &HostPattern| match &p.matcher {
-        HostMatcher::Exact(Host::Name(n)) | HostMatcher::Suffix(n) => under(n),
+        HostMatcher::Exact(Host::Name(n)) => under(n),
+        HostMatcher::Suffix(n) => under(n) || covers(n),
         HostMatcher::Exact(Host::Ip(_)) => false,
     };
     let mut refuse = |at: &Location, what: String| {
         errors.push(error(
             at,
-            format!("{what} is under {STDIO_DOMAIN}, which fenzi keeps for local servers"),
+            format!(
+                "{what} is or covers a name under {STDIO_DOMAIN}, which fenzi keeps for local \
+                 servers"
+            ),
             "a local server's address comes from its `command` entry's name; name another host",
         ));
     };

@@ -3,9 +3,13 @@
 //!
 //! ```text
 //! fenzi mcp add NAME URL --tool T... | --all-tools [--deny T]... [--token]
-//! fenzi mcp add NAME [--secret VAR]... [--host H]... -- CMD ARGS...
+//! fenzi mcp add NAME --tool T... | --all-tools [--deny T]... [--secret VAR]... [--host H]...
+//!     [--machine --run host] -- CMD ARGS...
 //! fenzi mcp add NAME --claude-account --tool T... | --all-tools [--deny T]...
 //! ```
+//!
+//! Every form lists its tools: a command server is checked per tool behind fenzi's bridge
+//! (DESIGN §18) like a remote one.
 //!
 //! The rest of the file is kept byte for byte ([`super::yaml_edit`]); the result is checked by the
 //! policy loader, together with the other file, before it is written. A server that is already
@@ -15,6 +19,7 @@ use super::entry::{Body, NewEntry};
 use super::files::{FileArgs, Files, check_edit, parse_before, write_atomic};
 use super::yaml_edit;
 use anyhow::{Result, anyhow, bail};
+use fenzi_policy::config::{stdio_host, stdio_url};
 use fenzi_policy::secret_name::{is_valid_secret_name, reserved_reason, server_token_name};
 use fenzi_policy::server_name::is_valid_server_name;
 use std::process::ExitCode;
@@ -25,14 +30,21 @@ Examples:
   fenzi mcp add deepwiki https://mcp.deepwiki.com/mcp --tool read_wiki_structure --tool read_wiki_contents
   fenzi mcp add linear https://mcp.linear.app/mcp --tool list_issues --deny delete_issue --token
   fenzi mcp add anything https://example.com/mcp --all-tools --deny drop_database
-  fenzi mcp add files -- npx -y @modelcontextprotocol/server-filesystem /sandbox
-  fenzi mcp add droplets --secret DIGITALOCEAN_API_TOKEN --host api.digitalocean.com -- npx -y @digitalocean/mcp
+  fenzi mcp add files --tool read_text_file --tool list_directory -- npx -y @modelcontextprotocol/server-filesystem /sandbox
+  fenzi mcp add droplets --tool droplet-list --secret DIGITALOCEAN_API_TOKEN --host api.digitalocean.com -- npx -y @digitalocean/mcp
+  fenzi mcp add --machine keychain --all-tools --run host -- keychain-mcp
   fenzi mcp add claude-ai --claude-account --tool list_teams --tool list_issues
 
 The entry goes into ./fenzi.yaml (--machine: $XDG_CONFIG_HOME/fenzi/mcp.yaml); the rest of the file is
-kept as it is, comments included. Nothing is written unless the result is a valid policy.")]
+kept as it is, comments included. Nothing is written unless the result is a valid policy.
+
+A command server (after `--`) is started by fenzi in a sandbox of its own under `fenzi run` and
+offered to the agent at http://NAME.stdio.fenzi.internal/mcp, checked per tool like a remote one;
+its secrets exist only in its own sandbox and go to its --host list only. `--run host` runs it on
+this machine outside any sandbox (still checked per tool); only the machine file may ask for that.")]
 pub struct Args {
-    /// The server's name (letters, digits, `_`, `.`, `-`).
+    /// The server's name (letters, digits, `_`, `.`, `-`; a command server's: letters, digits
+    /// and `-`, as it becomes its address NAME.stdio.fenzi.internal).
     name: String,
     /// A remote server's URL (Streamable HTTP), checked per tool.
     url: Option<String>,
@@ -52,12 +64,18 @@ pub struct Args {
     /// the tokens in the credential store and renews them; the agent gets a placeholder.
     #[arg(long)]
     oauth: bool,
-    /// A local server: a variable it reads that holds a secret (repeat).
+    /// A command server: a variable it reads that holds a secret (repeat). It is set in the
+    /// server's own sandbox only.
     #[arg(long = "secret", value_name = "VAR")]
     secrets: Vec<String>,
-    /// A local server: a host it calls, and where its secrets may go (repeat).
+    /// A command server: a host it calls, and where its secrets may go (repeat).
     #[arg(long = "host", value_name = "H")]
     hosts: Vec<String>,
+    /// A command server: where it runs. `sandbox` (the default) is a sandbox of its own; `host`
+    /// runs it on this machine outside any sandbox, and only the machine file (--machine) may ask
+    /// for it.
+    #[arg(long, value_enum, value_name = "WHERE")]
+    run: Option<Run>,
     /// Claude's account connectors (claude.ai), reached through one Anthropic host.
     #[arg(long)]
     claude_account: bool,
@@ -72,6 +90,12 @@ pub struct Args {
     /// A local server's command and arguments, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Run {
+    Sandbox,
+    Host,
 }
 
 /// Turns the flags into the entry to write; every misuse is an error saying what to write.
@@ -101,6 +125,9 @@ fn entry(a: &Args) -> Result<NewEntry> {
             (false, false) => Ok(a.tools.clone()),
         }
     };
+    if a.command.is_empty() && a.run.is_some() {
+        bail!("--run applies to command servers (a command after `--`)");
+    }
     if let Some(url) = &a.url {
         if !a.secrets.is_empty() || !a.hosts.is_empty() {
             bail!(
@@ -136,10 +163,26 @@ fn entry(a: &Args) -> Result<NewEntry> {
             },
         });
     }
-    if !a.tools.is_empty() || a.all_tools || !a.deny.is_empty() || a.token || a.oauth {
+    if a.token || a.oauth {
         bail!(
-            "a local server runs inside the sandbox and talks to the agent over a pipe, which is \
-             not checked per tool: --tool, --all-tools, --deny, --token and --oauth do not apply"
+            "a command server gets no token from fenzi: name the variables it reads with --secret \
+             and the hosts they go to with --host"
+        );
+    }
+    if !is_stdio_label(&a.name) {
+        bail!(
+            "`{}` cannot name a command server: its name becomes its address `{}`, so use letters, \
+             digits and `-` (not first or last)",
+            a.name,
+            stdio_host(&a.name)
+        );
+    }
+    let run_host = a.run == Some(Run::Host);
+    if run_host && !a.machine {
+        bail!(
+            "--run host runs the server on this machine outside any sandbox, which only the \
+             machine file may ask for: add --machine (a project file that could would let any \
+             repository run a program on the host)"
         );
     }
     if !a.secrets.is_empty() && a.hosts.is_empty() {
@@ -159,8 +202,19 @@ fn entry(a: &Args) -> Result<NewEntry> {
             command: a.command.clone(),
             secrets: a.secrets.clone(),
             hosts: a.hosts.clone(),
+            run_host,
+            allow: tools(a)?,
+            deny: a.deny.clone(),
         },
     })
+}
+
+/// A command server's name is the first DNS label of its address: letters, digits, `-`.
+fn is_stdio_label(name: &str) -> bool {
+    name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -203,19 +257,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
         } else {
             "added"
         };
+    let allow = match &entry.body {
+        Body::Remote { allow, .. } | Body::Account { allow, .. } | Body::Local { allow, .. } => {
+            allow
+        }
+    };
+    let tools = if allow.iter().any(|t| t == "*") {
+        "every tool allowed".to_string()
+    } else if allow.len() == 1 {
+        "1 tool allowed".to_string()
+    } else {
+        format!("{} tools allowed", allow.len())
+    };
     let what = match &entry.body {
-        Body::Remote { allow, .. } | Body::Account { allow, .. }
-            if allow.iter().any(|t| t == "*") =>
-        {
-            "every tool allowed".to_string()
-        }
-        Body::Remote { allow, .. } | Body::Account { allow, .. } if allow.len() == 1 => {
-            "1 tool allowed".to_string()
-        }
-        Body::Remote { allow, .. } | Body::Account { allow, .. } => {
-            format!("{} tools allowed", allow.len())
-        }
-        Body::Local { .. } => "local server".to_string(),
+        Body::Local { run_host: true, .. } => format!("command server on the host, {tools}"),
+        Body::Local { .. } => format!("command server, {tools}"),
+        _ => tools,
     };
     let prep = if verb == "added" { "to" } else { "in" };
     println!("{verb} server `{}` {prep} {name} ({what})", entry.name);
@@ -229,15 +286,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             entry.name,
             server_token_name(&entry.name)
         ),
-        Body::Local { secrets, .. } if !secrets.is_empty() => {
+        Body::Local { secrets, .. } => {
+            println!(
+                "agents reach it at {} under `fenzi run`",
+                stdio_url(&entry.name)
+            );
             for s in secrets {
                 println!("next: store its secret with `fenzi mcp token {s}`");
             }
         }
         _ => {}
     }
-    if matches!(&entry.body, Body::Remote { allow, .. } | Body::Account { allow, .. } if allow.iter().any(|t| t == "*"))
-    {
+    if allow.iter().any(|t| t == "*") {
         eprintln!(
             "warning: every tool of `{}` is allowed; list the ones agents need with --tool when \
              you know them",

@@ -6,9 +6,11 @@ use fenzi_policy::config::{Config, McpServerConfig, ServerKind, ToolRules};
 use serde_json::{Value, json};
 
 fn tools(s: &McpServerConfig) -> Option<&ToolRules> {
+    // A command server is checked per tool behind the bridge like the others (DESIGN §18).
     match &s.kind {
-        ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. } => Some(tools),
-        ServerKind::Local { .. } => None,
+        ServerKind::Remote { tools, .. }
+        | ServerKind::Account { tools, .. }
+        | ServerKind::Local { tools, .. } => Some(tools),
     }
 }
 

@@ -21,10 +21,16 @@ pub enum Body {
         allow: Vec<String>,
         deny: Vec<String>,
     },
+    /// A command (stdio) server: fenzi runs it and offers it over its bridge, checked per tool
+    /// like a remote one (DESIGN §18).
     Local {
         command: Vec<String>,
         secrets: Vec<String>,
         hosts: Vec<String>,
+        /// `run: host` (the machine file only): outside any sandbox.
+        run_host: bool,
+        allow: Vec<String>,
+        deny: Vec<String>,
     },
     Account {
         account: String,
@@ -67,14 +73,21 @@ impl NewEntry {
                 command,
                 secrets,
                 hosts,
+                run_host,
+                allow,
+                deny,
             } => {
                 out.push(format!("{b}command: {}", flow_list(command)));
+                if *run_host {
+                    out.push(format!("{b}run: host"));
+                }
                 if !secrets.is_empty() {
                     out.push(format!("{b}secrets: {}", flow_list(secrets)));
                 }
                 if !hosts.is_empty() {
                     out.push(format!("{b}hosts: {}", flow_list(hosts)));
                 }
+                tools(&mut out, allow, deny);
             }
             Body::Account {
                 account,
@@ -108,8 +121,11 @@ impl NewEntry {
                 command,
                 secrets,
                 hosts,
+                run_host,
+                allow,
+                deny,
             } => format!(
-                "local command={} secrets={} hosts={}",
+                "local command={} secrets={} hosts={} run={} allow={} deny={}",
                 command.join("\u{1f}"),
                 secrets.join(","),
                 hosts
@@ -118,7 +134,10 @@ impl NewEntry {
                         .map(|p| p.to_string())
                         .unwrap_or_else(|_| h.clone()))
                     .collect::<Vec<_>>()
-                    .join(",")
+                    .join(","),
+                if *run_host { "host" } else { "sandbox" },
+                allow.join(","),
+                deny.join(",")
             ),
             Body::Account {
                 account,
@@ -157,9 +176,10 @@ pub fn describe_server(s: &McpServerConfig) -> String {
             command,
             secrets,
             hosts,
-            ..
+            run,
+            tools,
         } => format!(
-            "local command={} secrets={} hosts={}",
+            "local command={} secrets={} hosts={} run={} allow={} deny={}",
             command.join("\u{1f}"),
             secrets
                 .iter()
@@ -170,7 +190,10 @@ pub fn describe_server(s: &McpServerConfig) -> String {
                 .iter()
                 .map(|h| h.value.to_string())
                 .collect::<Vec<_>>()
-                .join(",")
+                .join(","),
+            run.name(),
+            pats(&tools.allow),
+            pats(&tools.deny)
         ),
         ServerKind::Account { provider, tools } => format!(
             "account {} allow={} deny={}",

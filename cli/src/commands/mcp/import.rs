@@ -8,8 +8,10 @@
 //!   a warning.
 //! - SSE servers (`"type": "sse"`, or an untyped url ending in `/sse`) are left out: only
 //!   Streamable HTTP gets per-tool rules.
-//! - Local servers (`"type": "stdio"`, or a `command`) come in as `command: [...]`. Their `env`
-//!   values are never copied. A server whose variables are all secrets fenzi knows the hosts of
+//! - Local servers (`"type": "stdio"`, or a `command`) come in as `command: [...]` with every tool
+//!   allowed and a warning to narrow them (fenzi checks them per tool behind its bridge, DESIGN
+//!   §18); a name that cannot be a DNS label is left out by the loader. Their `env` values are
+//!   never copied. A server whose variables are all secrets fenzi knows the hosts of
 //!   (today `DIGITALOCEAN_API_TOKEN` → `api.digitalocean.com`) comes in with `secrets` and
 //!   `hosts`; one with any other variable is left out with the `fenzi mcp add` line to write.
 //!   One whose arguments look like they carry a credential (`--api-key=…`, `--token X`) is left
@@ -265,7 +267,7 @@ fn local(
     command: Option<&Value>,
     args: Option<&Value>,
     env: Option<&Value>,
-    warnings: Vec<String>,
+    mut warnings: Vec<String>,
 ) -> Outcome {
     let Some(program) = command.and_then(Value::as_str).filter(|c| !c.is_empty()) else {
         return leave("it has no `command` string");
@@ -335,6 +337,10 @@ fn local(
         .iter()
         .map(|v| format!("fenzi mcp token {v}"))
         .collect();
+    warnings.push(format!(
+        "every tool is allowed; narrow it to the tools agents need (`fenzi mcp add {name} --tool \
+         T ... --replace -- CMD ...`)"
+    ));
     Outcome::Add {
         entry: NewEntry {
             name: name.to_string(),
@@ -342,6 +348,9 @@ fn local(
                 command,
                 secrets: vars,
                 hosts,
+                run_host: false,
+                allow: vec!["*".into()],
+                deny: vec![],
             },
         },
         warnings,
@@ -557,11 +566,15 @@ fn added_json(a: &Added) -> Value {
             command,
             secrets,
             hosts,
+            allow,
+            deny,
+            ..
         } => {
             o.insert("kind".into(), json!("local"));
             o.insert("command".into(), json!(command));
             o.insert("secrets".into(), json!(secrets));
             o.insert("hosts".into(), json!(hosts));
+            o.insert("tools".into(), json!({"allow": allow, "deny": deny}));
         }
         Body::Account { .. } => {
             o.insert("kind".into(), json!("account"));
@@ -638,7 +651,7 @@ pub fn summary(a: &Added) -> String {
         Body::Local {
             command, secrets, ..
         } => format!(
-            "local {}{}",
+            "local {}{}, every tool allowed",
             command.join(" "),
             if secrets.is_empty() {
                 String::new()

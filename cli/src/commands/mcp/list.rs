@@ -5,15 +5,19 @@
 //! list says so: for that it reads the entry, keeps only its hosts, and wipes the value at once; the
 //! value is never printed. When the store cannot be used, each answer is "unknown" with the reason.
 //! An `oauth: true` server also shows its sign-in (`fenzi mcp login`): the scopes granted, when the
-//! access token expires, and whether a session can renew it; never a token.
+//! access token expires, and whether a session can renew it; never a token. A command server shows
+//! the address agents reach it at (`stdio_url`), its tools like a url server's, and `run: host`
+//! when it runs outside a sandbox; its secrets are checked against its own hosts (its own policy,
+//! [`Policy::for_local_server`]), as they are never the agent's.
 
 use super::files::{FileArgs, Files};
 use crate::session::hosts_not_stored_for;
 use anyhow::Result;
 use fenzi_policy::config::{
-    AccountProvider, Config, McpServerConfig, Origin, SecretConfig, ServerKind, ToolRules,
+    AccountProvider, Config, LocalRun, McpServerConfig, Origin, SecretConfig, ServerKind,
+    ToolRules, stdio_url,
 };
-use fenzi_policy::engine::Policy;
+use fenzi_policy::engine::{Policy, SecretBinding};
 use fenzi_policy::secret_name::server_token_name;
 use fenzi_proxy::credstore::{self, CredentialStore};
 use fenzi_proxy::oauth::record::{SignInRecord, now as record_now};
@@ -68,7 +72,8 @@ impl Stored {
 
 struct Store {
     store: Result<Box<dyn CredentialStore>, String>,
-    policy: Policy,
+    /// Every secret's binding: the agent's policy's, then each command server's own.
+    bindings: Vec<SecretBinding>,
 }
 
 impl Store {
@@ -77,12 +82,13 @@ impl Store {
             Err(why) => return Stored::Unknown(format!("store unavailable: {why}")),
             Ok(store) => store,
         };
-        // Every name listed comes from this policy, so it has a binding.
-        let binding = self.policy.secrets().iter().find(|b| b.name == name);
+        // Every name listed comes from this policy, so it has a binding; two command servers
+        // reading one variable each have their own, and a session withholds it from either.
+        let mut bindings = self.bindings.iter().filter(|b| b.name == name);
         match store.get(name) {
             Ok(None) => Stored::No,
             Ok(Some(stored)) => {
-                match binding.and_then(|b| hosts_not_stored_for(b, stored.hosts.as_deref())) {
+                match bindings.find_map(|b| hosts_not_stored_for(b, stored.hosts.as_deref())) {
                     None => Stored::Yes,
                     Some(why) => Stored::Withheld(why),
                 }
@@ -266,9 +272,18 @@ fn server_json(config: &Config, s: &McpServerConfig, store: &Store) -> Value {
             }
             obj.insert("tools".into(), tools_json(tools));
         }
-        ServerKind::Local { command, hosts, .. } => {
+        ServerKind::Local {
+            command,
+            hosts,
+            tools,
+            run,
+            ..
+        } => {
             obj.insert("kind".into(), json!("local"));
             obj.insert("command".into(), json!(command));
+            obj.insert("stdio_url".into(), json!(stdio_url(&s.name)));
+            obj.insert("run".into(), json!(run.name()));
+            obj.insert("tools".into(), tools_json(tools));
             obj.insert(
                 "hosts".into(),
                 json!(
@@ -319,24 +334,31 @@ fn print_text(config: &Config, store: &Store) {
             }
         };
         println!("{:<width$}  {what}  [{}]", s.name, source(s));
-        match &s.kind {
-            ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. } => {
-                println!("{pad}tools: {}", tools_text(tools));
-                if let ServerKind::Remote { oauth: true, .. } = &s.kind {
-                    println!("{pad}sign-in: {}", store.sign_in(&s.name).text(&s.name));
-                }
-                for line in super::enforced::lines(config, s) {
-                    println!("{pad}{line}");
-                }
+        if let ServerKind::Local { run, .. } = &s.kind {
+            println!("{pad}address: {}", stdio_url(&s.name));
+            if *run == LocalRun::Host {
+                println!("{pad}run: host (on this machine, outside any sandbox)");
             }
-            ServerKind::Local { hosts, secrets, .. } if secrets.is_empty() && !hosts.is_empty() => {
-                let hosts = hosts
-                    .iter()
-                    .map(|h| h.value.to_string())
-                    .collect::<Vec<_>>();
-                println!("{pad}hosts: {}", hosts.join(", "));
-            }
-            ServerKind::Local { .. } => {}
+        }
+        let (ServerKind::Remote { tools, .. }
+        | ServerKind::Account { tools, .. }
+        | ServerKind::Local { tools, .. }) = &s.kind;
+        println!("{pad}tools: {}", tools_text(tools));
+        if let ServerKind::Remote { oauth: true, .. } = &s.kind {
+            println!("{pad}sign-in: {}", store.sign_in(&s.name).text(&s.name));
+        }
+        for line in super::enforced::lines(config, s) {
+            println!("{pad}{line}");
+        }
+        if let ServerKind::Local { hosts, secrets, .. } = &s.kind
+            && secrets.is_empty()
+            && !hosts.is_empty()
+        {
+            let hosts = hosts
+                .iter()
+                .map(|h| h.value.to_string())
+                .collect::<Vec<_>>();
+            println!("{pad}hosts: {}", hosts.join(", "));
         }
         for (name, hosts, positions) in server_secrets(s) {
             let stored = store.check(&name);
@@ -391,9 +413,16 @@ fn print_text(config: &Config, store: &Store) {
 pub fn run(args: Args) -> Result<ExitCode> {
     let files = Files::read(&args.files)?;
     let config = files.load()?.unwrap_or_default();
+    let policy = Policy::from_config(&config);
+    let mut bindings = policy.secrets().to_vec();
+    for server in policy.local_servers() {
+        if let Some(own) = Policy::for_local_server(&config, &server.name, policy.limits()) {
+            bindings.extend(own.secrets().iter().cloned());
+        }
+    }
     let store = Store {
         store: credstore::open().map_err(|e| e.to_string()),
-        policy: Policy::from_config(&config),
+        bindings,
     };
     let backend = store.store.as_ref().map(|s| s.backend()).ok();
     if args.json {

@@ -4,33 +4,35 @@
 //!
 //! Formats (checked against each agent's documentation, November 2026):
 //! - **Claude Code**: the JSON `--mcp-config` takes: `{"mcpServers": {NAME: {"type": "http",
-//!   "url", "headers"} | {"type": "stdio", "command", "args", "env"}}}`. Claude Code expands
-//!   `${VAR}` in it.
+//!   "url", "headers"}}}`. Claude Code expands `${VAR}` in it.
 //! - **Codex**: `config.toml` tables `[mcp_servers.NAME]` with `url` and
-//!   `bearer_token_env_var` (or `http_headers`), or `command`, `args`, `env`, `env_vars`. Codex
-//!   passes a stdio server only a short list of variables, so `env_vars` names the sandbox's proxy
-//!   and CA variables ([`SANDBOX_ENV_VARS`]) and the server's secrets. Codex has no file flag: `fenzi
-//!   run` passes [`codex_override`] as `-c`.
+//!   `bearer_token_env_var` (or `http_headers`). Codex has no file flag: `fenzi run` passes
+//!   [`codex_override`] as `-c`.
 //! - **OpenCode**: `opencode.json`'s `"mcp": {NAME: {"type": "remote", "url", "headers",
-//!   "enabled"} | {"type": "local", "command": [...], "environment", "enabled"}}`, with
-//!   `{env:VAR}` references; `"oauth": false` on token servers so OpenCode does not start its own
-//!   sign-in. (V1 shape, which OpenCode 2 still reads.) `OPENCODE_CONFIG` points at the file.
-//! - **Grok** (Grok Build): `config.toml` tables `[mcp_servers.NAME]` with `url` and `headers`, or
-//!   `command`, `args`, `env`; `${VAR}` expanded. Grok reads servers only from its own settings
-//!   file, so `fenzi run` shows it a session copy of that file with these tables (see `run::grok_config`).
+//!   "enabled"}}`, with `{env:VAR}` references; `"oauth": false` on token servers so OpenCode does
+//!   not start its own sign-in. (V1 shape, which OpenCode 2 still reads.) `OPENCODE_CONFIG` points
+//!   at the file.
+//! - **Grok** (Grok Build): `config.toml` tables `[mcp_servers.NAME]` with `url` and `headers`;
+//!   `${VAR}` expanded. Grok reads servers only from its own settings file, so `fenzi run` shows it
+//!   a session copy of that file with these tables (see `run::grok_config`).
 //!
-//! A secret is written as the session's placeholder when the caller passes one, else as a
-//! reference to the environment variable of the secret's name (which `fenzi run` sets to the
-//! placeholder): so `fenzi mcp render` prints no placeholder.
+//! A command (stdio) server is written for every agent as a remote Streamable HTTP server at its
+//! bridge address, [`stdio_url`] (`http://NAME.stdio.fenzi.internal/mcp`, DESIGN §18), with no
+//! header and no variable: fenzi starts the server itself, and its secrets live in its own sandbox
+//! only, so the agent's config names none of them. The address is the same in every session, so
+//! `fenzi mcp render` prints the same text outside one.
+//!
+//! A remote server's token is written as the session's placeholder when the caller passes one,
+//! else as a reference to the environment variable of the secret's name (which `fenzi run` sets to
+//! the placeholder): so `fenzi mcp render` prints no placeholder.
 //!
 //! What an agent does not get, with the reason ([`Rendered::skipped`]): `account: claude` goes to
 //! Claude Code only (and as no entry: Claude Code finds the connectors with its sign-in,
-//! [`Rendered::claude_account`] tells `fenzi run` to let it); local servers with secrets go to
-//! Claude Code and Codex only, the agents they were tried with. Server names with `.` are written
+//! [`Rendered::claude_account`] tells `fenzi run` to let it). Server names with `.` are written
 //! with `_` (Codex and Claude Code accept `[A-Za-z0-9_-]`); the loader keeps that unambiguous,
 //! since `a.b` and `a_b` are refused together.
 
-use fenzi_policy::config::{McpServerConfig, ServerKind};
+use fenzi_policy::config::{McpServerConfig, ServerKind, stdio_url};
 use fenzi_policy::secret_name::server_token_name;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -59,27 +61,6 @@ impl Agent {
 /// Secret name → the placeholder to write literally. A secret not in the map is written as a
 /// reference to the environment variable of its name.
 pub type Placeholders = BTreeMap<String, String>;
-
-/// The variables a local server needs to reach anything from inside the sandbox (proxy and CA
-/// trust); Codex drops them unless listed.
-pub const SANDBOX_ENV_VARS: &[&str] = &[
-    "HTTPS_PROXY",
-    "HTTP_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "https_proxy",
-    "http_proxy",
-    "all_proxy",
-    "no_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "NODE_EXTRA_CA_CERTS",
-    "NODE_USE_ENV_PROXY",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-    "DENO_CERT",
-];
 
 /// A server an agent does not get, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,16 +107,13 @@ fn inline(agent: Agent, r: &SecretRef<'_>) -> String {
     }
 }
 
-/// One server as the agent gets it.
-enum Plan<'a> {
+/// One server as the agent gets it: every server is remote to the agent (a command server at its
+/// bridge address).
+enum Plan {
     Remote {
-        url: &'a str,
+        url: String,
         /// The token secret and the header it goes in.
         token: Option<TokenPlace>,
-    },
-    Local {
-        command: &'a [String],
-        secrets: Vec<&'a str>,
     },
 }
 
@@ -176,10 +154,7 @@ fn token_place(s: &McpServerConfig) -> Result<TokenPlace, String> {
 }
 
 /// Which servers the agent gets, in policy order, and which it does not.
-fn plan<'a>(
-    agent: Agent,
-    servers: &'a [McpServerConfig],
-) -> (Vec<(String, Plan<'a>)>, Vec<Skipped>, bool) {
+fn plan(agent: Agent, servers: &[McpServerConfig]) -> (Vec<(String, Plan)>, Vec<Skipped>, bool) {
     let mut out = Vec::new();
     let mut skipped = Vec::new();
     let mut account = false;
@@ -200,33 +175,20 @@ fn plan<'a>(
                 out.push((
                     agent_server_name(&s.name),
                     Plan::Remote {
-                        url: &url.text,
+                        url: url.text.clone(),
                         token,
                     },
                 ))
             }
-            ServerKind::Local {
-                command, secrets, ..
-            } => {
-                if !secrets.is_empty() && matches!(agent, Agent::Opencode | Agent::Grok) {
-                    skipped.push(Skipped {
-                        server: s.name.clone(),
-                        reason: format!(
-                            "a local server that reads a secret is given to Claude Code and Codex \
-                             only until it has been tried with {}",
-                            agent.label()
-                        ),
-                    });
-                    continue;
-                }
-                out.push((
-                    agent_server_name(&s.name),
-                    Plan::Local {
-                        command,
-                        secrets: secrets.iter().map(|v| v.value.as_str()).collect(),
-                    },
-                ));
-            }
+            // DESIGN §18: the agent reaches a command server only through fenzi's bridge, with
+            // nothing of the server's (no command, no secret, no placeholder) in its config.
+            ServerKind::Local { .. } => out.push((
+                agent_server_name(&s.name),
+                Plan::Remote {
+                    url: stdio_url(&s.name),
+                    token: None,
+                },
+            )),
             ServerKind::Account { .. } => {
                 if agent == Agent::Claude {
                     account = true;
@@ -282,7 +244,7 @@ fn pretty(v: &Value) -> String {
     s
 }
 
-fn claude(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+fn claude(plans: &[(String, Plan)], ph: &Placeholders) -> String {
     let mut servers = Map::new();
     for (name, p) in plans {
         let v = match p {
@@ -294,29 +256,13 @@ fn claude(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
                 }
                 o
             }
-            Plan::Local { command, secrets } => {
-                let mut o = json!({"type": "stdio", "command": command[0], "args": &command[1..]});
-                if !secrets.is_empty() {
-                    let env: Map<String, Value> = secrets
-                        .iter()
-                        .map(|s| {
-                            (
-                                s.to_string(),
-                                json!(inline(Agent::Claude, &secret_ref(s, ph))),
-                            )
-                        })
-                        .collect();
-                    o["env"] = Value::Object(env);
-                }
-                o
-            }
         };
         servers.insert(name.clone(), v);
     }
     pretty(&json!({"mcpServers": servers}))
 }
 
-fn opencode(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+fn opencode(plans: &[(String, Plan)], ph: &Placeholders) -> String {
     let mut servers = Map::new();
     for (name, p) in plans {
         let v = match p {
@@ -326,22 +272,6 @@ fn opencode(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
                     let value = t.value(&inline(Agent::Opencode, &secret_ref(&t.secret, ph)));
                     o["headers"] = json!({ t.header.as_str(): value });
                     o["oauth"] = json!(false);
-                }
-                o
-            }
-            Plan::Local { command, secrets } => {
-                let mut o = json!({"type": "local", "command": command, "enabled": true});
-                if !secrets.is_empty() {
-                    let env: Map<String, Value> = secrets
-                        .iter()
-                        .map(|s| {
-                            (
-                                s.to_string(),
-                                json!(inline(Agent::Opencode, &secret_ref(s, ph))),
-                            )
-                        })
-                        .collect();
-                    o["environment"] = Value::Object(env);
                 }
                 o
             }
@@ -383,15 +313,6 @@ fn toml_key(k: &str) -> String {
     }
 }
 
-fn toml_array<S: AsRef<str>>(items: &[S]) -> String {
-    let inner = items
-        .iter()
-        .map(|s| toml_str(s.as_ref()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!("[{inner}]")
-}
-
 fn toml_inline(pairs: &[(String, String)]) -> String {
     let inner = pairs
         .iter()
@@ -402,7 +323,7 @@ fn toml_inline(pairs: &[(String, String)]) -> String {
 }
 
 /// Codex's keys for one server, values already TOML.
-fn codex_fields(p: &Plan<'_>, ph: &Placeholders) -> Vec<(&'static str, String)> {
+fn codex_fields(p: &Plan, ph: &Placeholders) -> Vec<(&'static str, String)> {
     let mut f = Vec::new();
     match p {
         Plan::Remote { url, token } => {
@@ -423,27 +344,11 @@ fn codex_fields(p: &Plan<'_>, ph: &Placeholders) -> Vec<(&'static str, String)> 
                 }
             }
         }
-        Plan::Local { command, secrets } => {
-            f.push(("command", toml_str(&command[0])));
-            f.push(("args", toml_array(&command[1..])));
-            let mut pass: Vec<&str> = SANDBOX_ENV_VARS.to_vec();
-            let mut set = Vec::new();
-            for s in secrets {
-                match secret_ref(s, ph) {
-                    SecretRef::Env(n) => pass.push(n),
-                    SecretRef::Value(v) => set.push((s.to_string(), v.to_string())),
-                }
-            }
-            if !set.is_empty() {
-                f.push(("env", toml_inline(&set)));
-            }
-            f.push(("env_vars", toml_array(&pass)));
-        }
     }
     f
 }
 
-fn codex(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+fn codex(plans: &[(String, Plan)], ph: &Placeholders) -> String {
     let mut out = String::new();
     for (i, (name, p)) in plans.iter().enumerate() {
         if i > 0 {
@@ -457,7 +362,7 @@ fn codex(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
     out
 }
 
-fn grok(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
+fn grok(plans: &[(String, Plan)], ph: &Placeholders) -> String {
     let mut out = String::new();
     for (i, (name, p)) in plans.iter().enumerate() {
         if i > 0 {
@@ -476,17 +381,6 @@ fn grok(plans: &[(String, Plan<'_>)], ph: &Placeholders) -> String {
                     );
                 }
             }
-            Plan::Local { command, secrets } => {
-                let _ = writeln!(out, "command = {}", toml_str(&command[0]));
-                let _ = writeln!(out, "args = {}", toml_array(&command[1..]));
-                if !secrets.is_empty() {
-                    let env = secrets
-                        .iter()
-                        .map(|s| (s.to_string(), inline(Agent::Grok, &secret_ref(s, ph))))
-                        .collect::<Vec<_>>();
-                    let _ = writeln!(out, "env = {}", toml_inline(&env));
-                }
-            }
         }
     }
     out
@@ -502,8 +396,10 @@ pub mod cli {
     #[derive(Debug, clap::Args)]
     #[command(after_help = "\
 Prints the MCP configuration `fenzi run --agent AGENT` gives the agent, in the agent's own format.
-Secrets appear as references to environment variables named after them (inside a session they hold
-the placeholders); no value or placeholder is printed.")]
+Tokens appear as references to environment variables named after them (inside a session they hold
+the placeholders); no value or placeholder is printed. A command server appears as a remote server
+at http://NAME.stdio.fenzi.internal/mcp, the address fenzi serves it at in every session, with no
+header and no variable: its secrets exist only in its own sandbox.")]
     pub struct Args {
         /// The agent whose format to print.
         #[arg(long, value_enum)]
@@ -616,19 +512,31 @@ mod tests {
     }
 
     #[test]
-    fn an_agent_gets_no_placeholder_of_a_server_it_does_not_get() {
+    fn a_command_server_is_its_bridge_address_with_nothing_of_its_secrets() {
+        // Even with the session's placeholders passed in, a command server's secret is not the
+        // agent's (DESIGN §18): it lives in the server's own sandbox only.
         let (servers, ph) = (servers(), placeholders());
-        for agent in [Agent::Opencode, Agent::Grok] {
+        for agent in [Agent::Claude, Agent::Codex, Agent::Opencode, Agent::Grok] {
             let r = render(agent, &servers, &ph);
             assert!(!r.text.contains("fzph_DO_"), "{agent:?}");
+            assert!(!r.text.contains("DIGITALOCEAN_API_TOKEN"), "{agent:?}");
+            assert!(!r.text.contains("npx"), "{agent:?}: no command reaches the agent");
+            for name in ["files", "droplets", "keychain"] {
+                assert!(
+                    r.text
+                        .contains(&format!("\"http://{name}.stdio.fenzi.internal/mcp\"")),
+                    "{agent:?}: {name}"
+                );
+            }
             let skipped: Vec<&str> = r.skipped.iter().map(|s| s.server.as_str()).collect();
-            assert_eq!(skipped, ["droplets", "claude-ai"], "{agent:?}");
+            let want: &[&str] = if agent == Agent::Claude {
+                &[]
+            } else {
+                &["claude-ai"]
+            };
+            assert_eq!(skipped, want, "{agent:?}");
         }
-        let r = render(Agent::Codex, &servers, &ph);
-        assert!(
-            r.text
-                .contains("env = { DIGITALOCEAN_API_TOKEN = \"fzph_DO_")
-        );
+        assert!(!codex_override(&servers, &ph).contains("fzph_DO_"));
     }
 
     #[test]

@@ -509,6 +509,9 @@ mod tests {
                 command: vec!["srv".into()],
                 secrets: vec![],
                 hosts: vec![],
+                run_host: false,
+                allow: vec!["x".into()],
+                deny: vec![],
             },
         }
     }
@@ -529,21 +532,21 @@ mod tests {
         let out = add(text, "f", &local("b")).unwrap();
         assert_eq!(
             out,
-            "version: 1\nmcp:\n    a:\n        command: [x]\n    b:\n        command: [srv]\n# tail\nhosts: []\n"
+            "version: 1\nmcp:\n    a:\n        command: [x]\n    b:\n        command: [srv]\n        tools:\n            allow: [x]\n# tail\nhosts: []\n"
         );
     }
 
     #[test]
     fn creates_the_section_and_fills_an_empty_one() {
         let out = add("version: 1", "f", &local("b")).unwrap();
-        assert_eq!(out, "version: 1\nmcp:\n  b:\n    command: [srv]\n");
+        assert_eq!(out, "version: 1\nmcp:\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n");
         let out = add("version: 1\nmcp: {}  # none yet\n", "f", &local("b")).unwrap();
         assert_eq!(
             out,
-            "version: 1\nmcp:  # none yet\n  b:\n    command: [srv]\n"
+            "version: 1\nmcp:  # none yet\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n"
         );
         let out = add("version: 1\nmcp: {}\n", "f", &local("b")).unwrap();
-        assert_eq!(out, "version: 1\nmcp:\n  b:\n    command: [srv]\n");
+        assert_eq!(out, "version: 1\nmcp:\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n");
     }
 
     #[test]
@@ -556,7 +559,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             out,
-            "version: 1\r\nmcp:\r\n  a:\r\n    command: [x]\r\n  b:\r\n    command: [srv]\r\n"
+            "version: 1\r\nmcp:\r\n  a:\r\n    command: [x]\r\n  b:\r\n    command: [srv]\r\n    tools:\r\n      allow: [x]\r\n"
         );
     }
 
@@ -602,11 +605,11 @@ mod tests {
         let text = "mcp:\n  # about a\n  a:\n    command: [x]\n  b:\n    command: [y]";
         assert_eq!(
             replace(text, "f", &local("a")).unwrap(),
-            "mcp:\n  # about a\n  a:\n    command: [srv]\n  b:\n    command: [y]"
+            "mcp:\n  # about a\n  a:\n    command: [srv]\n    tools:\n      allow: [x]\n  b:\n    command: [y]"
         );
         assert_eq!(
             replace(text, "f", &local("b")).unwrap(),
-            "mcp:\n  # about a\n  a:\n    command: [x]\n  b:\n    command: [srv]"
+            "mcp:\n  # about a\n  a:\n    command: [x]\n  b:\n    command: [srv]\n    tools:\n      allow: [x]"
         );
     }
 }
