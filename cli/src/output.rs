@@ -76,11 +76,13 @@ pub fn tracing_back_to_stderr() -> Option<(PathBuf, u64)> {
         .map(|(_, path, written)| (path, written))
 }
 
-/// Sets up tracing on stderr. `RUST_LOG` wins; otherwise `-v` raises the level from `warn`.
+/// Sets up tracing on stderr. `RUST_LOG` wins; otherwise `-v` raises the level from `warn` (with
+/// local servers' stderr lines at `info`).
 /// Colour only when stderr is a terminal, and never for `fenzi run`, whose tracing may go to a file.
 pub fn init_tracing(verbose: u8, may_go_to_a_file: bool) {
     let default = match verbose {
-        0 => "warn",
+        // Local servers' stderr (`fenzi::bridge`) is kept: it is what says why a server failed.
+        0 => "warn,fenzi::bridge=info",
         1 => "info",
         2 => "debug",
         _ => "trace",

@@ -49,7 +49,13 @@ mkdir -p "$XDG_CONFIG_HOME"
 
 cleanup() {
     stop_pids 5
-    if [ "$FAILS" -eq 0 ] && [ -z "${E2E_KEEP:-}" ]; then
+    if # Local servers under `fenzi run` (cli/tests/local_servers.rs; skipped by `cargo test` without
+# .venv, required here): per-tool decisions, the server's own sandbox and egress, run: host.
+check "local (command) servers under fenzi run: checked per tool, their secret theirs alone, a crash, run: host" \
+    env FENZI_REQUIRE_SDK=1 FENZI_E2E_PYTHON="$PY" FENZI_REQUIRE_SANDBOX=1 \
+    cargo test -q -p fenzi --locked --test local_servers
+
+[ "$FAILS" -eq 0 ] && [ -z "${E2E_KEEP:-}" ]; then
         rm -rf "$WORK"
     else
         echo "e2e: work directory kept: $WORK"
@@ -542,5 +548,11 @@ check "two MCP servers on one port, told apart by path: each its own tools, toke
 check "a stdio MCP server through the bridge: calls, progress, sampling, a process per session, a crash" \
     env FENZI_REQUIRE_SDK=1 FENZI_E2E_PYTHON="$PY" \
     cargo test -q -p fenzi-proxy --locked --test bridge
+
+# Local servers under `fenzi run` (cli/tests/local_servers.rs; skipped by `cargo test` without
+# .venv, required here): per-tool decisions, the server's own sandbox and egress, run: host.
+check "local (command) servers under fenzi run: checked per tool, their secret theirs alone, a crash, run: host" \
+    env FENZI_REQUIRE_SDK=1 FENZI_E2E_PYTHON="$PY" FENZI_REQUIRE_SANDBOX=1 \
+    cargo test -q -p fenzi --locked --test local_servers
 
 [ "$FAILS" -eq 0 ]

@@ -4,7 +4,8 @@
     mcp_stdio_server.py [--calls FILE]
 
 Speaks MCP on stdin/stdout (the SDK's stdio transport), as `command` servers do. Tools: `echo`,
-`add`, `whoami` (the process's pid and environment names, so a test can tell processes apart and
+`add`, `fetch` (GETs a URL through the proxy its environment names, with a variable's value as
+its bearer token: the server's own egress), `whoami` (the process's pid and environment names, so a test can tell processes apart and
 see what the server's environment holds), `write` (tries to write a file, says whether it could), `progress` (reports three progress steps before it
 answers), `ask` (asks the client to sample a message: a server-initiated request), `crash` (the
 process exits at once, without answering), and `delete_everything`, which a policy should never let
@@ -42,6 +43,25 @@ def main() -> None:
         """Adds two integers."""
         note("add")
         return a + b
+
+    @server.tool()
+    def fetch(url: str, token_var: str = "") -> str:
+        """GETs url (through HTTPS_PROXY, trusting SSL_CERT_FILE); with token_var, sends that
+        variable's value as a bearer token. Returns the status and body, or the error."""
+        import urllib.error
+        import urllib.request
+
+        note("fetch")
+        request = urllib.request.Request(url)
+        if token_var:
+            request.add_header("Authorization", "Bearer " + os.environ.get(token_var, ""))
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return f"{answer.status} {answer.read().decode(errors='replace')}"
+        except urllib.error.HTTPError as e:
+            return f"{e.code} {e.read().decode(errors='replace')}"
+        except OSError as e:
+            return f"error: {e}"
 
     @server.tool()
     def whoami() -> str:

@@ -1312,7 +1312,7 @@ impl Reader {
                 k,
                 &key,
                 format!("`run: host` is not allowed in {whose}"),
-                "only the machine file (~/.config/fenzi/config.yaml) may run a server outside the \
+                "only the machine file (~/.config/fenzi/mcp.yaml) may run a server outside the \
                  sandbox; a project that could would let any repository run a program on the host",
             );
             return None;
