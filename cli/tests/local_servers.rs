@@ -108,6 +108,7 @@ for i in 1 2 3 4 5 6 7 8; do
 done
 echo "new-session:$S2"
 echo "agent-env:$(env | grep -c LOCAL_TOKEN)"
+echo "servers-seen:$(ls -A SERVERS | wc -l)"
 echo "agent-direct:$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 https://127.0.0.1:UPSTREAM/)"
 "#;
 
@@ -141,9 +142,11 @@ fn a_local_server_is_checked_per_tool_and_keeps_its_secret_to_itself() {
         ),
     )
     .unwrap();
+    let servers = env.dir.join("state/fenzi/servers");
     let session = SESSION
         .replace("UPSTREAM", &port.to_string())
-        .replace("PROJECT", &env.dir.display().to_string());
+        .replace("PROJECT", &env.dir.display().to_string())
+        .replace("SERVERS", &servers.display().to_string());
     std::fs::write(env.dir.join("session.sh"), session).unwrap();
     let real = "local-real-value-4f1c9e0b7d2a";
     let out = env
@@ -215,6 +218,9 @@ fn a_local_server_is_checked_per_tool_and_keeps_its_secret_to_itself() {
     );
     // The server's host is not the command's.
     assert_ne!(line(&stdout, "agent-direct"), "200", "{stdout}");
+    // Nor its state: the servers' directory reads empty inside the command's sandbox.
+    assert_eq!(line(&stdout, "servers-seen"), "0", "{stdout}");
+    assert!(std::fs::read_dir(&servers).unwrap().count() > 0);
 
     let log = env.audit_log();
     assert!(!log.contains(real), "the real value is in the audit log");

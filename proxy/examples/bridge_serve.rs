@@ -51,6 +51,7 @@ async fn main() {
                 path,
                 state_dir,
                 cwd: None,
+                overlays: vec![],
             })
             .expect("the launcher thread starts"),
         ),

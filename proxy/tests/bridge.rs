@@ -245,6 +245,7 @@ async fn a_sandboxed_server_writes_only_its_state_directory_and_lives_in_its_own
         path: "/usr/bin:/bin".into(),
         state_dir: state.clone(),
         cwd: None,
+        overlays: vec![],
     }) {
         Ok(l) => l,
         Err(e) => panic!("{e}"),
@@ -352,6 +353,7 @@ async fn a_link_the_server_left_in_its_state_directory_stops_the_next_start() {
         path: "/usr/bin:/bin".into(),
         state_dir: state.clone(),
         cwd: None,
+        overlays: vec![],
     })
     .unwrap();
     let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));
@@ -374,6 +376,7 @@ async fn a_link_the_server_left_in_its_state_directory_stops_the_next_start() {
         path: "/usr/bin:/bin".into(),
         state_dir: linked_state,
         cwd: None,
+        overlays: vec![],
     })
     .unwrap();
     let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));

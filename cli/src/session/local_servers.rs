@@ -50,6 +50,9 @@ pub struct LocalServers {
 /// The started servers: their bridges (given to the agent's proxy) and egress proxies.
 pub struct Started {
     pub bridges: Bridges,
+    /// What the agent's sandbox must show empty: the servers' state directories (`(empty
+    /// directory, the servers' directory)`), when there are local servers.
+    pub hide_from_agent: Option<(PathBuf, PathBuf)>,
     /// One line per server for the status (`name (sandbox, 3 allowed)`, or why it did not start).
     pub notes: Vec<String>,
 }
@@ -89,6 +92,9 @@ impl LocalServers {
     /// Starts every server (inside `runtime`): its egress proxy, its CA files in `session_dir`,
     /// and its first process. A server that cannot start is said in its note; its requests get
     /// an error (the bridge retries with backoff), never a hang.
+    ///
+    /// `hidden` are the overlays that show the person's credential files empty (as the agent's
+    /// sandbox has them); a sandboxed server also sees every other server's state directory empty.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         self,
@@ -99,10 +105,17 @@ impl LocalServers {
         project: &Path,
         system_roots: &str,
         all_secret_names: &[String],
+        hidden: &[(PathBuf, PathBuf)],
     ) -> Result<Started> {
         let _enter = runtime.enter();
         let mut bridges = Bridges::new();
         let mut notes = Vec::new();
+        let mut hide_from_agent = None;
+        let empty_dir = session_dir.join("empty-dir");
+        if !self.planned.is_empty() {
+            session_dir.create_dir("empty-dir".as_ref())?;
+            hide_from_agent = Some((empty_dir.clone(), servers_dir()?));
+        }
         for server in self.planned {
             let name = server.name.clone();
             // The server's environment gets the placeholders, never the values.
@@ -147,13 +160,21 @@ impl LocalServers {
                     let handle = runtime.handle().clone();
                     let serving = egress.clone();
                     let proxy_url = SandboxSpec::new(program.clone()).proxy_url();
+                    let state_dir = state_dir(&name, &server.command, project)?;
+                    let mut overlays = hidden.to_vec();
+                    overlays.extend(
+                        other_state_dirs(&state_dir)?
+                            .into_iter()
+                            .map(|other| (empty_dir.clone(), other)),
+                    );
                     let launcher = SandboxLauncher::new(SandboxedCommand {
                         program,
                         args,
                         env: env_for(&proxy_url),
                         path: std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
-                        state_dir: state_dir(&name, &server.command, project)?,
+                        state_dir,
                         cwd: Some(project.to_path_buf()),
+                        overlays,
                     })
                     .with_context(|| format!("cannot start the launcher of `{name}`"))?
                     .egress(Box::new(move |listener| {
@@ -204,7 +225,11 @@ impl LocalServers {
             });
             bridges.insert(name, bridge);
         }
-        Ok(Started { bridges, notes })
+        Ok(Started {
+            bridges,
+            hide_from_agent,
+            notes,
+        })
     }
 }
 
@@ -224,12 +249,21 @@ fn split(command: &[String]) -> (OsString, Vec<OsString>) {
     (program.into(), args.iter().map(OsString::from).collect())
 }
 
-/// `$XDG_STATE_HOME/fenzi/servers/<name>-<hash of project and command>`: one per server per
-/// project, so that a server another project defines under the same name never shares it.
-fn state_dir(name: &str, command: &[String], project: &Path) -> Result<PathBuf> {
+/// `$XDG_STATE_HOME/fenzi/servers`, created private: where every local server's state directory
+/// is. Hidden from the agent's sandbox, as each server's from the others'.
+fn servers_dir() -> Result<PathBuf> {
     let audit = session::audit_dir(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
         .context("neither XDG_STATE_HOME nor HOME is set: a local server has no state directory")?;
     let base = audit.parent().map(Path::to_path_buf).unwrap_or(audit);
+    let servers = base.join("servers");
+    fenzi_proxy::host_files::private_dir(&base)?;
+    fenzi_proxy::host_files::private_dir(&servers)?;
+    Ok(servers)
+}
+
+/// `$XDG_STATE_HOME/fenzi/servers/<name>-<hash of project and command>`: one per server per
+/// project, so that a server another project defines under the same name never shares it.
+fn state_dir(name: &str, command: &[String], project: &Path) -> Result<PathBuf> {
     let mut hash = Sha256::new();
     hash.update(project.as_os_str().as_bytes());
     for word in command {
@@ -237,8 +271,25 @@ fn state_dir(name: &str, command: &[String], project: &Path) -> Result<PathBuf> 
         hash.update(word.as_bytes());
     }
     let hash = hash.finalize();
-    let servers = base.join("servers");
-    fenzi_proxy::host_files::private_dir(&base)?;
-    fenzi_proxy::host_files::private_dir(&servers)?;
-    Ok(servers.join(format!("{name}-{}", hex::encode(&hash[..8]))))
+    let dir = servers_dir()?.join(format!("{name}-{}", hex::encode(&hash[..8])));
+    fenzi_proxy::host_files::private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// The state directories beside `own`: the other servers' (of any project), each shown empty to
+/// this one.
+fn other_state_dirs(own: &Path) -> Result<Vec<PathBuf>> {
+    let Some(parent) = own.parent() else {
+        return Ok(Vec::new());
+    };
+    let mut others = Vec::new();
+    for entry in
+        std::fs::read_dir(parent).with_context(|| format!("cannot list {}", parent.display()))?
+    {
+        let entry = entry?;
+        if entry.path() != own && entry.file_type()?.is_dir() {
+            others.push(entry.path());
+        }
+    }
+    Ok(others)
 }

@@ -36,6 +36,9 @@ pub struct SandboxedCommand {
     pub state_dir: PathBuf,
     /// Where it starts (read-only to it, like the rest of the disk); `None`: its state directory.
     pub cwd: Option<PathBuf>,
+    /// Files and directories shown in place of others, `(source, target)`, read-only (as
+    /// `SandboxSpec::overlay`): what holds a credential or another server's state reads empty.
+    pub overlays: Vec<(PathBuf, PathBuf)>,
 }
 
 /// One start's pieces, made on the launcher thread.
@@ -112,6 +115,9 @@ fn start(command: &SandboxedCommand) -> io::Result<Started> {
                 .unwrap_or_else(|| command.state_dir.clone()),
         )
         .writable([command.state_dir.clone()]);
+    for (source, target) in &command.overlays {
+        spec = spec.overlay(source, target);
+    }
     spec.stdin = Some(stdin_read.into());
     spec.stdout = Some(stdout_write.into());
     spec.stderr = Some(stderr_write.into());

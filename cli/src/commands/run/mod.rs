@@ -152,6 +152,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
     let bundle_path = session::write_file(session_dir, "ca-bundle.pem", bundle.as_bytes())?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    // The person's registry credentials stay outside, as every other real secret does: shown
+    // empty to the agent's sandbox and to every local server's.
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let covered = home.as_deref().map(hidden::present).unwrap_or_default();
+    let mut hidden_files: Vec<(PathBuf, PathBuf)> = Vec::new();
+    if !covered.is_empty() {
+        let empty = session::write_file(session_dir, "empty", b"")?;
+        hidden_files.extend(covered.iter().map(|file| (empty.clone(), file.clone())));
+    }
     // Before the agent: a server that cannot start is known now, and the agent's first request
     // finds its bridge ready.
     let local_servers = local_servers.start(
@@ -162,6 +173,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &cwd,
         &system_roots(),
         &all_secret_names,
+        &hidden_files,
     )?;
     for note in &local_servers.notes {
         eprintln!("fenzi run: local server {note}");
@@ -293,22 +305,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
         for (source, target) in &launch.overlays {
             spec = spec.overlay(source, target);
         }
-        // The person's registry credentials stay outside, as every other real secret does.
-        let home = std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .map(PathBuf::from);
-        let covered = home.as_deref().map(hidden::present).unwrap_or_default();
         if !covered.is_empty() {
-            let empty = session::write_file(session_dir, "empty", b"")?;
             let names: Vec<String> = covered.iter().map(|p| p.display().to_string()).collect();
             eprintln!(
                 "fenzi run: shown empty inside the sandbox (they hold credentials; give a token as a \
                  secret instead): {}",
                 names.join(", ")
             );
-            for file in covered {
-                spec = spec.overlay(&empty, file);
-            }
+        }
+        for (source, target) in &hidden_files {
+            spec = spec.overlay(source, target);
+        }
+        // The local servers' state (tokens a server keeps, say) is theirs, not the agent's.
+        if let Some((empty, servers)) = &local_servers.hide_from_agent {
+            spec = spec.overlay(empty, servers);
         }
         let env = inputs(&spec.proxy_url());
         let spec = spec
