@@ -389,5 +389,8 @@ fn a_wrong_secrets_expectation_fails_and_says_what_was_swapped() {
         doc["cases"][0]["expected_secrets"],
         serde_json::json!(["DIGITALOCEAN_API_TOKEN"])
     );
-    assert_eq!(doc["cases"][2]["secrets"], serde_json::json!(["MCP_LINEAR"]));
+    assert_eq!(
+        doc["cases"][2]["secrets"],
+        serde_json::json!(["MCP_LINEAR"])
+    );
 }

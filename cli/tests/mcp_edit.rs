@@ -22,7 +22,12 @@ fn keeps_mode_and_writes_through_a_symlink() {
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
     std::os::unix::fs::symlink("policies/team.yaml", dir.join("fenzi.yaml")).unwrap();
 
-    let out = fenzi(dir, &["mcp", "add", "files", "--tool", "read", "--", "srv"], None, &[]);
+    let out = fenzi(
+        dir,
+        &["mcp", "add", "files", "--tool", "read", "--", "srv"],
+        None,
+        &[],
+    );
     assert!(
         out.status.success(),
         "{}",

@@ -520,7 +520,10 @@ mod tests {
             let r = render(agent, &servers, &ph);
             assert!(!r.text.contains("fzph_DO_"), "{agent:?}");
             assert!(!r.text.contains("DIGITALOCEAN_API_TOKEN"), "{agent:?}");
-            assert!(!r.text.contains("npx"), "{agent:?}: no command reaches the agent");
+            assert!(
+                !r.text.contains("npx"),
+                "{agent:?}: no command reaches the agent"
+            );
             for name in ["files", "droplets", "keychain"] {
                 assert!(
                     r.text

@@ -539,14 +539,20 @@ mod tests {
     #[test]
     fn creates_the_section_and_fills_an_empty_one() {
         let out = add("version: 1", "f", &local("b")).unwrap();
-        assert_eq!(out, "version: 1\nmcp:\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n");
+        assert_eq!(
+            out,
+            "version: 1\nmcp:\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n"
+        );
         let out = add("version: 1\nmcp: {}  # none yet\n", "f", &local("b")).unwrap();
         assert_eq!(
             out,
             "version: 1\nmcp:  # none yet\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n"
         );
         let out = add("version: 1\nmcp: {}\n", "f", &local("b")).unwrap();
-        assert_eq!(out, "version: 1\nmcp:\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n");
+        assert_eq!(
+            out,
+            "version: 1\nmcp:\n  b:\n    command: [srv]\n    tools:\n      allow: [x]\n"
+        );
     }
 
     #[test]
