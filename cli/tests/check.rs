@@ -336,3 +336,61 @@ fn two_servers_on_one_host_are_checked_by_path() {
         stdout(&o)
     );
 }
+
+/// `secrets:` on a case is checked: a command server's secret is never swapped into the agent's
+/// requests (DESIGN §18), and a case claiming it would be fails, naming what was swapped.
+#[test]
+fn a_wrong_secrets_expectation_fails_and_says_what_was_swapped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join("testdata/policies/demo.yaml"),
+        dir.path().join("fenzi.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("cases.yaml"),
+        r#"cases:
+  - name: claims the command server's secret reaches it through the agent
+    server: droplets
+    tool: droplet-list
+    secrets: [DIGITALOCEAN_API_TOKEN]
+    expect: allowed
+  - name: claims no secret on a secret's host
+    host: api.anthropic.com
+    secrets: []
+    expect: allowed
+  - name: right about the token
+    server: linear
+    tool: get_issue
+    secrets: [MCP_LINEAR]
+    expect: allowed
+"#,
+    )
+    .unwrap();
+    let o = check_in(dir.path(), "text");
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "FAIL  cases.yaml:2  claims the command server's secret reaches it through the agent: \
+             allowed, swapping none (expected allowed, swapping DIGITALOCEAN_API_TOKEN;"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("allowed, swapping ANTHROPIC_API_KEY (expected allowed, swapping none;"),
+        "{out}"
+    );
+    assert!(out.contains("1 passed, 2 failed"), "{out}");
+    let o = check_in(dir.path(), "json");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(doc["cases"][0]["secrets"], serde_json::json!([]));
+    assert_eq!(
+        doc["cases"][0]["expected_secrets"],
+        serde_json::json!(["DIGITALOCEAN_API_TOKEN"])
+    );
+    assert_eq!(
+        doc["cases"][2]["secrets"],
+        serde_json::json!(["MCP_LINEAR"])
+    );
+}

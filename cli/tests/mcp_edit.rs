@@ -22,7 +22,12 @@ fn keeps_mode_and_writes_through_a_symlink() {
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
     std::os::unix::fs::symlink("policies/team.yaml", dir.join("fenzi.yaml")).unwrap();
 
-    let out = fenzi(dir, &["mcp", "add", "files", "--", "srv"], None, &[]);
+    let out = fenzi(
+        dir,
+        &["mcp", "add", "files", "--tool", "read", "--", "srv"],
+        None,
+        &[],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -33,7 +38,7 @@ fn keeps_mode_and_writes_through_a_symlink() {
     assert!(link.file_type().is_symlink(), "the symlink was replaced");
     assert_eq!(
         std::fs::read_to_string(&real).unwrap(),
-        "version: 1\nmcp:\n  files:\n    command: [srv]\n"
+        "version: 1\nmcp:\n  files:\n    command: [srv]\n    tools:\n      allow: [read]\n"
     );
     let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o640);
@@ -46,7 +51,16 @@ fn config_flag_names_another_project_file() {
     std::fs::write(dir.join("other.yaml"), "version: 1\n").unwrap();
     let out = fenzi(
         dir,
-        &["mcp", "add", "--config", "other.yaml", "files", "--", "srv"],
+        &[
+            "mcp",
+            "add",
+            "--config",
+            "other.yaml",
+            "files",
+            "--all-tools",
+            "--",
+            "srv",
+        ],
         None,
         &[],
     );

@@ -17,8 +17,13 @@ mcp:
       allow: [list_issues, get_issue]
   droplets:
     command: [npx, -y, \"@digitalocean/mcp\"]
+    run: host
     secrets: [DIGITALOCEAN_API_TOKEN]
     hosts: [api.digitalocean.com]
+    tools:
+      allow: [droplet-list, droplet-get]
+      deny: [droplet-delete]
+    limits: [{tool: \"*\", rate: 5/s}]
 ";
 
 const PROJECT: &str = "\
@@ -74,9 +79,12 @@ fn json_lists_sources_tools_and_stored_state() {
             {"name": "droplets", "source": "machine", "narrowed_by_project": false,
              "file": machine, "line": 8, "kind": "local",
              "command": ["npx", "-y", "@digitalocean/mcp"], "hosts": ["api.digitalocean.com"],
+             "stdio_url": "http://droplets.stdio.fenzi.internal/mcp", "run": "host",
+             "tools": {"allow": ["droplet-list", "droplet-get"], "deny": ["droplet-delete"]},
              "secrets": [{"name": "DIGITALOCEAN_API_TOKEN", "hosts": ["api.digitalocean.com"],
                           "in": null, "stored": false, "withheld": null, "store_error": null}],
-             "rules": [], "limits": [], "resources": [], "prompts": [], "private": []},
+             "rules": [], "limits": [{"rule": "mcp.droplets.limits[0]", "limit": "* rate=5/s"}],
+             "resources": [], "prompts": [], "private": []},
             {"name": "claude-ai", "source": "project", "narrowed_by_project": false,
              "file": "fenzi.yaml", "line": 9, "kind": "account", "account": "claude",
              "host": "mcp-proxy.anthropic.com", "tools": {"allow": ["*"], "deny": []},
@@ -159,7 +167,12 @@ fn text_says_where_each_server_comes_from_and_what_to_store() {
         "tools: allow list_issues; deny delete_issue",
         "secret MCP_LINEAR -> mcp.linear.app:443 (in header:Authorization): not stored (fenzi mcp token linear)",
         "MAPS_KEY -> maps.example.com (in query:key, header:X-Api-Key): not stored",
-        "droplets   local   npx -y @digitalocean/mcp  [machine]",
+        "droplets   local   npx -y @digitalocean/mcp  [machine]\n           \
+         address: http://droplets.stdio.fenzi.internal/mcp\n           \
+         run: host (on this machine, outside any sandbox)\n           \
+         tools: allow droplet-list, droplet-get; deny droplet-delete\n           \
+         limit * rate=5/s\n           \
+         secret DIGITALOCEAN_API_TOKEN -> api.digitalocean.com: not stored (fenzi mcp token droplets)",
         "claude-ai  account claude (via mcp-proxy.anthropic.com)  [project]",
         "tools: allow every tool",
         "ANTHROPIC_API_KEY -> api.anthropic.com: not stored",

@@ -25,6 +25,8 @@ mcp:
     command: [npx, -y, \"@digitalocean/mcp\"]
     secrets: [DIGITALOCEAN_API_TOKEN]
     hosts: [api.digitalocean.com]
+    tools:
+      allow: [droplet-list]
   claude-ai:
     account: claude
     tools:

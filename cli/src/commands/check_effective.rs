@@ -7,7 +7,9 @@
 //! loader's rule on messages).
 
 use crate::team::TeamLayer;
-use fenzi_policy::config::{Config, Location, McpServerConfig, Origin, ServerKind, ToolRules};
+use fenzi_policy::config::{
+    Config, LocalRun, Location, McpServerConfig, Origin, ServerKind, ToolRules, stdio_url,
+};
 use serde_json::{Value, json};
 
 /// The names of the layers, to tell which one wrote an element.
@@ -86,12 +88,24 @@ fn server_kind(s: &McpServerConfig) -> (String, Option<Lists>) {
         ServerKind::Account { provider, tools: t } => {
             (format!("account {}", provider.host()), Some(tools(t)))
         }
-        ServerKind::Local { hosts, .. } => (
+        // Checked per tool behind the bridge (DESIGN §18); its hosts are its own egress.
+        ServerKind::Local {
+            hosts,
+            tools: t,
+            run,
+            ..
+        } => (
             format!(
-                "local, hosts [{}]",
+                "command at {}{}, hosts [{}]",
+                stdio_url(&s.name),
+                if *run == LocalRun::Host {
+                    ", run: host"
+                } else {
+                    ""
+                },
                 list(hosts.iter().map(|h| &h.value)).join(", ")
             ),
-            None,
+            Some(tools(t)),
         ),
     }
 }

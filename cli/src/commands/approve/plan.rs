@@ -43,10 +43,13 @@ pub enum Plan {
     Refused(String),
 }
 
-fn tools(kind: &ServerKind) -> Option<&ToolRules> {
+/// Every kind of server is checked per tool: a command server behind fenzi's bridge like a
+/// remote one (DESIGN §18), so approve adds to its `allow` alike.
+fn tools(kind: &ServerKind) -> &ToolRules {
     match kind {
-        ServerKind::Remote { tools, .. } | ServerKind::Account { tools, .. } => Some(tools),
-        ServerKind::Local { .. } => None,
+        ServerKind::Remote { tools, .. }
+        | ServerKind::Account { tools, .. }
+        | ServerKind::Local { tools, .. } => tools,
     }
 }
 
@@ -98,11 +101,7 @@ pub fn plan(
             }
         )));
     };
-    let Some(merged) = tools(&entry.kind) else {
-        return Ok(Plan::Refused(format!(
-            "{server} is a local (command) server, which is not checked per tool"
-        )));
-    };
+    let merged = tools(&entry.kind);
     if let Some(p) = matching(&merged.deny, tool) {
         return Ok(Plan::Refused(format!(
             "{tool} is denied by mcp.{server}.tools.deny {:?} ({}): that was a choice, and \
@@ -179,7 +178,7 @@ pub fn plan(
         .mcp
         .iter()
         .find(|s| s.name == server)
-        .and_then(|s| tools(&s.kind))
+        .map(|s| tools(&s.kind))
         .is_some_and(|t| matching(&t.allow, tool).is_some() && matching(&t.deny, tool).is_none());
     let project = files.project.name();
     if !machine_allows {
@@ -208,7 +207,7 @@ pub fn plan(
 fn allow_of(c: &Config, server: &str) -> Option<Vec<String>> {
     let entry = c.mcp.iter().find(|s| s.name == server)?;
     Some(
-        tools(&entry.kind)?
+        tools(&entry.kind)
             .allow
             .iter()
             .map(|p| p.value.as_str().to_string())
@@ -291,7 +290,7 @@ fn check(
         .mcp
         .iter()
         .find(|s| s.name == server)
-        .and_then(|s| tools(&s.kind))
+        .map(|s| tools(&s.kind))
         .is_some_and(|t| matching(&t.allow, tool).is_some() && matching(&t.deny, tool).is_none());
     if !allowed {
         bail!(
@@ -411,5 +410,35 @@ mod tests {
         let widened = NARROW.replace("[get_issue]", "[get_issue, delete_issue]");
         let e = check(&m, &m.project, "s", "delete_issue", NARROW, &widened).unwrap_err();
         assert!(e.to_string().contains("nothing was written"), "{e}");
+    }
+
+    /// A command server is checked per tool behind the bridge (DESIGN §18): approve adds to its
+    /// allow as to a url server's, in the file it comes from, and the edit keeps its command.
+    #[test]
+    fn a_command_server_gets_an_allow_like_a_url_server() {
+        const LOCAL: &str = "version: 1\nmcp:\n  s:\n    command: [npx, -y, files-server]\n    secrets: [FILES_TOKEN]\n    hosts: [api.files.example]\n    tools:\n      allow: [read_text_file]\n      deny: [move_file]\n";
+        for (f, origin) in [
+            (files(LOCAL, None), Origin::Project),
+            (files("version: 1\n", Some(LOCAL)), Origin::Machine),
+        ] {
+            assert!(
+                matches!(decide(&f, "write_file"), Plan::Add { origin: o, .. } if o == origin),
+                "{origin:?}"
+            );
+            assert!(
+                matches!(decide(&f, "move_file"), Plan::Refused(why) if why.contains("approve does not undo it"))
+            );
+            assert!(matches!(decide(&f, "read_text_file"), Plan::Nothing(_)));
+        }
+        let f = files(LOCAL, None);
+        let new = allow_edit::add_allowed(LOCAL, "fenzi.yaml", "s", "write_file").unwrap();
+        assert_eq!(
+            new,
+            LOCAL.replace("[read_text_file]", "[read_text_file, write_file]")
+        );
+        check(&f, &f.project, "s", "write_file", LOCAL, &new).unwrap();
+        // The edit may not change what the server is.
+        let bad = new.replace("files-server]", "files-server, --all]");
+        assert!(check(&f, &f.project, "s", "write_file", LOCAL, &bad).is_err());
     }
 }

@@ -289,13 +289,13 @@ fn local(
         return leave(format!(
             "its argument `{flag}` looks like it carries a credential, which fenzi does not copy \
              into a policy file; if the server can read it from a variable, add it with \
-             `fenzi mcp add {name} --secret VAR --host HOST -- CMD ...`"
+             `fenzi mcp add {name} --tool T --secret VAR --host HOST -- CMD ...`"
         ));
     }
     let known = |v: &str| KNOWN_SECRETS.iter().find(|(k, _)| *k == v);
     let unknown: Vec<&String> = vars.iter().filter(|v| known(v).is_none()).collect();
     if !unknown.is_empty() {
-        let mut line = format!("fenzi mcp add {}", shell_word(name));
+        let mut line = format!("fenzi mcp add {} --tool T", shell_word(name));
         for v in &unknown {
             line.push_str(&format!(" --secret {}", shell_word(v)));
         }

@@ -82,13 +82,12 @@ impl Store {
             Err(why) => return Stored::Unknown(format!("store unavailable: {why}")),
             Ok(store) => store,
         };
-        // Every name listed comes from this policy, so it has a binding; two command servers
-        // reading one variable each have their own, and a session withholds it from either.
-        let mut bindings = self.bindings.iter().filter(|b| b.name == name);
+        // Every name listed comes from this policy, so it has a binding.
+        let binding = self.bindings.iter().find(|b| b.name == name);
         match store.get(name) {
             Ok(None) => Stored::No,
             Ok(Some(stored)) => {
-                match bindings.find_map(|b| hosts_not_stored_for(b, stored.hosts.as_deref())) {
+                match binding.and_then(|b| hosts_not_stored_for(b, stored.hosts.as_deref())) {
                     None => Stored::Yes,
                     Some(why) => Stored::Withheld(why),
                 }
@@ -413,16 +412,9 @@ fn print_text(config: &Config, store: &Store) {
 pub fn run(args: Args) -> Result<ExitCode> {
     let files = Files::read(&args.files)?;
     let config = files.load()?.unwrap_or_default();
-    let policy = Policy::from_config(&config);
-    let mut bindings = policy.secrets().to_vec();
-    for server in policy.local_servers() {
-        if let Some(own) = Policy::for_local_server(&config, &server.name, policy.limits()) {
-            bindings.extend(own.secrets().iter().cloned());
-        }
-    }
     let store = Store {
         store: credstore::open().map_err(|e| e.to_string()),
-        bindings,
+        bindings: super::bindings::all(&config, &Policy::from_config(&config)),
     };
     let backend = store.store.as_ref().map(|s| s.backend()).ok();
     if args.json {

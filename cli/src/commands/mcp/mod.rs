@@ -2,10 +2,12 @@
 //! One module per subcommand (`add`, `token`, `login`, `logout`, `list`, `remove`, `import`,
 //! `render`, `pin`), with the
 //! shared pieces beside them: `enforced` (what the proxy enforces beyond tool names, for listings),
+//! `bindings` (every secret's hosts, a command server's own included),
 //! `entry` (an entry to write), `yaml_edit` (byte-preserving edits of
 //! the `mcp:` section), `files` (the two policy files, checked edits, atomic writes).
 
 pub mod add;
+pub mod bindings;
 pub mod enforced;
 pub mod entry;
 pub mod files;

@@ -180,8 +180,8 @@ fn bound_hosts(config: &Config, policy: &Policy, files: &Files, secret: &str) ->
         }
     }
     let machine = files.machine.as_ref().map(|m| m.name());
-    policy
-        .secrets()
+    // A command server's secret is bound in its own policy, never the agent's.
+    super::bindings::all(config, policy)
         .iter()
         .find(|b| b.name == secret)
         .map(|b| {
