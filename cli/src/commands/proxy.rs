@@ -97,6 +97,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Before the runtime: the credential store's calls block.
     let mut secrets = session::load_secrets(&policy)?;
     let sign_ins = session::load_sign_ins(&config, &mut secrets)?;
+    // DESIGN §18: the local servers, each with its own secrets (for its own environment only).
+    let local_servers = session::local_servers::LocalServers::plan(&config)?;
+    let mut all_secret_names: Vec<String> =
+        policy.secrets().iter().map(|s| s.name.clone()).collect();
+    all_secret_names.extend(local_servers.secret_names());
 
     let session = fenzi_proxy::new_session_id()?;
     let (audit_path, writer) = session::open_audit(args.audit.as_deref(), &session)?;
@@ -121,7 +126,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Kept for the flush at exit, whose error says more than the proxy's audit-sink error would.
     let audit = writer.clone();
     let roots = options.upstream_roots.clone();
-    let builder = Proxy::builder(policy, Arc::new(writer))
+    let server_options = options.clone();
+    let builder = Proxy::builder(policy, Arc::new(writer.clone()))
         .options(options)
         .secrets(secrets.set)
         .lock_files(args.policy.lock_files());
@@ -131,6 +137,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let ca_host_dir = fenzi_proxy::host_files::HostDir::open(&ca_dir)
         .with_context(|| format!("cannot create {}", ca_dir.display()))?;
     session::write_ca(&ca_host_dir, proxy.ca_pem())?;
+    // Started before the proxy listens, as under `fenzi run` (each in a sandbox of its own unless
+    // the machine file says `run: host`); the agent reaches them through the proxy port.
+    let local_servers = local_servers.start(
+        &runtime,
+        Arc::new(writer),
+        &server_options,
+        &ca_host_dir,
+        &std::env::current_dir().context("cannot read the current directory")?,
+        &session::system_roots(),
+        &all_secret_names,
+        &[],
+    )?;
+    for note in &local_servers.notes {
+        eprintln!("fenzi proxy: local server {note}");
+    }
+    proxy.serve_local_servers(local_servers.bridges.clone());
     session::report_export_lag(&proxy, exporter.as_ref());
     let metrics_line = match metrics {
         Some(listener) => {
@@ -168,6 +190,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     )
     .context("cannot watch the policy files")?;
     let result = runtime.block_on(serve(&args.listen, proxy, &audit, &notes));
+    local_servers.stop();
     // After the log's last record: the export ships what is left within --drain-timeout.
     if let Some(line) = runtime.block_on(session::finish_export(exporter, &args.tuning)) {
         eprintln!("fenzi proxy: {line}");

@@ -16,7 +16,9 @@ mod sign_ins;
 
 pub use confirm::{control_note, control_socket};
 pub use export::{finish_export, report_export_lag, start_export};
-pub use files::{SessionDir, audit_dir, create_private_dir, open_audit, write_ca, write_file};
+pub use files::{
+    SessionDir, audit_dir, create_private_dir, open_audit, system_roots, write_ca, write_file,
+};
 pub use secrets::{LoadedSecrets, hosts_not_stored_for, load_secrets};
 pub use serving::{
     ProxyFlags, build_proxy, parse_duration, serve_metrics, serve_until, upstream_roots,

@@ -509,9 +509,30 @@ fn narrow(
                 secrets: psec,
                 hosts: ph,
                 tools: ptools,
-                ..
+                run: prun,
             },
         ) => {
+            // A lower file that writes `run` must say what the upper one does: `sandbox` under a
+            // `run: host` server would otherwise be a line that quietly means nothing.
+            if let (Some(at), ServerKind::Local { run: mrun, .. }) =
+                (&ps.surface.written.run, &ms.kind)
+                && prun != mrun
+            {
+                errors.push(error(
+                    at,
+                    format!(
+                        "{upper} server `{name}` ({where_}) has `run: {}`; the {lower} entry says \
+                         `run: {}`",
+                        mrun.name(),
+                        prun.name()
+                    ),
+                    &format!(
+                        "where a server runs is the {upper} file's to say: remove `run` from the \
+                         {lower} entry, or change it there"
+                    ),
+                ));
+                return;
+            }
             let names =
                 |v: &[Located<String>]| v.iter().map(|s| s.value.clone()).collect::<Vec<_>>();
             let pats =
@@ -847,6 +868,7 @@ fn narrow_surface(
             resources: pick(&pw.resources, &mw.resources),
             prompts: pick(&pw.prompts, &mw.prompts),
             token_in: pick(&pw.token_in, &mw.token_in),
+            run: pick(&pw.run, &mw.run),
         },
         token_in,
     })

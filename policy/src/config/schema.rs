@@ -661,11 +661,13 @@ impl Reader {
                 let (pin, surface) = self.surface(&f, path);
                 let server = self.local(name_node, &f, path, pin);
                 let limits = self.limits(&f, path, server.as_ref());
+                let run_at = f.get("run").map(|(k, _)| self.at(k, &child(path, "run")));
                 server
                     .zip(surface)
                     .zip(limits)
                     .map(|((server, mut surface), limits)| {
                         surface.limits = limits;
+                        surface.written.run = run_at;
                         (server, surface)
                     })
             }

@@ -149,7 +149,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let _enter = runtime.enter();
         eprintln!("fenzi run: {}", session::serve_metrics(&proxy, listener)?);
     }
-    let bundle = sandbox_env::ca_bundle(&system_roots(), proxy.ca_pem());
+    let bundle = sandbox_env::ca_bundle(&session::system_roots(), proxy.ca_pem());
     let bundle_path = session::write_file(session_dir, "ca-bundle.pem", bundle.as_bytes())?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     // The person's registry credentials stay outside, as every other real secret does: shown
@@ -171,7 +171,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &server_options,
         session_dir,
         &cwd,
-        &system_roots(),
+        &session::system_roots(),
         &all_secret_names,
         &hidden_files,
     )?;
@@ -568,15 +568,6 @@ impl Child {
             }
         }
     }
-}
-
-/// The system's root certificates (PEM), so tools that replace their trust store with
-/// `SSL_CERT_FILE` still trust hosts that are tunnelled, not intercepted.
-fn system_roots() -> String {
-    sandbox_env::SYSTEM_CA_BUNDLES
-        .iter()
-        .find_map(|p| std::fs::read_to_string(Path::new(p)).ok())
-        .unwrap_or_default()
 }
 
 /// A plain command (no `--agent`): the words after `--`, or the user's shell.

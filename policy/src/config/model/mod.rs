@@ -134,6 +134,8 @@ pub struct SurfaceKeys {
     pub resources: Option<Location>,
     pub prompts: Option<Location>,
     pub token_in: Option<Location>,
+    /// A local server's `run`: a lower file that writes it must say what the upper file says.
+    pub run: Option<Location>,
 }
 
 /// `list: filter` (the default) or `list: all`.
