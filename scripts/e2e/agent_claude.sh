@@ -23,6 +23,16 @@
 #           host and fenzi refuses it (credential_endpoint_mismatch; README, "Secrets": "That includes
 #           the model API ... This is deliberate"), so the model never sees it and Claude Code stops
 #           with fenzi's refusal as its result (exit 1, expected).
+# Then "first" (the policy fenzi init wrote, npm install), "children" (programs Claude Code starts
+# are refused at its server) and:
+#   stdio:    three real stdio servers installed by name (server-everything and server-filesystem
+#             from npm, mcp-server-time from PyPI, pinned in testdata/e2e/stdio-servers, cached in
+#             .work/) as `command` entries: fenzi starts each in a sandbox of its own and Claude
+#             Code reaches it at http://NAME.stdio.fenzi.internal/mcp (the URL its rendered config
+#             names). The model runs a command in Bash (the agent's environment: no placeholder for
+#             the time server's secret), then calls echo, get-env (denied: policy_denied),
+#             read_text_file and get_current_time; each answer reaches the model, each call has its
+#             record with transport stdio and the server's name (stdio_checks in agents_lib.sh).
 # Checks: the MCP tools listed through fenzi reach the model; delete_everything not offered (filter)
 # and its call an error; fenzi log shows the allowed calls with secrets:MCP_E2E; the server got the
 # real token and never ran delete_everything; the real token is nowhere in Claude's output or files,
@@ -449,6 +459,7 @@ check_children children "$AUDIT" "$D/tool-calls" 1 || dump_session children
 # (stdio_policy, stdio_turns and stdio_checks in agents_lib.sh).
 
 section "session stdio: server-everything, server-filesystem and mcp-server-time behind fenzi's bridge ($STDIO_VERSIONS)"
+STDIO_START=$SECONDS
 stdio_turns claude Bash command "$WORK/stdio-turns.json" "$WORK/stdio/project" '{"description": "Show the environment"}'
 STDIO=1 session stdio "Use the MCP tools of everything, filesystem and time, then run the command you are given." \
     "$(cat "$WORK/stdio-turns.json")" filter "mcp__everything mcp__filesystem mcp__time Bash"
@@ -456,6 +467,7 @@ F0=$FAILS
 check "[stdio] fenzi run --agent claude exited 0" test "$RC" -eq 0
 stdio_checks stdio claude "$D/model.jsonl" "$AUDIT" "$D/project" "$D/project/fenzi.yaml" Bash
 [ "$FAILS" -eq "$F0" ] || dump_session stdio
+info "[stdio] the session and its checks took $((SECONDS - STDIO_START))s"
 
 # ---------------------------------------------------------------------------------------------------
 

@@ -321,36 +321,20 @@ mcp:
 EOF
 }
 
-# stdio_shell_command: what the agent runs in its shell tool: whether its environment (the agent's
-# sandbox's, inherited) holds any placeholder, the time server's secret variable, or a fenzi secret.
+# STDIO_SHELL: what the agent runs in its shell tool: whether its environment (the agent's sandbox's,
+# inherited) holds any placeholder, the time server's secret variable, or a fenzi secret. It waits
+# 3 s first (see stdio_session.py turns).
 # shellcheck disable=SC2016 # expanded by the agent's shell, not here
-STDIO_SHELL='echo "agent-env: placeholders=$(env | grep -c fenzi_ph_) TIME_API_TOKEN=${TIME_API_TOKEN-unset} fenzi_secrets=$(env | grep -c ^FENZI_SECRET_)"'
+STDIO_SHELL='sleep 3; echo "agent-env: placeholders=$(env | grep -c fenzi_ph_) TIME_API_TOKEN=${TIME_API_TOKEN-unset} fenzi_secrets=$(env | grep -c ^FENZI_SECRET_)"'
 
 # stdio_turns AGENT SHELL_TOOL SHELL_ARG OUT PROJECT [EXTRA]: the turn script (OUT) of a stdio session
-# under AGENT (claude, codex, opencode or grok: how it names MCP tools) in PROJECT: everything's
-# echo, its get-env (denied), filesystem's read_text_file of the known file, time's get_current_time, the agent's
-# shell tool SHELL_TOOL with {SHELL_ARG: STDIO_SHELL, ...EXTRA}, then a final text. Grok first
-# searches for the tools (search_tool) and calls each through use_tool.
+# under AGENT (claude, codex, opencode or grok: how it names MCP tools) in PROJECT: the agent's shell
+# tool SHELL_TOOL with {SHELL_ARG: STDIO_SHELL, ...EXTRA}, everything's echo, its get-env (denied),
+# filesystem's read_text_file of the known file, time's get_current_time, then a final text
+# (testdata/agents/stdio_session.py turns).
 stdio_turns() {
-    "$PY" - "$1" "$2" "$3" "$4" "${6:-{\}}" "$STDIO_SHELL" "$5/stdio-files/known.txt" "$STDIO_ECHO" <<'PY'
-import json, sys
-agent, shell, arg, out, extra, command, path, text = sys.argv[1:9]
-def call(server, tool, args):
-    if agent == "grok":
-        return {"name": "use_tool", "arguments": {"tool_name": f"{server}__{tool}", "tool_input": args}}
-    name = f"{server}_{tool}" if agent == "opencode" else f"mcp__{server}__{tool}"
-    return {"name": name, "arguments": args}
-turns = [{"tool_call": {"name": "search_tool", "arguments": {"query": "echo get-env read_text_file get_current_time", "limit": 50}}}] if agent == "grok" else []
-turns += [
-    {"text": "Echo.", "tool_call": call("everything", "echo", {"message": text})},
-    {"text": "The environment.", "tool_call": call("everything", "get-env", {})},
-    {"text": "The file.", "tool_call": call("filesystem", "read_text_file", {"path": path})},
-    {"text": "The time.", "tool_call": call("time", "get_current_time", {"timezone": "Etc/UTC"})},
-    {"text": "My own environment.", "tool_call": {"name": shell, "arguments": {arg: command, **json.loads(extra)}}},
-    {"text": "finished"},
-]
-json.dump(turns, open(out, "w"))
-PY
+    "$PY" "$ROOT/testdata/agents/stdio_session.py" turns "$1" "$2" "$3" "$4" \
+        "$5/stdio-files/known.txt" "$STDIO_SHELL" "$STDIO_ECHO" "${6:-{\}}"
 }
 
 # stdio_checks NAME AGENT MODEL_LOG AUDIT PROJECT CONFIG SHELL_TOOL: what a stdio session under AGENT
@@ -364,10 +348,10 @@ PY
 # bridge URLs and no header, variable or command. The real secret is in no file under $WORK.
 stdio_checks() {
     local n=$1 agent=$2 model=$3 audit=$4 project=$5 config=$6 shell=$7 rendered
-    "$PY" "$ROOT/testdata/agents/stdio_checks.py" model "$agent" "$model" "$shell" "$STDIO_ECHO" \
+    "$PY" "$ROOT/testdata/agents/stdio_session.py" model "$agent" "$model" "$shell" "$STDIO_ECHO" \
         "$STDIO_TEXT" >"$WORK/$n.stdio-checks" 2>&1 || fail "[$n] the model log could not be checked: $(tail -n 3 "$WORK/$n.stdio-checks")"
     relay_results "[$n] " "$WORK/$n.stdio-checks"
-    "$PY" "$ROOT/testdata/agents/stdio_checks.py" audit "$audit" >"$WORK/$n.stdio-audit-checks" 2>&1 \
+    "$PY" "$ROOT/testdata/agents/stdio_session.py" audit "$audit" >"$WORK/$n.stdio-audit-checks" 2>&1 \
         || fail "[$n] the audit log could not be checked: $(tail -n 3 "$WORK/$n.stdio-audit-checks")"
     relay_results "[$n] " "$WORK/$n.stdio-audit-checks"
     check "[$n] fenzi log --verify" bash -c "'$FENZI' log --file '$audit' --verify >/dev/null"

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""The checks of a stdio session (scripts/e2e/agents_lib.sh, stdio_checks) over its logs.
+"""The turn script and the checks of a stdio session (scripts/e2e/agents_lib.sh: stdio_turns,
+stdio_checks): three local servers behind fenzi's bridge (everything, filesystem, time) under a
+real agent (claude, codex, opencode or grok, which differ in how they name MCP tools).
 
-Three local servers behind fenzi's bridge (everything, filesystem, time) under a real agent whose
-fake model called everything's echo and get-env (denied), filesystem's read_text_file, time's
-get_current_time and the agent's shell. Prints one `PASS what` or `FAIL what: got ...` line per
-check (relayed by the shell script) and exits 0; exits 2 when a log cannot be read.
+  stdio_session.py turns AGENT SHELL_TOOL SHELL_ARG OUT FILE COMMAND ECHO_TEXT [EXTRA]
+      writes the fake model's script to OUT: the agent's shell tool with {SHELL_ARG: COMMAND,
+      ...EXTRA (a JSON object)}, everything's echo (ECHO_TEXT) and get-env (denied),
+      filesystem's read_text_file of FILE, time's get_current_time, then the text `finished`.
+      Grok asks search_tool for the tools after the shell, and calls each through use_tool.
 
-  stdio_checks.py model AGENT MODEL_LOG SHELL_TOOL ECHO_TEXT FILE_TEXT
+The checks print one `PASS what` or `FAIL what: got ...` line each (relayed by the shell script)
+and exit 0; they exit 2 when a log cannot be read.
+
+  stdio_session.py model AGENT MODEL_LOG SHELL_TOOL ECHO_TEXT FILE_TEXT
       what reached the fake model (testdata/agents/fake_model.py's log): each allowed tool's
       answer, get-env's refusal, the shell's view of the agent's environment, what was offered.
-  stdio_checks.py audit AUDIT_LOG
+  stdio_session.py audit AUDIT_LOG
       fenzi's records: one allowed record per allowed call, as the agent, with transport stdio and
       the server's name; get-env denied as policy_denied, transport stdio; filesystem's tools/list
       filtered; nothing let through but to 127.0.0.1 (the fake model) and the bridges.
@@ -34,7 +40,34 @@ def tool_name(agent, server, tool):
         return f"{server}__{tool}"
     if agent == "opencode":
         return f"{server}_{tool}"
-    return f"mcp__{server}__{tool}"  # Claude Code; Codex's namespace mcp__SERVER (fake_model_ns.py)
+    if agent == "codex":  # the namespace mcp__SERVER (fake_model_ns.py); Codex offers get-env as get_env
+        return f"mcp__{server}__{tool.replace('-', '_')}"
+    return f"mcp__{server}__{tool}"  # Claude Code
+
+
+def turns(agent, shell, arg, out, path, command, echo, extra="{}"):
+    def call(server, tool, args):
+        if agent == "grok":
+            return {"name": "use_tool", "arguments": {"tool_name": tool_name(agent, server, tool), "tool_input": args}}
+        return {"name": tool_name(agent, server, tool), "arguments": args}
+
+    # The shell first: its command waits a little, so that an agent that does not wait for its MCP
+    # servers before the first turn (Codex 0.171) has them all connected before the calls, however
+    # slowly the Python server starts on a busy machine. No text beside the calls: Grok's result is
+    # all of the turns' texts.
+    script = [{"tool_call": {"name": shell, "arguments": {arg: command, **json.loads(extra)}}}]
+    if agent == "grok":
+        script.append({"tool_call": {"name": "search_tool", "arguments": {
+            "query": "echo get-env read_text_file get_current_time", "limit": 50}}})
+    script += [
+        {"tool_call": call("everything", "echo", {"message": echo})},
+        {"tool_call": call("everything", "get-env", {})},
+        {"tool_call": call("filesystem", "read_text_file", {"path": path})},
+        {"tool_call": call("time", "get_current_time", {"timezone": "Etc/UTC"})},
+        {"text": "finished"},
+    ]
+    with open(out, "w") as f:
+        json.dump(script, f)
 
 
 def model(agent, log, shell, echo, text):
@@ -110,7 +143,9 @@ def audit(path):
 
 def main(argv):
     try:
-        if argv[1:2] == ["model"] and len(argv) == 7:
+        if argv[1:2] == ["turns"] and len(argv) in (9, 10):
+            turns(*argv[2:])
+        elif argv[1:2] == ["model"] and len(argv) == 7:
             model(*argv[2:])
         elif argv[1:2] == ["audit"] and len(argv) == 3:
             audit(argv[2])
@@ -118,7 +153,7 @@ def main(argv):
             print(__doc__, file=sys.stderr)
             return 2
     except (OSError, ValueError, KeyError) as e:
-        print(f"stdio_checks.py: {e}", file=sys.stderr)
+        print(f"stdio_session.py: {e}", file=sys.stderr)
         return 2
     return 0
 
