@@ -23,6 +23,16 @@
 #           host and fenzi refuses it (credential_endpoint_mismatch; README, "Secrets": "That includes
 #           the model API ... This is deliberate"), so the model never sees it and Claude Code stops
 #           with fenzi's refusal as its result (exit 1, expected).
+# Then "first" (the policy fenzi init wrote, npm install), "children" (programs Claude Code starts
+# are refused at its server) and:
+#   stdio:    three real stdio servers installed by name (server-everything and server-filesystem
+#             from npm, mcp-server-time from PyPI, pinned in testdata/e2e/stdio-servers, cached in
+#             .work/) as `command` entries: fenzi starts each in a sandbox of its own and Claude
+#             Code reaches it at http://NAME.stdio.fenzi.internal/mcp (the URL its rendered config
+#             names). The model runs a command in Bash (the agent's environment: no placeholder for
+#             the time server's secret), then calls echo, get-env (denied: policy_denied),
+#             read_text_file and get_current_time; each answer reaches the model, each call has its
+#             record with transport stdio and the server's name (stdio_checks in agents_lib.sh).
 # Checks: the MCP tools listed through fenzi reach the model; delete_everything not offered (filter)
 # and its call an error; fenzi log shows the allowed calls with secrets:MCP_E2E; the server got the
 # real token and never ran delete_everything; the real token is nowhere in Claude's output or files,
@@ -58,6 +68,7 @@ PY="$ROOT/.venv/bin/python"
 E2E="$ROOT/testdata/e2e"
 
 build_fenzi
+stdio_servers_install
 
 # Claude Code from npm, pinned, installed once into the cache.
 CLAUDE_BIN="$CLAUDE_DIR/node_modules/.bin/claude"
@@ -106,7 +117,7 @@ TOKEN=$("$PY" -c 'import secrets; print("e2e-real-" + secrets.token_urlsafe(24))
 # directory), RC (the exit status), MCP_PORT, MODEL_PORT, AUDIT, and writes D/log.txt (`fenzi log`).
 # LIST is the server's `list:` (filter, the default, or all).
 # With FIRST set, the policy is the one `fenzi init --agent claude` wrote (init_project), and Claude
-# Code may run `npm install`.
+# Code may run `npm install`. With STDIO set, it is stdio_policy's (three local servers).
 session() {
     local name=$1 prompt=$2 turns=$3 list=${4:-filter} allowed=${5:-mcp__e2e}
     D="$WORK/$name"
@@ -131,6 +142,8 @@ session() {
         # Bash whole: Claude Code asks the model for a command's prefix before matching a
         # Bash(npm install:*) rule, which a scripted model cannot answer.
         key=ANTHROPIC_AUTH_TOKEN allowed="mcp__e2e Bash"
+    elif [ -n "${STDIO:-}" ]; then
+        stdio_policy "$D/project/fenzi.yaml" "$MODEL_PORT"
     else
     cat >"$D/project/fenzi.yaml" <<EOF
 version: 1
@@ -165,7 +178,7 @@ EOF
         HOME="$D/home" USER=fenzi-e2e TMPDIR="$D/tmp" LANG=C.UTF-8 NO_COLOR=1
         XDG_CONFIG_HOME="$D/config" XDG_STATE_HOME="$D/state" XDG_CACHE_HOME="$D/cache"
         XDG_DATA_HOME="$D/data"
-        FENZI_CREDSTORE=memory FENZI_SECRET_MCP_E2E="$TOKEN"
+        FENZI_CREDSTORE=memory FENZI_SECRET_MCP_E2E="$TOKEN" "${STDIO_ENV[@]}"
         ANTHROPIC_BASE_URL="http://127.0.0.1:$MODEL_PORT" "$key=sk-ant-fenzi-e2e-fake-model"
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1
         DISABLE_ERROR_REPORTING=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1
@@ -439,6 +452,22 @@ session children "Call the MCP tool echo, then run the command you are given." "
     filter "mcp__e2e Bash"
 check "[children] Claude Code exited 0" test "$RC" -eq 0
 check_children children "$AUDIT" "$D/tool-calls" 1 || dump_session children
+
+# ---------------------------------------------------------------------------------------------------
+# Session "stdio" (DESIGN §18): three real stdio servers from npm and PyPI, started by fenzi in
+# sandboxes of their own and given to Claude Code as http://NAME.stdio.fenzi.internal/mcp
+# (stdio_policy, stdio_turns and stdio_checks in agents_lib.sh).
+
+section "session stdio: server-everything, server-filesystem and mcp-server-time behind fenzi's bridge ($STDIO_VERSIONS)"
+STDIO_START=$SECONDS
+stdio_turns claude Bash command "$WORK/stdio-turns.json" "$WORK/stdio/project" '{"description": "Show the environment"}'
+STDIO=1 session stdio "Use the MCP tools of everything, filesystem and time, then run the command you are given." \
+    "$(cat "$WORK/stdio-turns.json")" filter "mcp__everything mcp__filesystem mcp__time Bash"
+F0=$FAILS
+check "[stdio] fenzi run --agent claude exited 0" test "$RC" -eq 0
+stdio_checks stdio claude "$D/model.jsonl" "$AUDIT" "$D/project" "$D/project/fenzi.yaml" Bash
+[ "$FAILS" -eq "$F0" ] || dump_session stdio
+info "[stdio] the session and its checks took $((SECONDS - STDIO_START))s"
 
 # ---------------------------------------------------------------------------------------------------
 

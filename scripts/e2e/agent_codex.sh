@@ -21,6 +21,16 @@
 #   3 list-all  (turns-list-all.json): the same server with `list: all`, so Codex offers
 #               delete_everything and calls it; fenzi denies the tools/call (policy_denied) and the
 #               denial comes back to the model as that tool's error. Codex exits 0.
+#   (4 first and 5 children: see their sections)
+#   6 stdio     three real stdio servers installed by name (server-everything and server-filesystem
+#               from npm, mcp-server-time from PyPI, pinned in testdata/e2e/stdio-servers, cached in
+#               .work/) as `command` entries: fenzi starts each in a sandbox of its own and Codex
+#               reaches it at http://NAME.stdio.fenzi.internal/mcp (the URL its rendered config
+#               names). The model runs a command in exec_command (the agent's environment: no
+#               placeholder for the time server's secret), then calls echo, get-env (denied:
+#               policy_denied), read_text_file and get_current_time; each answer reaches the model,
+#               each call has its record with transport stdio and the server's name (stdio_checks in
+#               agents_lib.sh).
 #
 # Throughout: the real token is only in fenzi's environment (FENZI_SECRET_MCP_E2E, FENZI_CREDSTORE=
 # memory) and the server's; it appears nowhere in Codex's output or state, the model's log, the
@@ -137,13 +147,15 @@ session() {
         # is the fake provider's, so the OPENAI_API_KEY secret init names is left without a value).
         dir=$WORK/$name config=$WORK/$name/fenzi.yaml
         init_project "$dir" codex "$MODEL_PORT" || return 1
+    elif [ -n "${STDIO:-}" ]; then
+        stdio_policy "$config" "$MODEL_PORT"
     else
         policy "$config" "$MODEL_PORT" "$extra"
     fi
     codex_config "$MODEL_PORT"
     # RUST_BACKTRACE (set by some developer shells) would make Codex append a stack trace to every
     # tool error the model sees; leave it out so the model gets what a user's Codex sends.
-    (cd "$dir" && env -u RUST_BACKTRACE FENZI_SECRET_MCP_E2E="$TOKEN" PATH="$CODEX_BIN:$PATH" timeout 300 \
+    (cd "$dir" && env -u RUST_BACKTRACE FENZI_SECRET_MCP_E2E="$TOKEN" "${STDIO_ENV[@]}" PATH="$CODEX_BIN:$PATH" timeout 300 \
         "$FENZI" run --config "$config" --no-machine --upstream-ca "$CERTS/test-ca.pem" \
         --audit "$WORK/$name.audit.jsonl" --agent codex -- \
         exec --json --skip-git-repo-check "Use the e2e MCP server's tools." \
@@ -331,6 +343,22 @@ session children "$WORK/turns-children.json"
 check "[children] Codex exited 0" test "$RC" -eq 0
 check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
 [ "$FAILS" -eq "$F0" ] || on_failure children
+
+section "6 stdio: server-everything, server-filesystem and mcp-server-time behind fenzi's bridge (DESIGN §18)"
+
+# Three real stdio servers from npm and PyPI, started by fenzi in sandboxes of their own and given to
+# Codex as http://NAME.stdio.fenzi.internal/mcp (stdio_policy, stdio_turns, stdio_checks in
+# agents_lib.sh).
+info "$STDIO_VERSIONS"
+STDIO_START=$SECONDS
+stdio_turns codex exec_command cmd "$WORK/turns-stdio.json" "$PROJECT"
+F0=$FAILS
+STDIO=1 session stdio "$WORK/turns-stdio.json"
+check "[stdio] Codex exited 0" test "$RC" -eq 0
+check "[stdio] Codex played the whole script (final message \`finished\`)" test "$(final_message stdio)" = finished
+stdio_checks stdio codex "$WORK/stdio.model.jsonl" "$WORK/stdio.audit.jsonl" "$PROJECT" "$PROJECT/stdio.yaml" exec_command
+[ "$FAILS" -eq "$F0" ] || on_failure stdio
+info "[stdio] the session and its checks took $((SECONDS - STDIO_START))s"
 
 # ---------------------------------------------------------------------------------------------------
 section "every session"

@@ -35,6 +35,16 @@
 #   3 list-all  (turns-list-all.json): the same server with `list: all`, so search_tool finds
 #               delete_everything and the model calls it; fenzi denies the tools/call
 #               (policy_denied) and the denial comes back to the model as that call's result. Exit 0.
+#   (4 first and 5 children: see their sections)
+#   6 stdio     three real stdio servers installed by name (server-everything and server-filesystem
+#               from npm, mcp-server-time from PyPI, pinned in testdata/e2e/stdio-servers, cached in
+#               .work/) as `command` entries: fenzi starts each in a sandbox of its own and Grok
+#               reaches it at http://NAME.stdio.fenzi.internal/mcp (the URL its rendered config
+#               names). The model runs a command in run_terminal_command (the agent's environment:
+#               no placeholder for the time server's secret), then calls echo, get-env (denied:
+#               policy_denied), read_text_file and get_current_time; each answer reaches the model,
+#               each call has its record with transport stdio and the server's name (stdio_checks in
+#               agents_lib.sh).
 #
 # Throughout: the real token is only in fenzi's environment (FENZI_SECRET_MCP_E2E, FENZI_CREDSTORE=
 # memory) and the server's; it appears nowhere in Grok's output or state ($HOME/.grok), the model's
@@ -176,7 +186,7 @@ grok_config_kept() {
 # fenzi's session log beside it, `fenzi log` in $WORK/NAME.log.txt). Sets RC.
 fenzi_grok() {
     local name=$1 pol=$2; shift 2
-    (cd "${DIR:-$PROJECT}" && timeout 300 env -i "${BASE_ENV[@]}" FENZI_SECRET_MCP_E2E="$TOKEN" \
+    (cd "${DIR:-$PROJECT}" && timeout 300 env -i "${BASE_ENV[@]}" FENZI_SECRET_MCP_E2E="$TOKEN" "${STDIO_ENV[@]}" \
         "$FENZI" run --config "$pol" --no-machine --upstream-ca "$CERTS/test-ca.pem" \
         --audit "$WORK/$name.audit.jsonl" --agent grok -- "$@" \
         </dev/null >"$WORK/$name.out" 2>"$WORK/$name.err")
@@ -199,6 +209,8 @@ session() {
         # the fake model's env_key, so the XAI_API_KEY secret init names is left without a value).
         DIR=$WORK/$name config=$WORK/$name/fenzi.yaml
         init_project "$DIR" grok "$MODEL_PORT" || return 1
+    elif [ -n "${STDIO:-}" ]; then
+        stdio_policy "$config" "$MODEL_PORT"
     else
         policy "$config" "$MODEL_PORT" "$extra"
     fi
@@ -426,6 +438,23 @@ session children "$WORK/turns-children.json"
 check "[children] Grok exited 0" test "$RC" -eq 0
 check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
 [ "$FAILS" -eq "$F0" ] || on_failure children
+
+section "6 stdio: server-everything, server-filesystem and mcp-server-time behind fenzi's bridge (DESIGN §18)"
+
+# Three real stdio servers from npm and PyPI, started by fenzi in sandboxes of their own and given to
+# Grok as http://NAME.stdio.fenzi.internal/mcp (stdio_policy, stdio_turns, stdio_checks in
+# agents_lib.sh). Grok finds them with search_tool and calls them with use_tool.
+info "$STDIO_VERSIONS"
+STDIO_START=$SECONDS
+stdio_turns grok run_terminal_command command "$WORK/turns-stdio.json" "$PROJECT" '{"description": "Show the environment"}'
+F0=$FAILS
+STDIO=1 session stdio "$WORK/turns-stdio.json"
+grok_config_kept stdio
+check "[stdio] Grok exited 0" test "$RC" -eq 0
+check "[stdio] Grok played the whole script (final text \`finished\`)" test "$(final_text stdio)" = finished
+stdio_checks stdio grok "$WORK/stdio.model.jsonl" "$WORK/stdio.audit.jsonl" "$PROJECT" "$PROJECT/stdio.yaml" run_terminal_command
+[ "$FAILS" -eq "$F0" ] || on_failure stdio
+info "[stdio] the session and its checks took $((SECONDS - STDIO_START))s"
 
 # ---------------------------------------------------------------------------------------------------
 section "every session"

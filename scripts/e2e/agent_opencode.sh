@@ -24,6 +24,16 @@
 #   3 list-all  (turns-list-all.json): the same server with `list: all`, so OpenCode offers
 #               e2e_delete_everything and calls it; fenzi denies the tools/call (policy_denied) and
 #               the denial comes back to the model as that tool's error. OpenCode exits 0.
+#   (4 first and 5 children: see their sections)
+#   6 stdio     three real stdio servers installed by name (server-everything and server-filesystem
+#               from npm, mcp-server-time from PyPI, pinned in testdata/e2e/stdio-servers, cached in
+#               .work/) as `command` entries: fenzi starts each in a sandbox of its own and OpenCode
+#               reaches it at http://NAME.stdio.fenzi.internal/mcp (the URL its rendered config
+#               names). The model runs a command in its bash tool (the agent's environment: no
+#               placeholder for the time server's secret), then calls echo, get-env (denied:
+#               policy_denied), read_text_file and get_current_time; each answer reaches the model,
+#               each call has its record with transport stdio and the server's name (stdio_checks in
+#               agents_lib.sh).
 #
 # Offline: models.dev is not fetched (OPENCODE_DISABLE_MODELS_FETCH), no autoupdate, no sharing, no
 # LSP downloads; OpenCode's background `npm install @opencode-ai/plugin` into its config directory
@@ -151,6 +161,8 @@ session() {
         # The policy `fenzi init --agent opencode` wrote (OpenCode's key here is in its provider
         # config, so the ANTHROPIC_API_KEY secret init names is left without a value).
         init_project "$D/project" opencode "$MODEL_PORT" || return 1
+    elif [ -n "${STDIO:-}" ]; then
+        stdio_policy "$D/project/fenzi.yaml" "$MODEL_PORT"
     else
         policy "$D/project/fenzi.yaml" "$MODEL_PORT" "$extra"
     fi
@@ -160,7 +172,7 @@ session() {
         HOME="$D/home" USER=fenzi-e2e TMPDIR="$D/tmp" LANG=C.UTF-8 NO_COLOR=1
         XDG_CONFIG_HOME="$D/home/.config" XDG_DATA_HOME="$D/home/.local/share"
         XDG_STATE_HOME="$D/home/.local/state" XDG_CACHE_HOME="$D/home/.cache"
-        FENZI_CREDSTORE=memory FENZI_SECRET_MCP_E2E="$TOKEN"
+        FENZI_CREDSTORE=memory FENZI_SECRET_MCP_E2E="$TOKEN" "${STDIO_ENV[@]}"
         OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_SHARE=1
         OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_TERMINAL_TITLE=1
     )
@@ -386,6 +398,22 @@ session children "$WORK/turns-children.json"
 check "[children] OpenCode exited 0" test "$RC" -eq 0
 check_children children "$WORK/children.audit.jsonl" "$WORK/calls" $((ECHOES + 1))
 [ "$FAILS" -eq "$F0" ] || on_failure children
+
+section "6 stdio: server-everything, server-filesystem and mcp-server-time behind fenzi's bridge (DESIGN §18)"
+
+# Three real stdio servers from npm and PyPI, started by fenzi in sandboxes of their own and given to
+# OpenCode as http://NAME.stdio.fenzi.internal/mcp (stdio_policy, stdio_turns, stdio_checks in
+# agents_lib.sh).
+info "$STDIO_VERSIONS"
+STDIO_START=$SECONDS
+stdio_turns opencode bash command "$WORK/turns-stdio.json" "$WORK/stdio/project" '{"description": "Show the environment"}'
+F0=$FAILS
+STDIO=1 session stdio "$WORK/turns-stdio.json"
+check "[stdio] OpenCode exited 0" test "$RC" -eq 0
+check "[stdio] OpenCode played the whole script (final text \`finished\`)" test "$(final_message stdio)" = finished
+stdio_checks stdio opencode "$WORK/stdio.model.jsonl" "$WORK/stdio.audit.jsonl" "$D/project" "$D/project/fenzi.yaml" bash
+[ "$FAILS" -eq "$F0" ] || on_failure stdio
+info "[stdio] the session and its checks took $((SECONDS - STDIO_START))s"
 
 # ---------------------------------------------------------------------------------------------------
 section "every session"

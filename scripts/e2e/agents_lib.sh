@@ -4,7 +4,8 @@
 # after scripts/lib.sh; uses its pass/fail/check/start and the script's WORK, TOKEN, PLACEHOLDER.
 
 # agent_prelude AGENT FIXTURES: node and npm present (AGENT comes from npm), the e2e venv set up,
-# fenzi built unless FENZI names it. Sets PY, E2E, FIX (testdata/agents/FIXTURES) and FENZI.
+# fenzi built unless FENZI names it, the stdio servers installed (stdio_servers_install). Sets PY,
+# E2E, FIX (testdata/agents/FIXTURES), FENZI and STDIO_VERSIONS.
 agent_prelude() {
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
         echo "FAIL setup: node and npm are needed ($1 is installed from npm)"; exit 1
@@ -14,6 +15,7 @@ agent_prelude() {
     E2E="$ROOT/testdata/e2e"
     FIX="$ROOT/testdata/agents/$2"
     build_fenzi
+    stdio_servers_install
 }
 
 # start_token_server: the official MCP SDK server over TLS (a test CA made here), requiring a random
@@ -237,4 +239,133 @@ sys.exit(0 if hit else 1)' "$audit" "$MCP_PORT" "$who"
     done
     check "[$name] the MCP server ran echo $echoes times in all: the agents', none for the children" \
         test "$(grep -cx echo "$calls")" -eq "$echoes"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Local (stdio) servers behind fenzi's bridge (DESIGN §18) under a real agent: three real servers
+# installed by name from the registries (the reference server-everything and server-filesystem from
+# npm, mcp-server-time from PyPI), each a `command` entry that fenzi starts in a sandbox of its own
+# and offers the agent at http://NAME.stdio.fenzi.internal/mcp, the URL every agent's rendered
+# config names. Installation uses the registries; the session itself is loopback and sandboxes only.
+
+STDIO_PKG="$ROOT/testdata/e2e/stdio-servers"
+STDIO_NPM="$ROOT/.work/stdio-servers"
+STDIO_VENV="$ROOT/.work/stdio-venv"
+STDIO_ENV=() # fenzi's extra environment in a stdio session: the time server's secret
+STDIO_ECHO="stdio echo through fenzi's bridge"
+
+# stdio_servers_install: the pinned servers of testdata/e2e/stdio-servers (package.json: npm,
+# into .work/stdio-servers, npm's cache in .work/npm-cache; requirements.txt: PyPI, into the venv
+# .work/stdio-venv), each reinstalled only when its pins change. Says which versions are there.
+stdio_servers_install() {
+    if ! cmp -s "$STDIO_PKG/package.json" "$STDIO_NPM/package.json" \
+        || [ ! -x "$STDIO_NPM/node_modules/.bin/mcp-server-everything" ] \
+        || [ ! -x "$STDIO_NPM/node_modules/.bin/mcp-server-filesystem" ]; then
+        echo "stdio servers: installing server-everything and server-filesystem from npm into $STDIO_NPM" >&2
+        rm -rf "$STDIO_NPM" && mkdir -p "$STDIO_NPM" && cp "$STDIO_PKG/package.json" "$STDIO_NPM/"
+        (cd "$STDIO_NPM" && npm_config_cache="${npm_config_cache:-$ROOT/.work/npm-cache}" \
+            npm install --silent --no-audit --no-fund >/dev/null) \
+            || { echo "FAIL setup: npm install in $STDIO_NPM"; rm -rf "$STDIO_NPM"; exit 1; }
+    fi
+    pinned_venv "stdio servers" python3 "$STDIO_VENV" "$STDIO_PKG/requirements.txt" \
+        "$STDIO_VENV/.fenzi-stdio-requirements" 'import mcp_server_time'
+    STDIO_VERSIONS=$(node -e '
+        const v = p => require(process.argv[1] + "/node_modules/@modelcontextprotocol/server-" + p + "/package.json").version;
+        process.stdout.write("server-everything " + v("everything") + ", server-filesystem " + v("filesystem"))' "$STDIO_NPM") \
+        || { echo "FAIL setup: the npm stdio servers in $STDIO_NPM cannot be read"; exit 1; }
+    STDIO_VERSIONS+=", mcp-server-time $("$STDIO_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp-server-time"))')"
+}
+
+# stdio_policy FILE MODEL_PORT: the policy of a stdio session (FILE in the project directory, where
+# fenzi runs): the fake model's host and three command servers, each with tools it allows, denies
+# or hides:
+#   everything  (list: all) echo and get-sum allowed, get-env denied (offered, refused by fenzi);
+#   filesystem  on the project's stdio-files (one known file; inside the project because an agent
+#               that answers roots/list, Claude Code, narrows the server to the project):
+#               read_text_file and list_directory allowed, write_file denied, the rest hidden;
+#   time        get_current_time allowed; a secret TIME_API_TOKEN bound to its own host, given a
+#               real value in fenzi's environment only (STDIO_ENV), so that the agent's sandbox
+#               can be checked for its placeholder.
+# Sets STDIO_FILE (the known file), STDIO_TEXT (its content) and STDIO_SECRET (the real value).
+stdio_policy() {
+    local files
+    files="$(cd "$(dirname "$1")" && pwd)/stdio-files"
+    mkdir -p "$files"
+    STDIO_FILE="$files/known.txt"
+    STDIO_TEXT="known file $("$PY" -c 'import secrets; print(secrets.token_hex(8))')"
+    printf '%s\n' "$STDIO_TEXT" >"$STDIO_FILE"
+    STDIO_SECRET=$("$PY" -c 'import secrets; print("stdio-real-" + secrets.token_urlsafe(24))')
+    STDIO_ENV=(FENZI_SECRET_TIME_API_TOKEN="$STDIO_SECRET")
+    cat >"$1" <<EOF
+version: 1
+hosts:
+  - "127.0.0.1:$2"              # the fake model (plain HTTP)
+mcp:
+  everything:
+    command: [$STDIO_NPM/node_modules/.bin/mcp-server-everything, stdio]
+    list: all
+    tools:
+      allow: [echo, get-sum]
+      deny: [get-env]
+  filesystem:
+    command: [$STDIO_NPM/node_modules/.bin/mcp-server-filesystem, $files]
+    tools:
+      allow: [read_text_file, list_directory]
+      deny: [write_file]
+  time:
+    command: [$STDIO_VENV/bin/mcp-server-time]
+    secrets: [TIME_API_TOKEN]
+    hosts: [time-api.example.com]
+    tools:
+      allow: [get_current_time]
+EOF
+}
+
+# STDIO_SHELL: what the agent runs in its shell tool: whether its environment (the agent's sandbox's,
+# inherited) holds any placeholder, the time server's secret variable, or a fenzi secret. It waits
+# 3 s first (see stdio_session.py turns).
+# shellcheck disable=SC2016 # expanded by the agent's shell, not here
+STDIO_SHELL='sleep 3; echo "agent-env: placeholders=$(env | grep -c fenzi_ph_) TIME_API_TOKEN=${TIME_API_TOKEN-unset} fenzi_secrets=$(env | grep -c ^FENZI_SECRET_)"'
+
+# stdio_turns AGENT SHELL_TOOL SHELL_ARG OUT PROJECT [EXTRA]: the turn script (OUT) of a stdio session
+# under AGENT (claude, codex, opencode or grok: how it names MCP tools) in PROJECT: the agent's shell
+# tool SHELL_TOOL with {SHELL_ARG: STDIO_SHELL, ...EXTRA}, everything's echo, its get-env (denied),
+# filesystem's read_text_file of the known file, time's get_current_time, then a final text
+# (testdata/agents/stdio_session.py turns).
+stdio_turns() {
+    "$PY" "$ROOT/testdata/agents/stdio_session.py" turns "$1" "$2" "$3" "$4" \
+        "$5/stdio-files/known.txt" "$STDIO_SHELL" "$STDIO_ECHO" "${6:-{\}}"
+}
+
+# stdio_checks NAME AGENT MODEL_LOG AUDIT PROJECT CONFIG SHELL_TOOL: what a stdio session under AGENT
+# must show. In the fake model's log MODEL_LOG: each allowed tool's answer (the echoed text, the
+# known file's content, the time tool's structure), get-env's refusal, the shell's view of the
+# agent's environment (no placeholder, no TIME_API_TOKEN), read_text_file and get-env offered,
+# write_file not. In the audit log AUDIT: one allowed record per allowed call, made as the agent,
+# with transport stdio and the server's name; get-env denied (policy_denied) with transport stdio;
+# filesystem's tools/list filtered; nothing let through but to 127.0.0.1 and the bridges; `fenzi
+# log --verify`. `fenzi mcp render --agent AGENT --config CONFIG` (in PROJECT) names the three
+# bridge URLs and no header, variable or command. The real secret is in no file under $WORK.
+stdio_checks() {
+    local n=$1 agent=$2 model=$3 audit=$4 project=$5 config=$6 shell=$7 rendered
+    "$PY" "$ROOT/testdata/agents/stdio_session.py" model "$agent" "$model" "$shell" "$STDIO_ECHO" \
+        "$STDIO_TEXT" >"$WORK/$n.stdio-checks" 2>&1 || fail "[$n] the model log could not be checked: $(tail -n 3 "$WORK/$n.stdio-checks")"
+    relay_results "[$n] " "$WORK/$n.stdio-checks"
+    "$PY" "$ROOT/testdata/agents/stdio_session.py" audit "$audit" >"$WORK/$n.stdio-audit-checks" 2>&1 \
+        || fail "[$n] the audit log could not be checked: $(tail -n 3 "$WORK/$n.stdio-audit-checks")"
+    relay_results "[$n] " "$WORK/$n.stdio-audit-checks"
+    check "[$n] fenzi log --verify" bash -c "'$FENZI' log --file '$audit' --verify >/dev/null"
+    rendered=$(cd "$project" && env -i PATH=/usr/bin:/bin HOME="$WORK/no-home" \
+        XDG_CONFIG_HOME="$WORK/no-machine-file" "$FENZI" mcp render --agent "$agent" --config "$config" 2>&1)
+    if [ "$(grep -oE 'http://(everything|filesystem|time)\.stdio\.fenzi\.internal/mcp' <<<"$rendered" | sort -u | wc -l)" -eq 3 ] \
+        && ! grep -qiE 'TIME_API_TOKEN|header|authorization|"env"|command|mcp-server' <<<"$rendered"; then
+        pass "[$n] fenzi mcp render --agent $agent names the three bridge URLs, with no header, variable or command"
+    else
+        fail "[$n] fenzi mcp render --agent $agent: $rendered"
+    fi
+    if grep -rqaF -- "$STDIO_SECRET" "$WORK" 2>/dev/null; then
+        fail "[$n] the time server's real secret is in: $(grep -rlaF -- "$STDIO_SECRET" "$WORK")"
+    else
+        pass "[$n] the time server's real secret is in no file under the work directory"
+    fi
 }
