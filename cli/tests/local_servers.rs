@@ -96,6 +96,7 @@ echo "echo:$(post '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name
 echo "denied:$(post '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_everything","arguments":{}}}')"
 echo "whoami:$(post '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"whoami","arguments":{}}}')"
 echo "fetch:$(post '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"fetch","arguments":{"url":"https://127.0.0.1:UPSTREAM/","token_var":"LOCAL_TOKEN"}}}')"
+echo "fetch-direct:$(post '{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"fetch","arguments":{"url":"https://127.0.0.1:UPSTREAM/direct","token_var":"LOCAL_TOKEN","direct":true}}}')"
 echo "write:$(post '{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"write","arguments":{"path":"PROJECT/planted-by-server"}}}')"
 echo "crash:$(post '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"crash","arguments":{}}}')"
 echo "after-crash:$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 $H -H "Mcp-Session-Id: $S" --data '{"jsonrpc":"2.0","id":8,"method":"tools/list"}' $U)"

@@ -52,6 +52,7 @@ async fn main() {
                 state_dir,
                 cwd: None,
                 overlays: vec![],
+                transparent: None,
             })
             .expect("the launcher thread starts"),
         ),

@@ -246,6 +246,7 @@ async fn a_sandboxed_server_writes_only_its_state_directory_and_lives_in_its_own
         state_dir: state.clone(),
         cwd: None,
         overlays: vec![],
+        transparent: None,
     }) {
         Ok(l) => l,
         Err(e) => panic!("{e}"),
@@ -354,6 +355,7 @@ async fn a_link_the_server_left_in_its_state_directory_stops_the_next_start() {
         state_dir: state.clone(),
         cwd: None,
         overlays: vec![],
+        transparent: None,
     })
     .unwrap();
     let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));
@@ -377,6 +379,7 @@ async fn a_link_the_server_left_in_its_state_directory_stops_the_next_start() {
         state_dir: linked_state,
         cwd: None,
         overlays: vec![],
+        transparent: None,
     })
     .unwrap();
     let bridge = Bridge::new("planted", Box::new(launcher), Arc::new(Lines::default()));

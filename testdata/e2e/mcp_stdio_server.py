@@ -45,9 +45,10 @@ def main() -> None:
         return a + b
 
     @server.tool()
-    def fetch(url: str, token_var: str = "") -> str:
-        """GETs url (through HTTPS_PROXY, trusting SSL_CERT_FILE); with token_var, sends that
-        variable's value as a bearer token. Returns the status and body, or the error."""
+    def fetch(url: str, token_var: str = "", direct: bool = False) -> str:
+        """GETs url (through HTTPS_PROXY, trusting SSL_CERT_FILE; with direct, ignoring the proxy
+        variables as some programs do); with token_var, sends that variable's value as a bearer
+        token. Returns the status and body, or the error."""
         import urllib.error
         import urllib.request
 
@@ -55,8 +56,9 @@ def main() -> None:
         request = urllib.request.Request(url)
         if token_var:
             request.add_header("Authorization", "Bearer " + os.environ.get(token_var, ""))
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({})) if direct else None
         try:
-            with urllib.request.urlopen(request, timeout=10) as answer:
+            with (opener.open if opener else urllib.request.urlopen)(request, timeout=10) as answer:
                 return f"{answer.status} {answer.read().decode(errors='replace')}"
         except urllib.error.HTTPError as e:
             return f"{e.code} {e.read().decode(errors='replace')}"

@@ -22,7 +22,8 @@ use fenzi_policy::config::{Config, LocalRun, ServerKind};
 use fenzi_policy::engine::Policy;
 use fenzi_policy::mcp::JsonLimits;
 use fenzi_proxy::bridge::{
-    Bridge, Bridges, HostCommand, Launch, SandboxLauncher, SandboxedCommand, TracingLog,
+    Bridge, Bridges, EgressListeners, HostCommand, Launch, SandboxLauncher, SandboxedCommand,
+    TracingLog,
 };
 use fenzi_proxy::host_files::HostDir;
 use fenzi_proxy::sandbox::{SandboxSpec, env as sandbox_env};
@@ -81,6 +82,26 @@ impl LocalServers {
         Ok(LocalServers { planned })
     }
 
+    /// One line per local server secret for the status: `NAME → HOSTS (server S only)`, and
+    /// whether a value was found.
+    pub fn secrets_summary(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for p in &self.planned {
+            for binding in p.policy.secrets() {
+                let hosts: Vec<String> = binding.hosts.iter().map(|h| h.to_string()).collect();
+                let found = p.secrets.set.iter().any(|(n, _, _)| n == binding.name);
+                lines.push(format!(
+                    "{} → {} (local server {} only{})",
+                    binding.name,
+                    hosts.join(" "),
+                    p.name,
+                    if found { "" } else { "; no value" }
+                ));
+            }
+        }
+        lines
+    }
+
     /// The names of every local server's secrets: no real value of them may reach any sandbox.
     pub fn secret_names(&self) -> Vec<String> {
         self.planned
@@ -125,6 +146,7 @@ impl LocalServers {
                 .iter()
                 .map(|(n, placeholder, _)| (n.to_string(), placeholder.as_str().to_string()))
                 .collect();
+            let egress_policy = Arc::new(server.policy.clone());
             let egress = Proxy::builder(server.policy, audit.clone())
                 .options(options.clone())
                 .secrets(server.secrets.set)
@@ -161,6 +183,13 @@ impl LocalServers {
                     let serving = egress.clone();
                     let proxy_url = SandboxSpec::new(program.clone()).proxy_url();
                     let state_dir = state_dir(&name, &server.command, project)?;
+                    // Programs that ignore the proxy variables (Node's `fetch` before Node 24)
+                    // are caught as the agent's are, under the server's own policy.
+                    let transparent = session::transparent::spec(
+                        egress_policy.as_ref(),
+                        session_dir,
+                        &format!("resolv-{name}.conf"),
+                    )?;
                     let mut overlays = hidden.to_vec();
                     overlays.extend(
                         other_state_dirs(&state_dir)?
@@ -175,18 +204,15 @@ impl LocalServers {
                         state_dir,
                         cwd: Some(project.to_path_buf()),
                         overlays,
+                        transparent: Some(transparent),
                     })
                     .with_context(|| format!("cannot start the launcher of `{name}`"))?
-                    .egress(Box::new(move |listener| {
+                    .egress(Box::new(move |ways: EgressListeners, gone| {
                         let proxy = serving.clone();
                         handle.spawn(async move {
-                            if listener.set_nonblocking(true).is_err() {
-                                return;
+                            if let Err(e) = serve_egress(&proxy, ways, gone).await {
+                                tracing::warn!("a local server's egress stopped: {e}");
                             }
-                            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                                return;
-                            };
-                            let _ = proxy.serve(listener, std::future::pending()).await;
                         });
                     }));
                     Box::new(launcher)
@@ -231,6 +257,43 @@ impl LocalServers {
             notes,
         })
     }
+}
+
+/// Serves one server sandbox's ways out with its egress proxy until the sandbox is `gone` (or the
+/// session ends).
+async fn serve_egress(
+    proxy: &Proxy,
+    ways: EgressListeners,
+    gone: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    let nonblocking = |l: std::net::TcpListener| {
+        l.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(l)
+    };
+    let listener = nonblocking(ways.proxy)?;
+    let transparent = ways
+        .transparent
+        .into_iter()
+        .map(nonblocking)
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let (gone_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    if let Some(dns) = ways.dns {
+        let stub = proxy.serve_dns(dns)?;
+        let mut gone = gone_tx.subscribe();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stub => {}
+                _ = gone.recv() => {}
+            }
+        });
+    }
+    let served = proxy
+        .serve_with(listener, transparent, async move {
+            let _ = gone.await;
+        })
+        .await;
+    let _ = gone_tx.send(());
+    served.map(drop).map_err(std::io::Error::other)
 }
 
 impl Started {

@@ -13,6 +13,7 @@ pub mod local_servers;
 mod secrets;
 mod serving;
 mod sign_ins;
+pub mod transparent;
 
 pub use confirm::{control_note, control_socket};
 pub use export::{finish_export, report_export_lag, start_export};

@@ -20,7 +20,7 @@ mod sandboxed;
 mod server_process;
 mod session;
 
-pub use sandboxed::{Egress, SandboxLauncher, SandboxedCommand};
+pub use sandboxed::{Egress, EgressListeners, SandboxLauncher, SandboxedCommand};
 pub use server_process::{HostCommand, Launch, ServerProcess};
 
 use crate::connection::body::{self, Body};
@@ -118,7 +118,19 @@ impl Bridge {
     /// Starts the first process now (before the agent), so a server that cannot start is known at
     /// once. Must be called inside a tokio runtime.
     pub fn prepare(&self) -> std::io::Result<()> {
-        let process = self.inner.launch.start()?;
+        let mut process = self.inner.launch.start()?;
+        // Its stderr is read from now, not from when a session takes it: what a server says at
+        // start (often why it is about to fail) reaches the log, and a chatty one never blocks
+        // on a full pipe while it waits.
+        let stderr = std::mem::replace(&mut process.stderr, Box::pin(tokio::io::empty()));
+        let (log, name) = (self.inner.log.clone(), self.inner.name.clone());
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                log.stderr_line(&name, &line);
+            }
+        });
         self.inner.state.lock().expect("bridge state").ready = Some((process, Instant::now()));
         Ok(())
     }

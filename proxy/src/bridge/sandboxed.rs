@@ -3,8 +3,9 @@
 //! directory (which is also its `HOME` and, under `tmp/`, its `TMPDIR`). It shares no writable
 //! place with the agent's sandbox, so the agent can neither plant a file the server reads from a
 //! writable directory nor see or signal its processes. Its network is the proxy listener of its
-//! own sandbox, handed to the launcher's egress ([`SandboxLauncher::egress`]): fenzi serves it
-//! under the server's own `hosts` and `secrets`. Without one, the server has no network at all.
+//! own sandbox, and with a transparent path its DNS stub and listeners, handed to the launcher's
+//! egress ([`SandboxLauncher::egress`]): fenzi serves them under the server's own `hosts` and
+//! `secrets`. Without one, the server has no network at all.
 //!
 //! The state directory and its `tmp/` are opened through `host_files::private_dir`: a link the
 //! server leaves in their place stops the next start instead of being followed.
@@ -39,6 +40,17 @@ pub struct SandboxedCommand {
     /// Files and directories shown in place of others, `(source, target)`, read-only (as
     /// `SandboxSpec::overlay`): what holds a credential or another server's state reads empty.
     pub overlays: Vec<(PathBuf, PathBuf)>,
+    /// The transparent path (DNS stub and listeners) for programs of the server that ignore the
+    /// proxy variables (Node's `fetch` before Node 24, say); its listeners go to the egress.
+    pub transparent: Option<crate::sandbox::TransparentSpec>,
+}
+
+/// A started sandbox's ways out, for the egress to serve: the proxy listener, and with a
+/// transparent path its listeners and DNS stub socket. All blocking, as the sandbox hands them.
+pub struct EgressListeners {
+    pub proxy: std::net::TcpListener,
+    pub transparent: Vec<std::net::TcpListener>,
+    pub dns: Option<std::net::UdpSocket>,
 }
 
 /// One start's pieces, made on the launcher thread.
@@ -47,12 +59,13 @@ struct Started {
     stdout: OwnedFd,
     stderr: OwnedFd,
     child: crate::sandbox::SandboxChild,
-    /// The sandbox's proxy listener: its only way out.
-    listener: std::net::TcpListener,
+    /// The sandbox's ways out.
+    listeners: EgressListeners,
 }
 
-/// Serves a started sandbox's proxy listener (the server's egress).
-pub type Egress = Box<dyn Fn(std::net::TcpListener) + Send + Sync>;
+/// Serves a started sandbox's ways out (the server's egress) until the receiver fires, when the
+/// sandbox has ended. Must not block.
+pub type Egress = Box<dyn Fn(EgressListeners, oneshot::Receiver<()>) + Send + Sync>;
 
 type Job = (SandboxedCommand, mpsc::Sender<io::Result<Started>>);
 
@@ -121,16 +134,20 @@ fn start(command: &SandboxedCommand) -> io::Result<Started> {
     spec.stdin = Some(stdin_read.into());
     spec.stdout = Some(stdout_write.into());
     spec.stderr = Some(stderr_write.into());
+    if let Some(transparent) = &command.transparent {
+        spec = spec.transparent(transparent.clone());
+    }
     let session = Session::start(spec).map_err(io::Error::other)?;
-    // No transparent path: a program of the server that ignores the proxy variables gets a
-    // refused connection.
-    drop(session.transparent);
     Ok(Started {
         stdin: stdin_write.into(),
         stdout: stdout_read.into(),
         stderr: stderr_read.into(),
         child: session.child,
-        listener: session.listener,
+        listeners: EgressListeners {
+            proxy: session.listener,
+            transparent: session.transparent,
+            dns: session.dns,
+        },
     })
 }
 
@@ -145,10 +162,11 @@ impl Launch for SandboxLauncher {
         let started = answer
             .recv()
             .map_err(|_| io::Error::other("the bridge's launcher thread has ended"))??;
+        let (gone_tx, gone_rx) = oneshot::channel::<()>();
         match &self.egress {
-            Some(serve) => serve(started.listener),
+            Some(serve) => serve(started.listeners, gone_rx),
             // Closed: every connection the server tries is refused.
-            None => drop(started.listener),
+            None => drop(started.listeners),
         }
         let mut child = started.child;
         let handle = child.handle();
@@ -159,6 +177,8 @@ impl Launch for SandboxLauncher {
             .spawn(move || {
                 let _ = child.wait();
                 let _ = exited_tx.send(());
+                // The egress of a sandbox that is gone stops serving it.
+                let _ = gone_tx.send(());
             })?;
         let (stop, stopped) = oneshot::channel::<()>();
         let killer = handle.clone();

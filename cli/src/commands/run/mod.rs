@@ -12,7 +12,6 @@ mod grok_config;
 mod hidden;
 pub(crate) mod protect;
 mod summary;
-mod transparent;
 
 use crate::commands::mcp::render::Agent;
 use crate::config_files::PolicyArgs;
@@ -102,6 +101,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // sandbox through the inherited environment.
     let mut all_secret_names = secret_names(&policy);
     all_secret_names.extend(local_servers.secret_names());
+    let local_secrets = local_servers.secrets_summary();
     // The sandbox gets the placeholders, never the values.
     let placeholders: Vec<(String, String)> = secrets
         .set
@@ -246,6 +246,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         print_status(
             &config,
             &policy,
+            &local_secrets,
             &secrets_status,
             &session,
             &audit_path,
@@ -300,7 +301,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         protect::refuse_changeable_links(&read_only, &writable)?;
         protected = protect::Protected::record(&read_only);
-        let transparent = transparent::spec(&policy, session_dir)?;
+        let transparent = session::transparent::spec(&policy, session_dir, "resolv.conf")?;
         let mut spec = SandboxSpec::new(launch.program.clone()).args(launch.args.clone());
         for (source, target) in &launch.overlays {
             spec = spec.overlay(source, target);
@@ -330,6 +331,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         print_status(
             &config,
             &policy,
+            &local_secrets,
             &secrets_status,
             &session,
             &audit_path,
@@ -374,22 +376,36 @@ pub fn run(args: Args) -> Result<ExitCode> {
         };
         // DESIGN §17: every connection from now on is attributed to the programs holding it.
         // Without it the session would enforce no `programs:` rule: it does not start.
-        let attributor = fenzi_proxy::attribution::command_of_init(child.id())
-            .and_then(|command| {
+        let attributor =
+            fenzi_proxy::attribution::command_of_init(child.id()).and_then(|command| {
                 fenzi_proxy::attribution::Attributor::new(
                     command,
                     std::sync::Arc::new(sock_diag),
                     agent::identity(args.agent),
                     args.agent.is_some(),
                 )
-            })
-            .map_err(|e| {
-                anyhow::anyhow!(
+            });
+        match attributor {
+            Ok(attributor) => {
+                proxy.attribute(attributor);
+            }
+            // The command already ended (a quick `true`), and with it every process of the
+            // sandbox: the init has no child left, so no connection can come to attribute.
+            Err(_)
+                if matches!(
+                    fenzi_proxy::attribution::command_of_init(child.id()),
+                    Err(fenzi_proxy::attribution::AttributionError::NoHolder)
+                ) =>
+            {
+                tracing::debug!("the command ended before its connections could be attributed");
+            }
+            Err(e) => {
+                return Err(anyhow::anyhow!(
                     "cannot attribute the sandbox's connections to its programs: {e}\nfenzi run \
                      does not run a command whose connections it cannot tell apart"
-                )
-            })?;
-        proxy.attribute(attributor);
+                ));
+            }
+        }
         (listener, transparent, dns, Child::Sandboxed(child))
     };
 
@@ -593,9 +609,11 @@ fn secret_names(policy: &Policy) -> Vec<String> {
 }
 
 /// One line per concern, on stderr so the command's own output stays clean.
+#[allow(clippy::too_many_arguments)]
 fn print_status(
     config: &Config,
     policy: &Policy,
+    local_secrets: &[String],
     secrets_status: &str,
     session: &str,
     audit: &Path,
@@ -660,6 +678,10 @@ fn print_status(
             paint("secrets"),
             secrets.join(", ")
         );
+    }
+    // A local server's secrets are in its own sandbox only, never the agent's.
+    if !local_secrets.is_empty() {
+        eprintln!("{} {}", paint(""), local_secrets.join(", "));
     }
     let reach = if isolated {
         "read-only for the agent, as are the policy and the machine config"

@@ -1,4 +1,5 @@
-//! The sandbox's transparent path as `fenzi run` sets it up: which ports fenzi listens on inside
+//! A sandbox's transparent path as `fenzi run` sets it up (the agent's, and each local server's
+//! under its own egress policy): which ports fenzi listens on inside
 //! (443 and 80 always, and every port the policy names; on IPv6 too when the policy names an IPv6
 //! literal), which addresses the sandbox's loopback carries (the synthetic range the DNS stub
 //! answers from, and each IP literal the policy names),
@@ -16,8 +17,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 /// Where the DNS stub listens inside the sandbox.
 const DNS_STUB: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53);
 
-/// The transparent path for `policy`; writes `resolv.conf` into `session_dir`.
-pub fn spec(policy: &Policy, session_dir: &HostDir) -> Result<TransparentSpec> {
+/// The transparent path for `policy`; writes `resolv_name` (a `resolv.conf`) into `session_dir`.
+pub fn spec(policy: &Policy, session_dir: &HostDir, resolv_name: &str) -> Result<TransparentSpec> {
     let mut ports = BTreeSet::from([80u16, 443]);
     let (mut literals, mut literals_v6, mut ipv6) = (BTreeSet::new(), BTreeSet::new(), false);
     for pattern in policy.destination_patterns() {
@@ -41,7 +42,7 @@ pub fn spec(policy: &Policy, session_dir: &HostDir) -> Result<TransparentSpec> {
     addresses.extend(literals.into_iter().map(|ip| (ip, 32)));
     let resolv_conf = session::write_file(
         session_dir,
-        "resolv.conf",
+        resolv_name,
         format!(
             "# fenzi run: names resolve through the sandbox's DNS stub\nnameserver {}\n",
             DNS_STUB.ip()
