@@ -109,6 +109,15 @@ impl Drop for SessionDir {
     }
 }
 
+/// The system's root certificates (PEM), so tools that replace their trust store with
+/// `SSL_CERT_FILE` still trust hosts that are tunnelled, not intercepted.
+pub fn system_roots() -> String {
+    fenzi_proxy::sandbox::env::SYSTEM_CA_BUNDLES
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,13 +139,4 @@ mod tests {
         );
         assert_eq!(audit_dir(None, None), None);
     }
-}
-
-/// The system's root certificates (PEM), so tools that replace their trust store with
-/// `SSL_CERT_FILE` still trust hosts that are tunnelled, not intercepted.
-pub fn system_roots() -> String {
-    fenzi_proxy::sandbox::env::SYSTEM_CA_BUNDLES
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .unwrap_or_default()
 }
