@@ -22,6 +22,11 @@ expect "tools/call echo secrets:MCP_DEMO"
 expect "tools/call delete_everything  policy_denied"
 expect "ok: "
 expect "chain intact, head matches"
+# The local (stdio) server: started by fenzi in its own sandbox, its list filtered, checked per tool.
+expect "local server: fenzi started it in its own sandbox; its list shows add, echo"
+expect "local add (allowed) -> '5'"
+expect "local delete_everything (denied) -> error -31001"
+expect "notes.stdio.fenzi.internal:80/mcp tools/call delete_everything"
 if [ "$fails" -gt 0 ]; then
     echo "$out" | tail -40
     echo "demo: $fails expectation(s) not met"

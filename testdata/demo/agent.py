@@ -2,7 +2,10 @@
 """The demo's "agent": a program inside `fenzi run` that uses an MCP server the way an agent does,
 with the official Python SDK, and then tries what a steered agent might try.
 
-    agent.py MCP_URL PLAIN_URL
+    agent.py MCP_URL PLAIN_URL [LOCAL_URL]
+
+LOCAL_URL is a local (stdio) server fenzi runs in a sandbox of its own and serves over Streamable
+HTTP (http://NAME.stdio.fenzi.internal/mcp): the agent uses it like any other, with no token.
 
 It only has what the sandbox gives it: HTTPS_PROXY pointing at fenzi, the session CA in SSL_CERT_FILE,
 and in MCP_DEMO the placeholder of the server's token (never the token itself).
@@ -43,6 +46,20 @@ async def use_the_server(url: str, bearer: str) -> None:
             )
 
 
+async def use_the_local_server(url: str) -> None:
+    async with create_mcp_http_client() as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            say(f"local server: fenzi started it in its own sandbox; its list shows {', '.join(tools)}")
+            result = await client.call_tool("add", {"a": 2, "b": 3})
+            say(f"local add (allowed) -> {result.content[0].text!r}")
+            try:
+                await client.call_tool("delete_everything", {})
+                say("local delete_everything went through (it should not have!)")
+            except MCPError as e:
+                say(f"local delete_everything (denied) -> error {e.code}: {e.message}")
+
+
 def try_to_leak(plain_url: str, bearer: str) -> None:
     # A prompt-injected agent might send its token to another allowed host.
     r = httpx.get(plain_url, headers={"Authorization": f"Bearer {bearer}"}, trust_env=True)
@@ -62,6 +79,8 @@ def main() -> int:
         + (f"placeholder ({len(bearer)} characters, fenzi_ph_...)" if bearer.startswith("fenzi_ph_") else "value I did not expect")
     )
     anyio.run(use_the_server, mcp_url, bearer)
+    if len(sys.argv) > 3:
+        anyio.run(use_the_local_server, sys.argv[3])
     try_to_leak(plain_url, bearer)
     return 0
 
