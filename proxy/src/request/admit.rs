@@ -135,42 +135,35 @@ pub(crate) async fn admit(
         ),
         Route::Plain { .. } => (Handling::Plain, false),
     };
-    if let Handling::Mcp(server) = &handling
-        && let Transport::Stdio(_) = server.transport
-    {
-        return Ok(Destination {
-            host: host.clone(),
-            host_text: host.to_string(),
-            port,
-            handling,
-            decision,
-            inspect,
-            shared,
-            addrs: vec![crate::request::upstream::BRIDGE_ADDR],
-            policy: live.hash.clone(),
-            client: subject.client,
-            program: subject.program.clone(),
-        });
-    }
-    let ips = resolve(session, host, port).await.map_err(|error| {
-        if let Some(metrics) = &session.metrics {
-            metrics.upstream_error(&error);
+    let bridged = matches!(&handling, Handling::Mcp(server) if matches!(server.transport, Transport::Stdio(_)));
+    let addrs = if bridged {
+        // fenzi's own name: nothing to resolve, nothing to check, never dialled.
+        vec![crate::request::upstream::BRIDGE_ADDR]
+    } else {
+        let ips = resolve(session, host, port).await.map_err(|error| {
+            if let Some(metrics) = &session.metrics {
+                metrics.upstream_error(&error);
+            }
+            Refusal::failed(subject, error)
+        })?;
+        // One refused address refuses the lot. A name allowed into its `private:` ranges is
+        // recorded by them (`hosts[2].private "10.20.0.0/16"`): the record says which entry
+        // opened the door.
+        match live.policy.check_addresses(host, port, &ips) {
+            Err(refused) => return Err(Refusal::denied(subject, &refused)),
+            Ok(Some(rule)) => {
+                decision.rule = rule;
+                decision.message = format!(
+                    "{} is allowed by the policy, into its private ranges",
+                    host.authority(port)
+                );
+            }
+            Ok(None) => {}
         }
-        Refusal::failed(subject, error)
-    })?;
-    // One refused address refuses the lot. A name allowed into its `private:` ranges is recorded
-    // by them (`hosts[2].private "10.20.0.0/16"`): the record says which entry opened the door.
-    match live.policy.check_addresses(host, port, &ips) {
-        Err(refused) => return Err(Refusal::denied(subject, &refused)),
-        Ok(Some(rule)) => {
-            decision.rule = rule;
-            decision.message = format!(
-                "{} is allowed by the policy, into its private ranges",
-                host.authority(port)
-            );
-        }
-        Ok(None) => {}
-    }
+        ips.into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect()
+    };
     Ok(Destination {
         host: host.clone(),
         host_text: host.to_string(),
@@ -179,10 +172,7 @@ pub(crate) async fn admit(
         decision,
         inspect,
         shared,
-        addrs: ips
-            .into_iter()
-            .map(|ip| SocketAddr::new(ip, port))
-            .collect(),
+        addrs,
         policy: live.hash.clone(),
         client: subject.client,
         program: subject.program.clone(),
