@@ -9,6 +9,9 @@ runs against the checked-in expected differences, and the loopback ports a proce
                                         not expected, or an expected one that no longer happens)
   results.py repeat EXPECTED FILE...    failure counts of the repeated runs, side by side (exit 1
                                         when fenzi fails more often and that is not expected)
+  results.py transport AUDIT HOST TRANSPORT
+                                        exit 0 when the audit log (JSON lines) has records for
+                                        HOST and every one says `"transport": TRANSPORT`
 
 A scenario's outcome is `fail` if any of its checks failed, else `warn` if any warned, else `pass`.
 The runner writes one directory per scenario, `[server-]NAME-<ISO time>/checks.json` (client auth
@@ -93,6 +96,12 @@ def own_listening_ports(pid, except_port):
     return sorted(ports)
 
 
+# server: the runner against our server through fenzi over the network; client: our client through
+# fenzi against the runner's servers; bridge: our server over stdio behind the bridge alone;
+# stdio: our server as a command server under `fenzi run`, the runner in the sandbox.
+MODES = ("server", "client", "bridge", "stdio")
+
+
 def load_expected(path):
     """The expected differences: a YAML list of {scenario, mode, transport, list, intermittent,
     reason}; `scenario` is one name or a list of names that share the reason. An intermittent entry
@@ -105,8 +114,8 @@ def load_expected(path):
         entries = yaml.safe_load(f) or []
     for e in entries:
         unknown = set(e) - {"scenario", "mode", "transport", "list", "intermittent", "reason"}
-        if unknown or not e.get("scenario") or not e.get("reason") or e.get("mode") not in ("server", "client", "bridge"):
-            sys.exit(f"{path}: bad entry {e} (needs scenario, mode server|client|bridge and reason; "
+        if unknown or not e.get("scenario") or not e.get("reason") or e.get("mode") not in MODES:
+            sys.exit(f"{path}: bad entry {e} (needs scenario, mode {'|'.join(MODES)} and reason; "
                      "transport http|https|any and list all|filter|any are optional)")
         e.setdefault("transport", "any")
         e.setdefault("list", "any")
@@ -117,8 +126,10 @@ def load_expected(path):
 
 
 def column_key(column):
-    """A column is `direct-TRANSPORT`, `fenzi-TRANSPORT[-LIST]` or `bridge-TRANSPORT` (the server as
-    a local one behind fenzi's bridge, compared with the same server directly)."""
+    """A column is `direct-TRANSPORT`, `fenzi-TRANSPORT[-LIST]`, `bridge-TRANSPORT` (the server as
+    a local one behind fenzi's bridge alone) or `stdio-TRANSPORT-LIST` (the server as a command
+    server under `fenzi run`, TRANSPORT being the runner's side); the last two are compared with the
+    same server directly over TRANSPORT."""
     parts = column.split("-")
     return parts[0], parts[1], parts[2] if len(parts) > 2 else "all"
 
@@ -138,7 +149,7 @@ def compare(expected_path, mode, columns):
             kind, transport, lst = column_key(name)
             got = runs[name].get(s, "-")
             mark = ""
-            if kind in ("fenzi", "bridge"):
+            if kind in ("fenzi", "bridge", "stdio"):
                 direct = runs.get(f"direct-{transport}", {}).get(s, "-")
                 listed = [
                     i for i, e in enumerate(expected)
@@ -207,6 +218,24 @@ def repeat(expected_path, paths):
     return 1 if problems else 0
 
 
+def all_transport(audit, host, want):
+    """Whether the audit log holds records for `host` and every one carries `transport: want`
+    (says which do not, and how many there were)."""
+    seen, wrong = 0, []
+    with open(audit) as f:
+        for n, line in enumerate(f, 1):
+            record = json.loads(line)
+            if record.get("host") != host:
+                continue
+            seen += 1
+            if record.get("transport") != want:
+                wrong.append(f"line {n}: {record.get('decision')} {record.get('rpc')} transport={record.get('transport')}")
+    print(f"     {audit}: {seen} records for {host}, {len(wrong)} without transport {want}")
+    for w in wrong[:10]:
+        print(f"       {w}")
+    return 0 if seen and not wrong else 1
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "outcomes":
@@ -219,6 +248,8 @@ def main():
         sys.exit(compare(args[0], args[1], [a.split("=", 1) for a in args[2:]]))
     elif cmd == "repeat":
         sys.exit(repeat(args[0], args[1:]))
+    elif cmd == "transport":
+        sys.exit(all_transport(*args))
     else:
         sys.exit(f"unknown command {cmd}")
 
