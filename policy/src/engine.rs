@@ -66,6 +66,10 @@ pub struct McpServer {
     pub confirm: crate::config::Confirm,
     /// `programs:` (DESIGN §17): `[agent]` by default under an agent.
     pub programs: ProgramRules,
+    /// A local server's command and own egress (`hosts`, `secrets`), as the session started it:
+    /// compared by a reload (a change waits for the next session) and hashed with the policy.
+    /// `None` for a server reached over the network.
+    pub launch: Option<String>,
 }
 
 impl McpServer {
@@ -295,6 +299,7 @@ impl Policy {
                         limits: entry.surface.limits.clone(),
                         confirm: tools.confirm.clone(),
                         programs: ProgramRules::new(&entry.programs, entry.origin, true),
+                        launch: None,
                     });
                 }
                 ServerKind::Account { provider, tools } => {
@@ -315,12 +320,27 @@ impl Policy {
                         limits: entry.surface.limits.clone(),
                         confirm: tools.confirm.clone(),
                         programs: ProgramRules::new(&entry.programs, entry.origin, true),
+                        launch: None,
                     });
                 }
                 // DESIGN §18: the agent reaches a local server only through its bridge, checked
                 // per tool. The server's own `hosts` and `secrets` are its egress alone
                 // ([`Policy::for_local_server`]): neither is the agent's.
-                ServerKind::Local { tools, run, .. } => {
+                ServerKind::Local {
+                    tools,
+                    run,
+                    command,
+                    secrets: names,
+                    hosts: server_hosts,
+                } => {
+                    let launch = format!(
+                        "command={command:?} hosts={:?} secrets={:?}",
+                        server_hosts
+                            .iter()
+                            .map(|h| h.value.to_string())
+                            .collect::<Vec<_>>(),
+                        names.iter().map(|n| n.value.as_str()).collect::<Vec<_>>()
+                    );
                     servers.push(McpServer {
                         name: entry.name.clone(),
                         transport: Transport::Stdio(*run),
@@ -332,6 +352,7 @@ impl Policy {
                         limits: entry.surface.limits.clone(),
                         confirm: tools.confirm.clone(),
                         programs: ProgramRules::new(&entry.programs, entry.origin, true),
+                        launch: Some(launch),
                     });
                 }
             }

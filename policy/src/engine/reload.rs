@@ -168,6 +168,13 @@ fn differences(in_force: &Policy, loaded: &Policy) -> Vec<String> {
         if old.rule.pin != new.rule.pin {
             out.push(format!("mcp.{name} pin"));
         }
+        // A local server keeps running as it was started.
+        if old.transport != new.transport {
+            out.push(format!("mcp.{name} run"));
+        }
+        if old.launch != new.launch {
+            out.push(format!("mcp.{name} command, hosts or secrets"));
+        }
     }
     if in_force.secrets != loaded.secrets {
         out.push("secrets".to_string());
@@ -249,6 +256,37 @@ mcp:
 
     fn server<'p>(p: &'p Policy, name: &str) -> &'p McpServer {
         p.servers.iter().find(|s| s.name == name).unwrap()
+    }
+
+    #[test]
+    fn a_local_server_takes_new_tool_rules_now_and_keeps_how_it_was_started() {
+        let local = "version: 1
+mcp:
+  notes:
+    command: [notes-server, --stdio]
+    secrets: [NOTES_TOKEN]
+    hosts: [api.notes.example]
+    tools:
+      allow: [read]
+";
+        let base = policy(local);
+        let loaded = policy(&local.replace("allow: [read]", "allow: [read, list]"));
+        assert_eq!(compare(&base, &loaded, true), live(&loaded, &["notes"]));
+        for (from, to) in [
+            ("--stdio", "--verbose"),
+            ("api.notes.example", "api2.notes.example"),
+            ("[NOTES_TOKEN]", "[NOTES_KEY]"),
+        ] {
+            let loaded = policy(&local.replace(from, to));
+            let change = compare(&base, &loaded, true);
+            assert!(change.now.is_none(), "{from} -> {to}: {change:?}");
+            assert_eq!(
+                change.next_session,
+                ["mcp.notes command, hosts or secrets"],
+                "{from} -> {to}"
+            );
+            assert_ne!(base.sha256(), loaded.sha256());
+        }
     }
 
     #[test]

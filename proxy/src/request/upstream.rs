@@ -226,8 +226,8 @@ async fn bridge_connection(
         .cloned()
         .ok_or_else(|| ProxyError::LocalServer {
             server: name.to_string(),
-            why: "it is not running in this session (local servers run under `fenzi run`, \
-                  started with the session)",
+            why: "it is not running in this session (fenzi starts local servers when a session \
+                  starts; one added since waits for the next session)",
         })?;
     let (client, server) = tokio::io::duplex(BRIDGE_BUFFER);
     tokio::spawn(bridge.serve_connection(server));

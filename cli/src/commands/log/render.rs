@@ -107,6 +107,11 @@ pub fn render(r: &AuditRecord, show_date: bool, colour: bool) -> String {
             line.push_str(&format!("+{}", program.0.holders.len() - 1));
         }
     }
+    // DESIGN §18: a local server's own requests out, made in its sandbox, not the agent's.
+    if let Some(server) = &r.local_server {
+        line.push_str(" by local server ");
+        line.push_str(&field(server));
+    }
     if !r.secrets.is_empty() {
         let names: Vec<String> = r.secrets.iter().map(|s| field(s)).collect();
         line.push_str(" secrets:");
@@ -229,6 +234,21 @@ fn target(r: &AuditRecord) -> String {
 mod tests {
     use super::*;
     use crate::commands::log::test_records::{by, mcp, rec};
+
+    /// A local server's own request out names the server.
+    #[test]
+    fn renders_a_local_servers_own_requests() {
+        let mut egress = rec(Outcome::Allowed, "GET", "api.notes.example", 443);
+        egress.local_server = Some("notes".into());
+        egress.secrets = vec!["NOTES_TOKEN".into()];
+        let line = render(&egress, false, false);
+        assert!(
+            line.contains(" by local server notes secrets:NOTES_TOKEN"),
+            "{line}"
+        );
+        let agent = mcp(Outcome::Allowed, "echo", None);
+        assert!(!render(&agent, false, false).contains("local server"));
+    }
 
     /// The program shows where the agent did not make the connection alone.
     #[test]
