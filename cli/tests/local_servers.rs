@@ -331,3 +331,84 @@ fn run_host_in_the_machine_file_runs_on_the_host_still_checked_per_tool() {
         text(&out.stderr)
     );
 }
+
+/// `fenzi proxy` starts the policy's local servers too: a client outside any sandbox reaches one
+/// through the proxy port at its bridge address, checked per tool and recorded as stdio.
+#[test]
+fn fenzi_proxy_serves_local_servers_through_its_port() {
+    let test = "fenzi_proxy_serves_local_servers_through_its_port";
+    let Some(python) = sdk_python(test) else {
+        return;
+    };
+    if !sandbox_available() || !have("curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = repo().join("testdata/e2e/mcp_stdio_server.py");
+    std::fs::write(
+        dir.path().join("fenzi.yaml"),
+        format!(
+            "version: 1\nmcp:\n  local:\n    command: [{py}, {server}]\n    tools:\n      allow: [echo]\n",
+            py = python.display(),
+            server = server.display(),
+        ),
+    )
+    .unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fenzi"))
+        .args([
+            "proxy",
+            "--no-machine",
+            "--listen",
+            "127.0.0.1:0",
+            "--audit",
+        ])
+        .arg(&audit)
+        .arg("--ca-dir")
+        .arg(dir.path().join("ca"))
+        .current_dir(dir.path())
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("XDG_RUNTIME_DIR", dir.path().join("runtime"))
+        .env("FENZI_CREDSTORE", "memory")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{first:?}"))
+        .to_string();
+    let proxy = Killed(child);
+    let session = SESSION
+        .replace("UPSTREAM", "9")
+        .replace("PROJECT", &dir.path().display().to_string())
+        .replace("SERVERS", "/nonexistent");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&session)
+        .env("HTTP_PROXY", format!("http://{addr}"))
+        .env("http_proxy", format!("http://{addr}"))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        line(&stdout, "echo").contains("through the bridge"),
+        "{stdout}"
+    );
+    assert!(
+        line(&stdout, "denied").contains("policy_denied"),
+        "{stdout}"
+    );
+    drop(proxy);
+    let log = std::fs::read_to_string(&audit).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(r#""tool":"echo""#) && l.contains(r#""transport":"stdio""#)),
+        "{log}"
+    );
+}

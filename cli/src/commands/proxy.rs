@@ -138,7 +138,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .with_context(|| format!("cannot create {}", ca_dir.display()))?;
     session::write_ca(&ca_host_dir, proxy.ca_pem())?;
     // Started before the proxy listens, as under `fenzi run` (each in a sandbox of its own unless
-    // the machine file says `run: host`); the agent reaches them through the proxy port.
+    // the machine file says `run: host`); the agent reaches them through the proxy port. The
+    // person's credential files read empty to them, as to `fenzi run`'s sandboxes.
+    let covered = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| crate::commands::run::hidden::present(std::path::Path::new(&h)))
+        .unwrap_or_default();
+    let mut hidden_files = Vec::new();
+    if !covered.is_empty() && !local_servers.is_empty() {
+        let empty = session::write_file(&ca_host_dir, "empty", b"")?;
+        hidden_files.extend(covered.into_iter().map(|file| (empty.clone(), file)));
+    }
     let local_servers = local_servers.start(
         &runtime,
         Arc::new(writer),
@@ -147,7 +157,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &std::env::current_dir().context("cannot read the current directory")?,
         &session::system_roots(),
         &all_secret_names,
-        &[],
+        &hidden_files,
     )?;
     for note in &local_servers.notes {
         eprintln!("fenzi proxy: local server {note}");

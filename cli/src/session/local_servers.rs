@@ -82,6 +82,11 @@ impl LocalServers {
         Ok(LocalServers { planned })
     }
 
+    /// Whether the policy has no local server.
+    pub fn is_empty(&self) -> bool {
+        self.planned.is_empty()
+    }
+
     /// One line per local server secret for the status: `NAME → HOSTS (server S only)`, and
     /// whether a value was found.
     pub fn secrets_summary(&self) -> Vec<String> {

@@ -9,7 +9,7 @@
 mod agent;
 mod caches;
 mod grok_config;
-mod hidden;
+pub(crate) mod hidden;
 pub(crate) mod protect;
 mod summary;
 
