@@ -412,3 +412,57 @@ fn fenzi_proxy_serves_local_servers_through_its_port() {
         "{log}"
     );
 }
+
+/// The official Python SDK's client inside `fenzi run`, against a local server through fenzi's
+/// policy and the bridge (testdata/e2e/bridge_client.py): both protocol eras (the handshake and
+/// the 2026-07-28 sessionless one), progress, a sampling request from the server answered, two
+/// sessions as two processes, and a crash that fails promptly and recovers.
+#[test]
+fn the_sdk_client_works_with_a_local_server_through_fenzi() {
+    let test = "the_sdk_client_works_with_a_local_server_through_fenzi";
+    let Some(python) = sdk_python(test) else {
+        return;
+    };
+    if !sandbox_available() {
+        return;
+    }
+    let env = Env::new("local-servers-sdk", "");
+    let server = repo().join("testdata/e2e/mcp_stdio_server.py");
+    std::fs::write(
+        env.dir.join("fenzi.yaml"),
+        format!(
+            "version: 1\nmcp:\n  local:\n    command: [{py}, {server}]\n    list: all\n    tools:\n      \
+             allow: [echo, add, whoami, progress, ask, crash]\n",
+            py = python.display(),
+            server = server.display(),
+        ),
+    )
+    .unwrap();
+    let client = repo().join("testdata/e2e/bridge_client.py");
+    let out = env.run(&[
+        "--",
+        python.to_str().unwrap(),
+        client.to_str().unwrap(),
+        "--url",
+        "http://local.stdio.fenzi.internal/mcp",
+        "--crash",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    for check in [
+        "PASS legacy: a sampling request from the server, answered",
+        "PASS auto: progress notifications before the answer",
+        "PASS two sessions are two server processes",
+        "PASS after the crash a new session starts a new server",
+    ] {
+        assert!(stdout.contains(check), "{check}\n{stdout}");
+    }
+    let log = env.audit_log();
+    assert!(
+        log.lines()
+            .filter(|l| l.contains(r#""rpc":"tools/call""#))
+            .all(|l| l.contains(r#""transport":"stdio""#)),
+        "{log}"
+    );
+}

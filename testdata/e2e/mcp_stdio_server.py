@@ -21,6 +21,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import SamplingMessage, TextContent
 
 
+PROCESS = os.urandom(6).hex()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls")
@@ -69,7 +72,8 @@ def main() -> None:
     def whoami() -> str:
         """The server process's pid and the names in its environment."""
         note("whoami")
-        return f"pid={os.getpid()} home={os.environ.get('HOME', '')} env={','.join(sorted(os.environ))}"
+        # `process` tells processes apart where pids do not (each sandbox's server is pid 2).
+        return f"pid={os.getpid()} process={PROCESS} home={os.environ.get('HOME', '')} env={','.join(sorted(os.environ))}"
 
     @server.tool()
     async def progress(ctx: Context) -> str:
