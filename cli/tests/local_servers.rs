@@ -70,17 +70,26 @@ fn https_server(python: &Path, dir: &Path, auth_log: &Path) -> (Killed, u16, Pat
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
+    let addr = listening(&mut child);
+    let port = addr
         .rsplit(':')
         .next()
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("http_server.py said {line:?}"));
+        .unwrap_or_else(|| panic!("http_server.py listens on {addr:?}"));
     (Killed(child), port, certs.join("test-ca.pem"))
+}
+
+/// The address in `child`'s first line, `listening on ADDR` (http_server.py and `fenzi proxy`).
+fn listening(child: &mut Child) -> String {
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("not a listening line: {first:?}"))
+        .to_string()
 }
 
 /// A shell script for inside the sandbox: an MCP session with the local server `local` over curl,
@@ -374,15 +383,7 @@ fn fenzi_proxy_serves_local_servers_through_its_port() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{first:?}"))
-        .to_string();
+    let addr = listening(&mut child);
     let proxy = Killed(child);
     let session = SESSION
         .replace("UPSTREAM", "9")
