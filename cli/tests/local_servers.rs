@@ -8,10 +8,10 @@
 //! Needs the e2e venv (`scripts/e2e/setup.sh`); skipped without it, required under
 //! `FENZI_REQUIRE_SDK` (scripts/e2e/run.sh).
 
+mod mcp_support;
 mod run_support;
 
 use run_support::{Env, have, sandbox_available, skip, text};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -39,6 +39,16 @@ fn sdk_python(test: &str) -> Option<PathBuf> {
         "the e2e venv is missing (scripts/e2e/setup.sh makes it)",
     );
     None
+}
+
+/// A policy whose one local server `local` is the SDK's stdio server run by `python`; `rest` is
+/// the entry's other keys, each line indented as the entry's keys are (four spaces).
+fn local_policy(python: &Path, rest: &str) -> String {
+    format!(
+        "version: 1\nmcp:\n  local:\n    command: [{}, {}]\n{rest}",
+        python.display(),
+        repo().join("testdata/e2e/mcp_stdio_server.py").display(),
+    )
 }
 
 struct Killed(Child);
@@ -70,26 +80,13 @@ fn https_server(python: &Path, dir: &Path, auth_log: &Path) -> (Killed, u16, Pat
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let addr = listening(&mut child);
+    let addr = mcp_support::listening_addr(&mut child);
     let port = addr
         .rsplit(':')
         .next()
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("http_server.py listens on {addr:?}"));
     (Killed(child), port, certs.join("test-ca.pem"))
-}
-
-/// The address in `child`'s first line, `listening on ADDR` (http_server.py and `fenzi proxy`).
-fn listening(child: &mut Child) -> String {
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("not a listening line: {first:?}"))
-        .to_string()
 }
 
 /// A shell script for inside the sandbox: an MCP session with the local server `local` over curl,
@@ -140,16 +137,11 @@ fn a_local_server_is_checked_per_tool_and_keeps_its_secret_to_itself() {
     let env = Env::new("local-servers", "");
     let auth_log = env.dir.join("auth.log");
     let (_server, port, ca) = https_server(&python, &env.dir, &auth_log);
-    let server = repo().join("testdata/e2e/mcp_stdio_server.py");
     std::fs::write(
         env.dir.join("fenzi.yaml"),
-        format!(
-            "version: 1\nmcp:\n  local:\n    command: [{py}, {server}]\n    secrets: [LOCAL_TOKEN]\n    \
+        local_policy(&python, &format!("    secrets: [LOCAL_TOKEN]\n    \
              hosts: [\"127.0.0.1:{port}\"]\n    tools:\n      allow: [echo, whoami, fetch, write, crash]\n      \
-             deny: [delete_everything]\n",
-            py = python.display(),
-            server = server.display(),
-        ),
+             deny: [delete_everything]\n")),
     )
     .unwrap();
     let servers = env.dir.join("state/fenzi/servers");
@@ -289,14 +281,12 @@ fn run_host_in_the_machine_file_runs_on_the_host_still_checked_per_tool() {
     let machine = env.dir.join("xdg/fenzi");
     std::fs::create_dir_all(&machine).unwrap();
     let machine_file = machine.join("mcp.yaml");
-    let server = repo().join("testdata/e2e/mcp_stdio_server.py");
     std::fs::write(
         &machine_file,
-        format!(
-            "version: 1\nmcp:\n  local:\n    command: [{py}, {server}]\n    run: host\n    tools:\n      \
+        local_policy(
+            &python,
+            "    run: host\n    tools:\n      \
              allow: [echo, write]\n",
-            py = python.display(),
-            server = server.display(),
         ),
     )
     .unwrap();
@@ -324,11 +314,10 @@ fn run_host_in_the_machine_file_runs_on_the_host_still_checked_per_tool() {
     std::fs::remove_file(&machine_file).unwrap();
     std::fs::write(
         env.dir.join("fenzi.yaml"),
-        format!(
-            "version: 1\nmcp:\n  local:\n    command: [{py}, {server}]\n    run: host\n    tools:\n      \
+        local_policy(
+            &python,
+            "    run: host\n    tools:\n      \
              allow: [echo]\n",
-            py = python.display(),
-            server = server.display(),
         ),
     )
     .unwrap();
@@ -353,14 +342,9 @@ fn fenzi_proxy_serves_local_servers_through_its_port() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = repo().join("testdata/e2e/mcp_stdio_server.py");
     std::fs::write(
         dir.path().join("fenzi.yaml"),
-        format!(
-            "version: 1\nmcp:\n  local:\n    command: [{py}, {server}]\n    tools:\n      allow: [echo]\n",
-            py = python.display(),
-            server = server.display(),
-        ),
+        local_policy(&python, "    tools:\n      allow: [echo]\n"),
     )
     .unwrap();
     let audit = dir.path().join("audit.jsonl");
@@ -383,7 +367,7 @@ fn fenzi_proxy_serves_local_servers_through_its_port() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let addr = listening(&mut child);
+    let addr = mcp_support::listening_addr(&mut child);
     let proxy = Killed(child);
     let session = SESSION
         .replace("UPSTREAM", "9")
@@ -428,14 +412,12 @@ fn the_sdk_client_works_with_a_local_server_through_fenzi() {
         return;
     }
     let env = Env::new("local-servers-sdk", "");
-    let server = repo().join("testdata/e2e/mcp_stdio_server.py");
     std::fs::write(
         env.dir.join("fenzi.yaml"),
-        format!(
-            "version: 1\nmcp:\n  local:\n    command: [{py}, {server}]\n    list: all\n    tools:\n      \
+        local_policy(
+            &python,
+            "    list: all\n    tools:\n      \
              allow: [echo, add, whoami, progress, ask, crash]\n",
-            py = python.display(),
-            server = server.display(),
         ),
     )
     .unwrap();
@@ -465,5 +447,38 @@ fn the_sdk_client_works_with_a_local_server_through_fenzi() {
             .filter(|l| l.contains(r#""rpc":"tools/call""#))
             .all(|l| l.contains(r#""transport":"stdio""#)),
         "{log}"
+    );
+}
+
+/// The servers' state directories are opened the way every directory fenzi opens to a sandbox
+/// is (`host_files::private_dir`): a link planted in place of `$XDG_STATE_HOME/fenzi/servers`
+/// (by anyone who could write the state directory: another program of this user, an agent given
+/// `--allow-write` there in an earlier session) stops the session before any server starts, and
+/// nothing is created or written where the link points.
+#[test]
+fn a_link_in_place_of_the_servers_directory_is_refused() {
+    if !sandbox_available() {
+        return;
+    }
+    let env = Env::new(
+        "local-servers-link",
+        "version: 1\nmcp:\n  local:\n    command: [/bin/cat]\n    tools:\n      allow: [echo]\n",
+    );
+    let elsewhere = env.dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let fenzi_state = env.dir.join("state/fenzi");
+    std::fs::create_dir_all(&fenzi_state).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, fenzi_state.join("servers")).unwrap();
+    let out = env.run(&["--", "true"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("servers"),
+        "the refusal names the path: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing was created through the link"
     );
 }
